@@ -1,0 +1,79 @@
+"""The one exception tree of ragdx.
+
+Every error ragdx raises on purpose is a :class:`RagdxError`. Its children say who is at fault,
+which decides the CLI's exit code:
+
+- :class:`InputError` (exit 2): the user's data is wrong: a manifest line, a query set field, a
+  file that cannot be read or decoded, a quote that cannot be found. The message names the file,
+  the line, the field and the bad value.
+- :class:`ConfigError` (exit 2): a setting is unknown or has a value outside its valid choices;
+  the message lists the valid ones.
+- :class:`MissingExtraError` (exit 2): an optional backend is not installed; the message names
+  the ``pip install 'ragdx[EXTRA]'`` to run.
+- :class:`StoreError` (exit 1): the store is in a state ragdx cannot work with (a newer schema,
+  a corrupt file).
+
+Anything else that escapes is a bug in ragdx (exit 1).
+"""
+
+from __future__ import annotations
+
+__all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "StoreError"]
+
+
+class RagdxError(Exception):
+    """Base of every error ragdx raises on purpose."""
+
+    exit_code = 1
+
+
+class InputError(RagdxError):
+    """Bad user input. The message names where: file, line, field, value.
+
+    Args:
+        message: what is wrong, in words a user can act on.
+        file: the file the bad input came from, if any.
+        line: the 1-based line number in that file, if any.
+        field: the field name, if any.
+    """
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
+                 field: str | None = None) -> None:
+        self.file = file
+        self.line = line
+        self.field = field
+        self.detail = message
+        where = ""
+        if file is not None:
+            where = str(file) + (f":{line}" if line is not None else "")
+        if field is not None:
+            where = f"{where} field '{field}'" if where else f"field '{field}'"
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class ConfigError(RagdxError):
+    """A setting is unknown or invalid; the message names the key and the valid values."""
+
+    exit_code = 2
+
+
+class MissingExtraError(RagdxError):
+    """An optional dependency is missing.
+
+    Args:
+        extra: the name of the ``ragdx`` extra that provides it.
+        what: the component that needs it.
+    """
+
+    exit_code = 2
+
+    def __init__(self, extra: str, what: str) -> None:
+        self.extra = extra
+        super().__init__(f"{what} needs the optional dependency group '{extra}': "
+                         f"pip install 'ragdx[{extra}]'")
+
+
+class StoreError(RagdxError):
+    """The store cannot be used as it is (newer schema, corrupt file)."""

@@ -1,0 +1,174 @@
+"""Ingesting a manifest or a folder: read, parse and chunk everything first, then write it all
+in one store transaction, so a bad file or a killed process leaves the store as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from ragdx.errors import InputError
+from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker
+from ragdx.ingest.manifest import ManifestEntry, load_source
+from ragdx.ingest.parsers import detect_format, parse
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Document, DocStatus, ParsedDocument
+
+log = logging.getLogger("ragdx.ingest")
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedDocument:
+    """A document read, parsed and chunked, ready to be written."""
+
+    entry: ManifestEntry
+    document: Document
+    raw_text: str
+    parsed: ParsedDocument
+    chunked: ChunkedDocument
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class IngestAction:
+    """What ingesting one entry did: ``add``, ``update`` (attributes), ``rechunk`` or ``unchanged``."""
+
+    doc_id: str
+    version: str
+    action: str
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class IngestReport:
+    """The outcome of one ingest."""
+
+    actions: tuple[IngestAction, ...]
+    skipped_files: tuple[str, ...]
+    warnings: tuple[str, ...]
+    documents: int
+    bytes: int
+    chunks: int
+    seconds: float
+    index_version: int
+
+    def count(self, action: str) -> int:
+        return sum(1 for a in self.actions if a.action == action)
+
+
+class Ingestor:
+    """Reads, parses, chunks and stores documents.
+
+    Args:
+        store: the store to write to.
+        config: the chunking settings.
+    """
+
+    def __init__(self, store: SQLiteStore, config: ChunkerConfig | None = None) -> None:
+        self.store = store
+        self.chunker = StructureChunker(config or ChunkerConfig())
+        self._config_json = json.dumps(asdict(self.chunker.config), sort_keys=True)
+
+    def prepare(self, entry: ManifestEntry) -> PreparedDocument:
+        """Read, decode, parse and chunk one entry.
+
+        Raises:
+            InputError: the file is missing or unreadable, of an unknown format, undecodable, or
+                has no text; the message names the file and the manifest line that declared it.
+        """
+        where = f"{entry.origin}:{entry.line}" if entry.line else entry.origin
+        try:
+            fmt = detect_format(str(entry.path), entry.format)
+            try:
+                data = entry.path.read_bytes()
+            except FileNotFoundError:
+                raise InputError("file not found", file=str(entry.path)) from None
+            except IsADirectoryError:
+                raise InputError("is a directory, expected a file", file=str(entry.path)) from None
+            except OSError as exc:
+                raise InputError(f"cannot read file: {exc.strerror}", file=str(entry.path)) from None
+            raw, parsed = parse(data, fmt, str(entry.path))
+        except InputError as exc:
+            if entry.line is None:
+                raise
+            raise InputError(f"{exc} (declared for doc_id {entry.doc_id!r})", file=entry.origin,
+                             line=entry.line, field="path") from None
+        if not parsed.text.strip():
+            raise InputError(f"empty document: no text after parsing {fmt} (doc_id {entry.doc_id!r}, "
+                             f"declared at {where})", file=str(entry.path))
+        content_hash = hashlib.sha256(data).hexdigest()
+        document = Document(
+            doc_id=entry.doc_id, version=entry.version or content_hash[:12],
+            content_hash=content_hash, path=str(entry.path), title=entry.title or parsed.title,
+            acl=entry.acl, status=entry.status, updated_at=entry.updated_at,
+            metadata=entry.metadata, format=fmt)
+        return PreparedDocument(entry, document, raw, parsed, self.chunker.run(document, parsed),
+                                len(data))
+
+    def run(self, source: Path) -> IngestReport:
+        """Ingest a manifest or a folder: all of it, or (on any error) none of it.
+
+        Raises:
+            InputError: any bad entry or file; the store is left unchanged.
+        """
+        started = time.perf_counter()
+        entries, skipped = load_source(Path(source))
+        for path in skipped:
+            log.warning("skipped %s: no parser for its format", path)
+        prepared = _supersede_earlier([self.prepare(entry) for entry in entries])
+        log.info("writing %d documents", len(prepared))
+        actions = []
+        with self.store.transaction():
+            for item in prepared:
+                actions.append(self._write(item))
+        warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared for w in p.parsed.warnings)
+        return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
+                            sum(p.size_bytes for p in prepared),
+                            sum(len(p.chunked.chunks) for p in prepared),
+                            time.perf_counter() - started, self.store.index_version)
+
+    def _write(self, item: PreparedDocument) -> IngestAction:
+        doc, store = item.document, self.store
+        stored = store.version(doc.doc_id, doc.version)
+        if stored is not None:
+            if stored.document.content_hash != doc.content_hash:
+                raise InputError(
+                    f"version {doc.version!r} of {doc.doc_id!r} is already stored with different "
+                    "content; give the changed document a new version", file=item.entry.origin,
+                    line=item.entry.line, field="version")
+            changed = store.update_attributes(doc)
+            action = IngestAction(doc.doc_id, doc.version, "update", ", ".join(changed)) \
+                if changed else IngestAction(doc.doc_id, doc.version, "unchanged")
+            if (stored.chunker_config != self._config_json
+                    or stored.parser != item.parsed.parser):
+                store.replace_chunks(doc, item.parsed, item.chunked.sections, item.chunked.chunks,
+                                     self._config_json)
+                action = IngestAction(doc.doc_id, doc.version, "rechunk", action.detail)
+        else:
+            store.insert_version(doc, item.raw_text, item.parsed, item.chunked.sections,
+                                 item.chunked.chunks, self._config_json)
+            action = IngestAction(doc.doc_id, doc.version, "add")
+        if doc.status is DocStatus.CURRENT:
+            for other in store.versions(doc.doc_id):
+                if other.document.version != doc.version and other.document.status is DocStatus.CURRENT:
+                    store.set_status(doc.doc_id, other.document.version, DocStatus.SUPERSEDED,
+                                     f"version {doc.version} is current")
+        return action
+
+
+def _supersede_earlier(prepared: list[PreparedDocument]) -> list[PreparedDocument]:
+    """Within one manifest, only the last current version of a doc_id stays current."""
+    last_current = {p.document.doc_id: i for i, p in enumerate(prepared)
+                    if p.document.status is DocStatus.CURRENT}
+    return [replace(p, document=replace(p.document, status=DocStatus.SUPERSEDED))
+            if p.document.status is DocStatus.CURRENT and last_current[p.document.doc_id] != i else p
+            for i, p in enumerate(prepared)]
+
+
+def delete_documents(store: SQLiteStore, doc_ids: list[str]) -> dict[str, list[str]]:
+    """Delete documents (all versions) in one transaction: all of them, or none if one is unknown."""
+    with store.transaction():
+        return {doc_id: store.delete_document(doc_id) for doc_id in doc_ids}

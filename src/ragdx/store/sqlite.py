@@ -1,0 +1,493 @@
+"""The authoritative store: one SQLite file (WAL mode) holding every document version's exact text,
+its access groups and status, its sections and chunks, the configs that produced them, and an
+update log.
+
+Writes happen inside :meth:`SQLiteStore.transaction`; a failure or a killed process leaves the
+file exactly as before the transaction (SQLite's atomic commit). Every committed write bumps the
+store's ``index_version``, which caches and run manifests record.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from ragdx.errors import InputError, StoreError
+from ragdx.types import Chunk, ChunkKind, Document, DocStatus, ParsedDocument, Section
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    path TEXT NOT NULL,
+    title TEXT NOT NULL,
+    format TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('current', 'superseded', 'expired')),
+    updated_at TEXT,
+    metadata TEXT NOT NULL,
+    parser TEXT NOT NULL,
+    parse_warnings TEXT NOT NULL,
+    chunker_config TEXT NOT NULL,
+    raw_text TEXT NOT NULL,
+    parsed_text TEXT NOT NULL,
+    ingested_at TEXT NOT NULL,
+    PRIMARY KEY (doc_id, version)
+);
+CREATE TABLE IF NOT EXISTS acl (
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    grp TEXT NOT NULL,
+    PRIMARY KEY (doc_id, version, grp),
+    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS acl_by_group ON acl (grp);
+CREATE TABLE IF NOT EXISTS sections (
+    id TEXT PRIMARY KEY,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    heading_path TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    parent_id TEXT,
+    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS sections_by_doc ON sections (doc_id, version);
+CREATE TABLE IF NOT EXISTS chunks (
+    rowid INTEGER PRIMARY KEY,
+    id TEXT NOT NULL UNIQUE,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    ord INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    heading_path TEXT NOT NULL,
+    section_id TEXT NOT NULL,
+    prefix TEXT NOT NULL,
+    header_start INTEGER,
+    header_end INTEGER,
+    token_count INTEGER NOT NULL,
+    prev_id TEXT,
+    next_id TEXT,
+    duplicate_of TEXT,
+    over_limit INTEGER NOT NULL,
+    config_id TEXT NOT NULL,
+    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, version, ord);
+CREATE TABLE IF NOT EXISTS configs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS log (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at TEXT NOT NULL,
+    index_version INTEGER NOT NULL,
+    op TEXT NOT NULL,
+    doc_id TEXT,
+    version TEXT,
+    detail TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tombstones (
+    doc_id TEXT PRIMARY KEY,
+    deleted_at TEXT NOT NULL,
+    versions TEXT NOT NULL
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """A document version as stored, with what produced its chunks."""
+
+    document: Document
+    seq: int
+    parser: str
+    parse_warnings: tuple[str, ...]
+    chunker_config: str
+    ingested_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of the store's update log."""
+
+    seq: int
+    at: str
+    index_version: int
+    op: str
+    doc_id: str | None
+    version: str | None
+    detail: str
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+class SQLiteStore:
+    """The authoritative store in one SQLite file.
+
+    Args:
+        path: the database file; created with its schema when missing.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if self.path.is_dir():
+            raise InputError("the store path is a directory; give a file such as store.db",
+                             file=str(self.path))
+        try:
+            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._lock = threading.RLock()
+        self._in_tx = False
+        self._init_schema()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def _init_schema(self) -> None:
+        try:
+            row = self._db.execute(
+                "SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        except sqlite3.OperationalError:
+            row = None
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: not a ragdx store: {exc}") from None
+        if row is not None and int(row[0]) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema {row[0]} is newer than this ragdx "
+                             f"({SCHEMA_VERSION}); upgrade ragdx")
+        with self.transaction():
+            for statement in _statements(_SCHEMA):  # executescript would commit our transaction
+                self._db.execute(statement)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
+                             (str(SCHEMA_VERSION),))
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('index_version', '0')")
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "SQLiteStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """One atomic write. Nested calls join the outer transaction.
+
+        Everything written inside commits together, or not at all; the commit bumps
+        ``index_version`` when anything changed.
+        """
+        with self._lock:
+            if self._in_tx:
+                yield
+                return
+            self._db.execute("BEGIN IMMEDIATE")
+            self._in_tx = True
+            self._changed = False
+            try:
+                yield
+                if self._changed:
+                    self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
+                                     "WHERE key = 'index_version'")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            finally:
+                self._in_tx = False
+
+    def _write(self, sql: str, args: tuple | list = ()) -> sqlite3.Cursor:
+        if not self._in_tx:
+            raise StoreError("store writes must happen inside store.transaction()")
+        self._changed = True
+        return self._db.execute(sql, args)
+
+    @property
+    def index_version(self) -> int:
+        """A counter bumped by every committed change; caches are bound to it."""
+        return int(self._db.execute("SELECT value FROM meta WHERE key='index_version'").fetchone()[0])
+
+    # -- writes -----------------------------------------------------------------------------
+    def insert_version(self, document: Document, raw_text: str, parsed: ParsedDocument,
+                       sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
+                       chunker_config: str) -> None:
+        """Store a new document version with its text, access groups, sections and chunks."""
+        seq = self._db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM documents").fetchone()[0]
+        self._write(
+            "INSERT INTO documents VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (document.doc_id, document.version, seq, document.content_hash, document.path,
+             document.title, document.format, document.status.value, document.updated_at,
+             json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
+             json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, _now()))
+        self._write_acl(document)
+        self._write_chunks(document, sections, chunks, chunker_config)
+        self._db.execute("DELETE FROM tombstones WHERE doc_id = ?", (document.doc_id,))
+        self.log("add", document.doc_id, document.version,
+                 f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
+
+    def _write_acl(self, document: Document) -> None:
+        self._write("DELETE FROM acl WHERE doc_id = ? AND version = ?",
+                    (document.doc_id, document.version))
+        for group in sorted(set(document.acl)):
+            self._write("INSERT INTO acl VALUES (?,?,?)", (document.doc_id, document.version, group))
+
+    def _write_chunks(self, document: Document, sections: tuple[Section, ...],
+                      chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+        key = (document.doc_id, document.version)
+        self._write("DELETE FROM chunks WHERE doc_id = ? AND version = ?", key)
+        self._write("DELETE FROM sections WHERE doc_id = ? AND version = ?", key)
+        self._db.executemany("INSERT INTO sections VALUES (?,?,?,?,?,?,?,?)", [
+            (s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
+             s.parent_id) for s in sections])
+        self._db.executemany(
+            "INSERT INTO chunks (id, doc_id, version, ord, start, end, text, kind, heading_path, "
+            "section_id, prefix, header_start, header_end, token_count, prev_id, next_id, "
+            "duplicate_of, over_limit, config_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
+              json.dumps(list(c.heading_path)), c.section_id, c.prefix,
+              c.header[0] if c.header else None, c.header[1] if c.header else None, c.token_count,
+              c.prev_id, c.next_id, c.duplicate_of, int(c.over_limit), c.config_id)
+             for i, c in enumerate(chunks)])
+        if chunks:
+            self._write("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
+                        (chunks[0].config_id, chunker_config))
+
+    def replace_chunks(self, document: Document, parsed: ParsedDocument,
+                       sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
+                       chunker_config: str) -> None:
+        """Re-chunk a stored version (a new parser or chunker config); the text is unchanged."""
+        self._write("UPDATE documents SET parser = ?, parse_warnings = ?, chunker_config = ?, "
+                    "parsed_text = ? WHERE doc_id = ? AND version = ?",
+                    (parsed.parser, json.dumps(list(parsed.warnings)), chunker_config, parsed.text,
+                     document.doc_id, document.version))
+        self._write_chunks(document, sections, chunks, chunker_config)
+        self.log("rechunk", document.doc_id, document.version, f"{len(chunks)} chunks")
+
+    def update_attributes(self, document: Document) -> list[str]:
+        """Update a stored version's acl, status, title, path, metadata and updated_at.
+
+        Returns:
+            The names of the attributes that changed (each logged).
+        """
+        old = self.version(document.doc_id, document.version)
+        if old is None:
+            raise StoreError(f"no stored version {document.version!r} of {document.doc_id!r}")
+        changed = []
+        for name in ("acl", "status", "title", "path", "metadata", "updated_at"):
+            before, after = getattr(old.document, name), getattr(document, name)
+            if name == "acl":
+                before, after = sorted(set(before)), sorted(set(after))
+            if name == "metadata":
+                before, after = dict(before), dict(after)
+            if before != after:
+                changed.append(name)
+                self.log(name, document.doc_id, document.version, f"{_show(before)} -> {_show(after)}")
+        if changed:
+            self._write("UPDATE documents SET status = ?, title = ?, path = ?, metadata = ?, "
+                        "updated_at = ? WHERE doc_id = ? AND version = ?",
+                        (document.status.value, document.title, document.path,
+                         json.dumps(dict(document.metadata), sort_keys=True), document.updated_at,
+                         document.doc_id, document.version))
+            self._write_acl(document)
+        return changed
+
+    def set_status(self, doc_id: str, version: str, status: DocStatus, reason: str) -> None:
+        self._write("UPDATE documents SET status = ? WHERE doc_id = ? AND version = ?",
+                    (status.value, doc_id, version))
+        self.log("status", doc_id, version, f"-> {status.value}: {reason}")
+
+    def delete_document(self, doc_id: str) -> list[str]:
+        """Delete every version of a document: its text, chunks and sections are removed, and a
+        tombstone records the deletion.
+
+        Returns:
+            The versions deleted.
+
+        Raises:
+            InputError: no document with that id is stored.
+        """
+        versions = [r[0] for r in self._db.execute(
+            "SELECT version FROM documents WHERE doc_id = ? ORDER BY seq", (doc_id,))]
+        if not versions:
+            raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
+        self._write("DELETE FROM documents WHERE doc_id = ?", (doc_id,))
+        self._write("INSERT OR REPLACE INTO tombstones VALUES (?,?,?)",
+                    (doc_id, _now(), json.dumps(versions)))
+        self.log("delete", doc_id, None, f"versions {versions}")
+        return versions
+
+    def log(self, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
+        self._write("INSERT INTO log (at, index_version, op, doc_id, version, detail) "
+                    "VALUES (?,?,?,?,?,?)", (_now(), self.index_version + 1, op, doc_id, version, detail))
+
+    # -- reads ------------------------------------------------------------------------------
+    def _version_row(self, row: tuple) -> StoredVersion:
+        (doc_id, version, seq, content_hash, path, title, fmt, status, updated_at, metadata,
+         parser, warnings, chunker_config, ingested_at) = row
+        acl = tuple(r[0] for r in self._db.execute(
+            "SELECT grp FROM acl WHERE doc_id = ? AND version = ? ORDER BY grp", (doc_id, version)))
+        document = Document(doc_id, version, content_hash, path, title, acl, DocStatus(status),
+                            updated_at, json.loads(metadata), fmt)
+        return StoredVersion(document, seq, parser, tuple(json.loads(warnings)), chunker_config,
+                             ingested_at)
+
+    _VERSION_COLUMNS = ("doc_id, version, seq, content_hash, path, title, format, status, "
+                        "updated_at, metadata, parser, parse_warnings, chunker_config, ingested_at")
+
+    def version(self, doc_id: str, version: str) -> StoredVersion | None:
+        row = self._db.execute(f"SELECT {self._VERSION_COLUMNS} FROM documents "
+                               "WHERE doc_id = ? AND version = ?", (doc_id, version)).fetchone()
+        return self._version_row(row) if row else None
+
+    def versions(self, doc_id: str | None = None) -> list[StoredVersion]:
+        """Stored versions in ingestion order, of one document or of all."""
+        where, args = ("WHERE doc_id = ?", (doc_id,)) if doc_id is not None else ("", ())
+        rows = self._db.execute(f"SELECT {self._VERSION_COLUMNS} FROM documents {where} "
+                                "ORDER BY seq", args).fetchall()
+        return [self._version_row(r) for r in rows]
+
+    def latest(self, doc_id: str) -> StoredVersion | None:
+        """The current version ingested last, or else the version ingested last."""
+        found = self.versions(doc_id)
+        current = [v for v in found if v.document.status is DocStatus.CURRENT]
+        return (current or found or [None])[-1]
+
+    def doc_ids(self) -> list[str]:
+        return [r[0] for r in self._db.execute(
+            "SELECT doc_id FROM documents GROUP BY doc_id ORDER BY MIN(seq)")]
+
+    def texts(self, doc_id: str, version: str) -> tuple[str, str]:
+        """The raw source text and the parsed text of a version."""
+        row = self._db.execute("SELECT raw_text, parsed_text FROM documents "
+                               "WHERE doc_id = ? AND version = ?", (doc_id, version)).fetchone()
+        if row is None:
+            raise InputError(f"no version {version!r} of document {doc_id!r} in the store")
+        return row[0], row[1]
+
+    _CHUNK_COLUMNS = ("id, doc_id, version, start, end, text, kind, heading_path, section_id, "
+                      "prefix, header_start, header_end, token_count, prev_id, next_id, "
+                      "duplicate_of, over_limit, config_id")
+
+    @staticmethod
+    def _chunk_row(row: tuple) -> Chunk:
+        (cid, doc_id, version, start, end, text, kind, path, section_id, prefix, hs, he, tokens,
+         prev_id, next_id, dup, over, config_id) = row
+        return Chunk(cid, doc_id, version, start, end, text, ChunkKind(kind), tuple(json.loads(path)),
+                     section_id, prefix, (hs, he) if hs is not None else None, tokens, prev_id,
+                     next_id, dup, bool(over), config_id)
+
+    def chunks(self, doc_id: str | None = None, version: str | None = None) -> list[Chunk]:
+        """Chunks in reading order, of one version, of every version of a document, or of all."""
+        clauses, args = [], []
+        if doc_id is not None:
+            clauses.append("doc_id = ?")
+            args.append(doc_id)
+        if version is not None:
+            clauses.append("version = ?")
+            args.append(version)
+        where = ("WHERE " + " AND ".join(clauses)) if clauses else ""
+        return [self._chunk_row(r) for r in self._db.execute(
+            f"SELECT {self._CHUNK_COLUMNS} FROM chunks {where} ORDER BY doc_id, version, ord", args)]
+
+    def chunks_by_id(self, ids: list[str]) -> dict[str, Chunk]:
+        out: dict[str, Chunk] = {}
+        for i in range(0, len(ids), 500):
+            batch = ids[i:i + 500]
+            marks = ",".join("?" * len(batch))
+            for row in self._db.execute(f"SELECT {self._CHUNK_COLUMNS} FROM chunks WHERE id IN ({marks})",
+                                        batch):
+                chunk = self._chunk_row(row)
+                out[chunk.id] = chunk
+        return out
+
+    def section(self, section_id: str) -> Section | None:
+        row = self._db.execute("SELECT id, doc_id, version, start, end, heading_path, level, parent_id "
+                               "FROM sections WHERE id = ?", (section_id,)).fetchone()
+        if row is None:
+            return None
+        return Section(row[0], row[1], row[2], row[3], row[4], tuple(json.loads(row[5])), row[6], row[7])
+
+    def sections(self, doc_id: str, version: str) -> list[Section]:
+        rows = self._db.execute("SELECT id FROM sections WHERE doc_id = ? AND version = ? "
+                                "ORDER BY start, level", (doc_id, version)).fetchall()
+        return [s for s in (self.section(r[0]) for r in rows) if s is not None]
+
+    def neighbours(self, chunk_id: str, n: int = 1) -> list[Chunk]:
+        """The chunk with up to ``n`` chunks on each side, in reading order (small-to-big)."""
+        found = self.chunks_by_id([chunk_id])
+        if chunk_id not in found:
+            raise InputError(f"no chunk {chunk_id!r} in the store")
+        centre = found[chunk_id]
+        ords = self._db.execute("SELECT ord FROM chunks WHERE id = ?", (chunk_id,)).fetchone()[0]
+        rows = self._db.execute(
+            f"SELECT {self._CHUNK_COLUMNS} FROM chunks WHERE doc_id = ? AND version = ? "
+            "AND ord BETWEEN ? AND ? ORDER BY ord", (centre.doc_id, centre.version, ords - n, ords + n))
+        return [self._chunk_row(r) for r in rows]
+
+    def tombstone(self, doc_id: str) -> tuple[str, list[str]] | None:
+        """When a deleted document was deleted, and which versions it had."""
+        row = self._db.execute("SELECT deleted_at, versions FROM tombstones WHERE doc_id = ?",
+                               (doc_id,)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def log_entries(self, since: int = 0) -> list[LogEntry]:
+        return [LogEntry(*r) for r in self._db.execute(
+            "SELECT seq, at, index_version, op, doc_id, version, detail FROM log WHERE seq > ? "
+            "ORDER BY seq", (since,))]
+
+    def counts(self) -> dict[str, int]:
+        """How many documents, versions, chunks and sections the store holds."""
+        q = self._db.execute
+        return {"documents": q("SELECT COUNT(DISTINCT doc_id) FROM documents").fetchone()[0],
+                "versions": q("SELECT COUNT(*) FROM documents").fetchone()[0],
+                "chunks": q("SELECT COUNT(*) FROM chunks").fetchone()[0],
+                "sections": q("SELECT COUNT(*) FROM sections").fetchone()[0],
+                "deleted": q("SELECT COUNT(*) FROM tombstones").fetchone()[0]}
+
+    def verify(self) -> list[str]:
+        """Check the store's invariants; returns the problems found (empty when consistent).
+
+        Checks SQLite's own integrity, that every chunk's text is exactly its span of its
+        version's parsed text, that every chunk's section exists, and that every version has
+        access groups.
+        """
+        problems = [r[0] for r in self._db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems += [f"foreign key violation in {r[0]}" for r in self._db.execute("PRAGMA foreign_key_check")]
+        texts: dict[tuple[str, str], str] = {}
+        for cid, doc_id, version, start, end, text, section_id in self._db.execute(
+                "SELECT id, doc_id, version, start, end, text, section_id FROM chunks"):
+            key = (doc_id, version)
+            if key not in texts:
+                texts[key] = self.texts(doc_id, version)[1]
+            if texts[key][start:end] != text:
+                problems.append(f"chunk {cid} of {doc_id}@{version}: text is not parsed_text[{start}:{end}]")
+        problems += [f"chunk {r[0]}: section {r[1]} missing" for r in self._db.execute(
+            "SELECT id, section_id FROM chunks WHERE section_id NOT IN (SELECT id FROM sections)")]
+        problems += [f"{r[0]}@{r[1]}: no access groups" for r in self._db.execute(
+            "SELECT doc_id, version FROM documents d WHERE NOT EXISTS (SELECT 1 FROM acl a "
+            "WHERE a.doc_id = d.doc_id AND a.version = d.version)")]
+        return problems
+
+
+def _statements(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else repr(value)

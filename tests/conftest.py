@@ -1,0 +1,40 @@
+"""Shared fixtures: the bundled example ingested once per session, and store snapshots."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ragdx.cli import example_dir
+from ragdx.ingest.ingestor import Ingestor
+from ragdx.store.sqlite import SQLiteStore
+
+EXAMPLE = example_dir()
+
+
+@pytest.fixture(scope="session")
+def example_store(tmp_path_factory: pytest.TempPathFactory) -> SQLiteStore:
+    """The bundled refund example, ingested with the default settings. Read-only for tests."""
+    store = SQLiteStore(tmp_path_factory.mktemp("example") / "store.db")
+    Ingestor(store).run(EXAMPLE / "manifest.jsonl")
+    return store
+
+
+def snapshot(path: Path) -> list[str]:
+    """Every row of every table of a store file, as SQL text: equal snapshots, equal stores."""
+    con = sqlite3.connect(str(path))
+    try:
+        return list(con.iterdump())
+    finally:
+        con.close()
+
+
+def write(path: Path, text: str | bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path

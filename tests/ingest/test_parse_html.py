@@ -1,0 +1,60 @@
+from ragdx.ingest.parse_html import parse_html
+from ragdx.types import BlockKind
+
+PAGE = """<!DOCTYPE html><html><head><title>Refund errors</title>
+<script>var x = "Refunds are accepted";</script><style>p {color: red}</style></head>
+<body>
+<header><div class="logo">Northwind</div><nav><a href="/">Home</a></nav></header>
+<div class="related" role="navigation"><a href="prev.html">previous</a></div>
+<main>
+  <h1>Refund error codes<a class="headerlink" href="#x">¶</a></h1>
+  <p>When a refund   fails, you see a
+     code &amp; a message.</p>
+  <h2>RFD-4021</h2>
+  <p>Error <b>RFD-4021</b> means the refund window expired.<br>Report defects anyway.</p>
+  <ul><li>first item<li>second <em>item</em></li><li>with a list<ul><li>inner</li></ul></li></ul>
+  <table><thead><tr><th>Code</th><th>Meaning</th></tr></thead>
+    <tbody><tr><td>RFD-5003</td><td>provider timeout</td></tr>
+           <tr><td>RFD-5010</td><td>payment method closed</td></tr></tbody></table>
+  <div class="highlight"><pre><span>def refund(order):</span>
+    <span>return   order.total</span>
+</pre></div>
+  <dl><dt>refund(order)</dt><dd><p>Refund the order.</p></dd></dl>
+</main>
+<div class="sphinxsidebar">Quick search</div>
+<footer>Copyright Northwind</footer>
+</body></html>"""
+
+
+def test_drops_chrome_and_keeps_structure():
+    parsed = parse_html(PAGE)
+    assert parsed.title == "Refund errors"
+    text = parsed.text
+    for chrome in ("Northwind", "Home", "previous", "Quick search", "Copyright", "var x", "color", "¶"):
+        assert chrome not in text
+    blocks = [(b.kind, text[b.start:b.end]) for b in parsed.blocks]
+    assert blocks == [
+        (BlockKind.HEADING, "Refund error codes"),
+        (BlockKind.TEXT, "When a refund fails, you see a code & a message."),
+        (BlockKind.HEADING, "RFD-4021"),
+        (BlockKind.TEXT, "Error RFD-4021 means the refund window expired. Report defects anyway."),
+        (BlockKind.LIST, "- first item\n- second item\n- with a list\n  - inner"),
+        (BlockKind.TABLE, "Code | Meaning\nRFD-5003 | provider timeout\nRFD-5010 | payment method closed"),
+        (BlockKind.CODE, "def refund(order):\n    return   order.total"),
+        (BlockKind.TEXT, "refund(order)"),
+        (BlockKind.TEXT, "Refund the order."),
+    ]
+    table = parsed.blocks[5]
+    assert text[table.header[0]:table.header[1]] == "Code | Meaning"
+    assert parsed.blocks[3].heading_path == ("Refund error codes", "RFD-4021")
+
+
+def test_header_inside_article_is_content():
+    parsed = parse_html("<article><header><h1>Kept title</h1></header><p>Body.</p></article>")
+    assert parsed.text == "Kept title\n\nBody."
+
+
+def test_table_without_th_has_no_header():
+    parsed = parse_html("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>")
+    assert parsed.blocks[0].header is None
+    assert parsed.text == "a | b\nc | d"

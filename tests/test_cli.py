@@ -1,0 +1,65 @@
+"""The CLI: data on stdout, logs on stderr, exit codes 0 / 2 / 1."""
+
+import json
+import subprocess
+import sys
+
+from ragdx.cli import main
+from tests.conftest import EXAMPLE, snapshot, write
+
+
+def test_ingest_docs_delete_roundtrip(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("14 documents (") and "14 added" in out and "index version 1" in out
+    assert main(["ingest", "--store", store, "--json", str(EXAMPLE / "manifest.jsonl")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {a["action"] for a in report["actions"]} == {"unchanged"} and report["index_version"] == 1
+    assert main(["docs", "--store", store]) == 0
+    listing = capsys.readouterr().out
+    assert "internal/refund-runbook.md" in listing and "superseded" in listing
+    assert main(["delete", "--store", store, "policies/refund.md"]) == 0
+    assert capsys.readouterr().out == "deleted policies/refund.md (2 versions)\nindex version 2\n"
+
+
+def test_bad_input_exits_2_and_names_the_line(tmp_path, capsys):
+    store = tmp_path / "s.db"
+    manifest = write(tmp_path / "m.jsonl", '{"doc_id": "a", "path": "a.md"}\n{"doc_id": 1, "path": "b.md"}\n')
+    write(tmp_path / "a.md", "A.")
+    assert main(["ingest", "--store", str(store), str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert f"{manifest}:2 field 'doc_id': expected a string, got 1" in err
+    assert main(["delete", "--store", str(store), "nope"]) == 2
+    assert "no document 'nope'" in capsys.readouterr().err
+
+
+def test_evidence_strict(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")])
+    capsys.readouterr()
+    assert main(["evidence", "--store", store, "--queries", str(EXAMPLE / "queries.jsonl"), "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 32 and all(r["coverage"] == "full" for r in rows)
+    bad = write(tmp_path / "q.jsonl", json.dumps({"id": "q9", "question": "?", "required": [[
+        {"doc": "policies/quality.md", "quote": "no such words"}]]}) + "\n")
+    before = snapshot(tmp_path / "s.db")
+    assert main(["evidence", "--store", store, "--queries", str(bad), "--strict"]) == 2
+    assert "query 'q9'" in capsys.readouterr().err
+    assert snapshot(tmp_path / "s.db") == before
+
+
+def test_demo_runs_as_a_subprocess(tmp_path):
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "ragdx.cli", "demo", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Ingested 14 document versions" in proc.stdout
+    assert "32 of 32 required alternatives lie whole inside one chunk" in proc.stdout
+    assert "ragdx: ingesting the bundled example" in proc.stderr  # logs go to stderr
+    assert len((out / "evidence.jsonl").read_text().splitlines()) == 32
+
+
+def test_usage_error_exits_2():
+    proc = subprocess.run([sys.executable, "-m", "ragdx.cli", "ingest"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "--store" in proc.stderr
