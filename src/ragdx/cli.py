@@ -22,15 +22,22 @@ def _store(args: argparse.Namespace):
     return SQLiteStore(args.store)
 
 
-def _chunker_config(args: argparse.Namespace):
-    from ragdx.ingest.chunk import ChunkerConfig
-    return ChunkerConfig(max_tokens=args.max_tokens, overlap_tokens=args.overlap_tokens)
+def _settings(args: argparse.Namespace):
+    from ragdx.config import load_settings
+    return load_settings(args.config, args.set or ())
+
+
+def _principal(args: argparse.Namespace):
+    from ragdx.types import Principal
+    groups = tuple(args.group) if args.group else ("public",)
+    return Principal(args.user, groups)
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragdx.ingest.ingestor import Ingestor
+    from ragdx.pipeline import build_ingestor
+    settings = _settings(args)
     with _store(args) as store:
-        report = Ingestor(store, _chunker_config(args)).run(Path(args.path))
+        report = build_ingestor(store, settings).run(Path(args.path))
     if args.json:
         print(json.dumps({
             "documents": report.documents, "bytes": report.bytes, "chunks": report.chunks,
@@ -46,7 +53,81 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                         ("unchanged", "unchanged")))
     print(f"{report.documents} documents ({report.bytes / 1e6:.2f} MB): {counts}; "
           f"{report.chunks} chunks in {report.seconds:.2f} s; index version {report.index_version}")
+    if report.embedding is not None:
+        e = report.embedding
+        print(f"vectors: {e.encoded} encoded, {e.reused} reused, {e.truncated} truncated by the "
+              f"encoder's window, in {e.seconds:.2f} s")
     return 0
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    from ragdx.pipeline import Pipeline
+    from ragdx.report.terminal import table
+    from ragdx.types import Query
+    settings = _settings(args)
+    query = Query("ask", args.question, _principal(args))
+    with _store(args) as store:
+        trace = Pipeline(store, settings).run(query)
+        if args.json:
+            from ragdx.tracefile import trace_to_dict
+            print(json.dumps(trace_to_dict(trace), indent=2))
+            return 0
+        chunks = store.chunks_by_id([c.chunk_id for c in trace.final.items])
+        rows = []
+        for item in trace.final.items:
+            chunk = chunks[item.chunk_id]
+            where = " > ".join(chunk.heading_path) or "-"
+            ranks = ", ".join(f"{p.stage} {p.rank}" for p in item.history[:-1])
+            rows.append((item.rank, f"{item.doc_id}@{item.version}", where,
+                         f"[{item.start}:{item.end}]", f"{item.score:.4f}", ranks, chunk.text))
+        print(table(["#", "source", "section", "span", "score", "earlier ranks", "text"], rows,
+                    max_width=50))
+        for stage in trace.stages:
+            print(f"{stage.stage}: {len(stage.items)} kept, {len(stage.dropped)} dropped, "
+                  f"{stage.seconds * 1000:.1f} ms", file=sys.stderr)
+    return 0
+
+
+def cmd_index(args: argparse.Namespace) -> int:
+    from ragdx.ingest import index
+    from ragdx.report.terminal import table
+    with _store(args) as store:
+        if args.action == "status":
+            rows = [(s.id, s.model_id, backend, state, count, s.dim, s.weights_hash)
+                    for s, backend, state, count in store.spaces()]
+            print(table(["space", "model", "backend", "state", "vectors", "dim", "weights"], rows))
+            counts = store.counts()
+            print(f"index version {store.index_version}; {counts['chunks']} chunks in "
+                  f"{counts['versions']} versions; BM25: FTS5, in step with the store")
+            return 0
+        if args.action in ("build", "verify"):
+            from ragdx.ingest.embed import Embedder
+            from ragdx.pipeline import build_encoder
+            settings = _settings(args)
+            dense = settings.retrieval.dense
+            embedder = Embedder(build_encoder(dense), with_prefix=dense.with_prefix, backend=dense.backend)
+            if args.action == "build":
+                stats = index.build_space(store, embedder)
+                print(f"space {embedder.space.id}: {stats.encoded} encoded, {stats.reused} reused, "
+                      f"{stats.truncated} truncated, {stats.seconds:.1f} s; state "
+                      f"{store.space_state(embedder.space.id)}")
+                return 0
+            space_id = args.space or embedder.space.id
+            problems = index.verify_space(store, space_id, embedder if space_id == embedder.space.id else None)
+            for problem in problems:
+                print(f"problem: {problem}")
+            print(f"space {space_id}: {'verified' if not problems else 'NOT verified'}; state "
+                  f"{store.space_state(space_id)}")
+            return 0 if not problems else 1
+        if args.action == "switch":
+            if not args.space:
+                raise _usage_error("index switch needs --space ID (see 'ragdx index status')")
+            index.switch_space(store, args.space, force=args.force)
+            print(f"active space: {args.space}")
+            return 0
+        space_id = index.rollback_space(store)
+        print(f"active space: {space_id} (rolled back)")
+        return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -118,6 +199,30 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_fit(args: argparse.Namespace) -> int:
+    from ragdx.experiments import fit
+    from ragdx.pipeline import Pipeline
+    from ragdx.queryset import load_queries
+    settings = _settings(args)
+    queries = load_queries(Path(args.queries))
+    out = Path(args.out)
+    with _store(args) as store:
+        pipeline = Pipeline(store, settings)
+        run = fit.collect(pipeline, queries)
+        if args.what == "fusion":
+            fusion = fit.fit_fusion(run, k=settings.fusion.top_k, fitted_on=str(args.queries))
+            fit.save_fusion(fusion, out)
+            weights = ", ".join(f"{n} {c.weight:.2f}" for n, c in fusion.channels.items())
+            print(f"weights {weights}; {fusion.fitted_on}; written to {out} "
+                  f"(use --set fusion.method=weighted --set fusion.weights_file={out})")
+        else:
+            reranker = fit.fit_reranker(pipeline, run, fitted_on=str(args.queries))
+            fit.save_reranker(reranker, out)
+            print(f"weights {reranker.weights}; {reranker.fitted_on}; written to {out} "
+                  f"(use --set rerank.weights_file={out})")
+    return 0
+
+
 def example_dir() -> Path:
     """The bundled example (the refund scenario), shipped inside the package."""
     return Path(__file__).parent / "examples" / "refund"
@@ -171,15 +276,32 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    def chunking(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--max-tokens", type=int, default=180, help="tokens per chunk at most")
-        p.add_argument("--overlap-tokens", type=int, default=0, help="overlap between chunks")
+    def configurable(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", help="a TOML settings file")
+        p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                       help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
 
     p = command("ingest", cmd_ingest, "ingest a manifest (.jsonl) or a folder into the store")
     p.add_argument("--store", required=True, help="the store file (created when missing)")
     p.add_argument("path", help="a manifest JSONL file or a folder")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    chunking(p)
+    configurable(p)
+
+    p = command("ask", cmd_ask, "run the pipeline for one question and show what it found")
+    p.add_argument("--store", required=True)
+    p.add_argument("--user", default="anonymous", help="who asks (default anonymous)")
+    p.add_argument("--group", action="append", help="an access group of the asker (repeatable; "
+                   "default public)")
+    p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
+    p.add_argument("question")
+    configurable(p)
+
+    p = command("index", cmd_index, "embedding spaces: status, build beside, verify, switch, rollback")
+    p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback"])
+    p.add_argument("--store", required=True)
+    p.add_argument("--space", help="a space id (verify, switch)")
+    p.add_argument("--force", action="store_true", help="switch to a space that is not verified")
+    configurable(p)
 
     p = command("delete", cmd_delete, "delete documents (every version) from the store")
     p.add_argument("--store", required=True)
@@ -194,6 +316,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+
+    p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
+    p.add_argument("what", choices=["fusion", "rerank"])
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the validation query set (JSONL)")
+    p.add_argument("--out", required=True, help="where to write the fitted weights (JSON)")
+    configurable(p)
 
     p = command("demo", cmd_demo, "run ragdx on the bundled example")
     p.add_argument("--out", default="ragdx-demo", help="the demo's output folder (default ragdx-demo)")

@@ -10,6 +10,8 @@ which decides the CLI's exit code:
   the message lists the valid ones.
 - :class:`MissingExtraError` (exit 2): an optional backend is not installed; the message names
   the ``pip install 'ragdx[EXTRA]'`` to run.
+- :class:`SpaceMismatchError` (exit 2): a query encoded in one embedding space was about to be
+  searched against vectors of another (same dimension does not mean same space).
 - :class:`StoreError` (exit 1): the store is in a state ragdx cannot work with (a newer schema,
   a corrupt file).
 
@@ -18,7 +20,8 @@ Anything else that escapes is a bug in ragdx (exit 1).
 
 from __future__ import annotations
 
-__all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "StoreError"]
+__all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError",
+           "StoreError"]
 
 
 class RagdxError(Exception):
@@ -73,6 +76,12 @@ class MissingExtraError(RagdxError):
         self.extra = extra
         super().__init__(f"{what} needs the optional dependency group '{extra}': "
                          f"pip install 'ragdx[{extra}]'")
+
+
+class SpaceMismatchError(RagdxError):
+    """Vectors of two embedding spaces were about to be compared; refused."""
+
+    exit_code = 2
 
 
 class StoreError(RagdxError):

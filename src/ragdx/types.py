@@ -9,14 +9,19 @@ number, so labels survive re-chunking.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+import numpy as np
 
 from ragdx.errors import InputError
 
 __all__ = [
     "ChoiceEnum", "DocStatus", "BlockKind", "ChunkKind", "Span", "Principal", "Document",
-    "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query",
+    "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
+    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked",
 ]
 
 
@@ -223,3 +228,132 @@ class Query:
     restricted_required: tuple[tuple[Alternative, ...], ...] = ()
     answer: str | None = None
     tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpace:
+    """The identity of a vector space. Vectors from two spaces are never compared.
+
+    Two encoders share a space only when every identity field is equal: same model and
+    weights (a quantized copy has other weights, so another space), same dimension,
+    normalisation, prompt format and input window. Equal dimensions alone mean nothing.
+
+    Args:
+        model_id: the model's name or path, as the user gave it.
+        weights_hash: a hash of the weight files' bytes.
+        dim: the vector dimension.
+        normalized: whether vectors are L2-normalised (so a dot product is the cosine).
+        query_prefix: text put before every query (a model's query prompt).
+        passage_prefix: text put before every passage.
+        max_tokens: the encoder's input window in tokens; text beyond it is not read.
+        pooling: how token vectors become one vector (``mean``, ``cls``).
+    """
+
+    model_id: str
+    weights_hash: str
+    dim: int
+    normalized: bool = True
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    max_tokens: int = 256
+    pooling: str = "mean"
+
+    @property
+    def id(self) -> str:
+        """A short stable hash of every identity field."""
+        fields = {k: getattr(self, k) for k in self.__slots__}
+        return "e_" + hashlib.sha1(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Encoding:
+    """An encoder's output for a batch of texts.
+
+    ``window_ends[i]`` is the character offset in ``texts[i]`` where the encoder stopped
+    reading because its input window was full, or ``None`` when it read the whole text.
+    """
+
+    space: EmbeddingSpace
+    vectors: np.ndarray
+    window_ends: tuple[int | None, ...]
+
+
+class StageKind(ChoiceEnum):
+    """The stages of a RAG pipeline, in pipeline order (CONTRACTS.md)."""
+
+    SOURCE = "source"
+    PARSING = "parsing"
+    REWRITE = "rewrite"
+    RETRIEVAL = "retrieval"
+    FUSION = "fusion"
+    RERANK = "rerank"
+    GOVERNANCE = "governance"
+    CONTEXT = "context"
+    GENERATION = "generation"
+    CITATION = "citation"
+
+    @property
+    def order(self) -> int:
+        return list(StageKind).index(self)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where a candidate was at one earlier stage: the stage's name, the rank and the score."""
+
+    stage: str
+    rank: int
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One item of a stage's ranked list: an exact span, its rank (1-based) and score here, and
+    its rank and score at every earlier stage that saw it (``history``, oldest first)."""
+
+    chunk_id: str
+    doc_id: str
+    version: str
+    start: int
+    end: int
+    rank: int
+    score: float
+    history: tuple[Provenance, ...] = ()
+
+    @property
+    def span(self) -> Span:
+        return Span(self.doc_id, self.version, self.start, self.end)
+
+    def at(self, stage: str) -> Provenance | None:
+        """This candidate's rank and score at an earlier stage, if it was there."""
+        return next((p for p in self.history if p.stage == stage), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Dropped:
+    """An item a stage removed, with its rank when removed and the reason, in words."""
+
+    chunk_id: str
+    doc_id: str
+    version: str
+    start: int
+    end: int
+    reason: str
+    rank: int | None = None
+
+    @property
+    def span(self) -> Span:
+        return Span(self.doc_id, self.version, self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A ranking stage's output: kept items in rank order, dropped items with reasons, the
+    stage's settings and how long it took."""
+
+    stage: str
+    kind: StageKind
+    items: tuple[Candidate, ...]
+    dropped: tuple[Dropped, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0

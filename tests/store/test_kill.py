@@ -30,7 +30,8 @@ def test_sigkill_during_ingest_leaves_store_consistent(tmp_path):
         write(corpus / f"doc{i:04d}.md", f"# Document {i}\n\n{body}")
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "ragdx.cli", "ingest", "--store", str(store_path), str(corpus)],
+        [sys.executable, "-m", "ragdx.cli", "ingest", "--store", str(store_path), str(corpus),
+         "--set", "retrieval.dense.enabled=false"],
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     for line in proc.stderr:  # parsing and chunking happen first; then one transaction writes all
         if "writing" in line:

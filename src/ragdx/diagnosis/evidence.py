@@ -141,3 +141,39 @@ class EvidenceResolver:
         return ResolvedAlternative(g, i, alt, NOT_IN_SOURCE, note=(
             f"quote {alt.quote!r} not found in document {alt.doc!r} "
             f"({'version ' + alt.version if alt.version else 'any stored version'})"))
+
+
+def covering_items(alt: ResolvedAlternative, spans: dict[str, Span]) -> list[str]:
+    """Ids of the items whose spans overlap an alternative's span (or whose id it names)."""
+    if alt.status == BY_ID:
+        return [i for i in spans if i == alt.alternative.id]
+    if alt.span is None:
+        return []
+    return [i for i, span in spans.items() if span.overlaps(alt.span)]
+
+
+def alternative_present(alt: ResolvedAlternative, spans: dict[str, Span]) -> bool:
+    """Whether items hold an alternative whole: by id, or by spans that together cover it (a
+    span cut across two adjacent items counts when both are there)."""
+    if alt.status == BY_ID:
+        return alt.alternative.id in spans
+    if alt.span is None:
+        return False
+    covered = sorted((max(s.start, alt.span.start), min(s.end, alt.span.end))
+                     for s in spans.values() if s.overlaps(alt.span))
+    reach = alt.span.start
+    for start, end in covered:
+        if start > reach:
+            return False
+        reach = max(reach, end)
+    return reach >= alt.span.end
+
+
+def groups_present(evidence: QueryEvidence, spans: dict[str, Span]) -> set[int]:
+    """The required groups (AND) of which at least one alternative (OR) is held whole."""
+    return {a.group for a in evidence.alternatives if alternative_present(a, spans)}
+
+
+def relevant_items(evidence: QueryEvidence, spans: dict[str, Span]) -> set[str]:
+    """Items that hold some part of some required alternative: the relevance labels of a query."""
+    return {i for a in evidence.alternatives for i in covering_items(a, spans)}

@@ -11,7 +11,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from ragdx.errors import InputError
-from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker
+from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker, TokenCounter
+from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
+from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse
 from ragdx.store.sqlite import SQLiteStore
@@ -54,6 +56,7 @@ class IngestReport:
     chunks: int
     seconds: float
     index_version: int
+    embedding: EmbedStats | None = None
 
     def count(self, action: str) -> int:
         return sum(1 for a in self.actions if a.action == action)
@@ -65,11 +68,15 @@ class Ingestor:
     Args:
         store: the store to write to.
         config: the chunking settings.
+        counter: the token counter ``config.tokenizer`` names (default: words and punctuation).
+        embedder: computes the chunks' vectors for the dense channel (None: no vectors).
     """
 
-    def __init__(self, store: SQLiteStore, config: ChunkerConfig | None = None) -> None:
+    def __init__(self, store: SQLiteStore, config: ChunkerConfig | None = None,
+                 counter: TokenCounter | None = None, embedder: Embedder | None = None) -> None:
         self.store = store
-        self.chunker = StructureChunker(config or ChunkerConfig())
+        self.chunker = StructureChunker(config or ChunkerConfig(), counter)
+        self.embedder = embedder
         self._config_json = json.dumps(asdict(self.chunker.config), sort_keys=True)
 
     def prepare(self, entry: ManifestEntry) -> PreparedDocument:
@@ -119,16 +126,34 @@ class Ingestor:
         for path in skipped:
             log.warning("skipped %s: no parser for its format", path)
         prepared = _supersede_earlier([self.prepare(entry) for entry in entries])
+        vectors: dict[str, VectorRow] = {}
+        stats = None
+        if self.embedder is not None:
+            active = self.store.active_space()
+            if active is not None:
+                check_space(self.embedder.space, active, "ingest")
+            chunks = [c for p in prepared for c in p.chunked.chunks if c.duplicate_of is None]
+            log.info("embedding %d chunks", len(chunks))
+            rows, stats = self.embedder.run(self.store, chunks)
+            vectors = {row[0]: row for row in rows}
         log.info("writing %d documents", len(prepared))
         actions = []
         with self.store.transaction():
+            if self.embedder is not None and self.store.active_space() is None:
+                space = self.embedder.space
+                self.store.register_space(space, self.embedder.backend)
+                self.store.set_space_state(space.id, "active", "first space of this store")
             for item in prepared:
-                actions.append(self._write(item))
+                action = self._write(item)
+                actions.append(action)
+                if vectors and action.action in ("add", "rechunk"):
+                    self.store.write_vectors(self.embedder.space.id, [
+                        vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
                             sum(p.size_bytes for p in prepared),
                             sum(len(p.chunked.chunks) for p in prepared),
-                            time.perf_counter() - started, self.store.index_version)
+                            time.perf_counter() - started, self.store.index_version, stats)
 
     def _write(self, item: PreparedDocument) -> IngestAction:
         doc, store = item.document, self.store

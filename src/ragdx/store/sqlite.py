@@ -19,7 +19,9 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ragdx.errors import InputError, StoreError
-from ragdx.types import Chunk, ChunkKind, Document, DocStatus, ParsedDocument, Section
+from ragdx.types import (
+    Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, ParsedDocument, Section,
+)
 
 SCHEMA_VERSION = 1
 
@@ -103,7 +105,41 @@ CREATE TABLE IF NOT EXISTS tombstones (
     deleted_at TEXT NOT NULL,
     versions TEXT NOT NULL
 );
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    prefix, text, content='chunks', content_rowid='rowid', tokenize='{tokenizer}'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_fts_insert AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts (rowid, prefix, text) VALUES (new.rowid, new.prefix, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_fts_delete AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts (chunks_fts, rowid, prefix, text)
+        VALUES ('delete', old.rowid, old.prefix, old.text);
+END;
+CREATE TABLE IF NOT EXISTS spaces (
+    id TEXT PRIMARY KEY,
+    body TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('building', 'built', 'verified', 'active', 'retired')),
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS vectors (
+    chunk_rowid INTEGER NOT NULL REFERENCES chunks (rowid) ON DELETE CASCADE,
+    space_id TEXT NOT NULL REFERENCES spaces (id),
+    input_hash TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    window_end INTEGER,
+    PRIMARY KEY (space_id, chunk_rowid)
+);
+CREATE INDEX IF NOT EXISTS vectors_by_input ON vectors (space_id, input_hash);
+CREATE INDEX IF NOT EXISTS vectors_by_chunk ON vectors (chunk_rowid);
 """
+
+#: FTS5's tokenizer for the BM25 channel: Porter stemming over Unicode 6.1 word characters.
+FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
+#: FTS5's bm25() uses these constants; they cannot be changed from SQL (recorded in manifests).
+FTS_BM25_K1 = 1.2
+FTS_BM25_B = 0.75
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +207,8 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: store schema {row[0]} is newer than this ragdx "
                              f"({SCHEMA_VERSION}); upgrade ragdx")
         with self.transaction():
-            for statement in _statements(_SCHEMA):  # executescript would commit our transaction
+            # statement by statement: executescript would commit our transaction
+            for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
                 self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
@@ -460,6 +497,138 @@ class SQLiteStore:
                 "sections": q("SELECT COUNT(*) FROM sections").fetchone()[0],
                 "deleted": q("SELECT COUNT(*) FROM tombstones").fetchone()[0]}
 
+    # -- access --------------------------------------------------------------------------
+    def readable(self, groups: tuple[str, ...], doc_id: str, version: str) -> bool:
+        """Whether a principal with these groups may read this version (checked on every read)."""
+        marks = ",".join("?" * len(groups))
+        return self._db.execute(
+            f"SELECT 1 FROM acl WHERE doc_id = ? AND version = ? AND grp IN ({marks}) LIMIT 1",
+            (doc_id, version, *groups)).fetchone() is not None
+
+    # -- lexical search ---------------------------------------------------------------------
+    def bm25(self, match: str, groups: tuple[str, ...], limit: int,
+             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
+        """FTS5 BM25 search among the chunks the groups may read (filtered inside the query, so
+        the top ``limit`` are the best readable ones). Scores are ``-bm25()``: higher is better.
+
+        Args:
+            match: an FTS5 MATCH expression (see :func:`ragdx.stages.bm25.match_expression`).
+            groups: the principal's access groups.
+            limit: how many to return.
+            weights: bm25() column weights for the prefix and the text.
+        """
+        marks = ",".join("?" * len(groups))
+        columns = ", ".join("c." + c.strip() for c in self._CHUNK_COLUMNS.split(","))
+        rows = self._db.execute(
+            f"SELECT {columns}, -bm25(chunks_fts, ?, ?) AS score FROM chunks_fts "
+            "JOIN chunks c ON c.rowid = chunks_fts.rowid "
+            "WHERE chunks_fts MATCH ? AND c.duplicate_of IS NULL AND EXISTS ("
+            f"SELECT 1 FROM acl a WHERE a.doc_id = c.doc_id AND a.version = c.version AND a.grp IN ({marks})) "
+            "ORDER BY score DESC, c.rowid LIMIT ?", (*weights, match, *groups, limit)).fetchall()
+        return [(self._chunk_row(r[:-1]), r[-1]) for r in rows]
+
+    # -- vectors and embedding spaces ------------------------------------------------------
+    def register_space(self, space: EmbeddingSpace, backend: str) -> None:
+        """Record an embedding space (state ``building``) if it is new."""
+        if self._db.execute("SELECT 1 FROM spaces WHERE id = ?", (space.id,)).fetchone():
+            return
+        body = json.dumps({k: getattr(space, k) for k in space.__slots__}, sort_keys=True)
+        self._write("INSERT INTO spaces VALUES (?,?,?,'building',?,?)",
+                    (space.id, body, backend, _now(), _now()))
+        self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
+
+    def spaces(self) -> list[tuple[EmbeddingSpace, str, str, int]]:
+        """Every registered space: the space, its backend, its state and its vector count."""
+        out = []
+        for sid, body, backend, state in self._db.execute(
+                "SELECT id, body, backend, state FROM spaces ORDER BY created_at, id"):
+            count = self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?",
+                                     (sid,)).fetchone()[0]
+            out.append((EmbeddingSpace(**json.loads(body)), backend, state, count))
+        return out
+
+    def space_state(self, space_id: str) -> str | None:
+        row = self._db.execute("SELECT state FROM spaces WHERE id = ?", (space_id,)).fetchone()
+        return row[0] if row else None
+
+    def set_space_state(self, space_id: str, state: str, reason: str) -> None:
+        self._write("UPDATE spaces SET state = ?, updated_at = ? WHERE id = ?",
+                    (state, _now(), space_id))
+        self.log("space", None, None, f"{space_id} -> {state}: {reason}")
+
+    def active_space(self) -> EmbeddingSpace | None:
+        """The space the dense channel searches, if any."""
+        row = self._db.execute("SELECT body FROM spaces WHERE state = 'active'").fetchone()
+        return EmbeddingSpace(**json.loads(row[0])) if row else None
+
+    def vectors_by_input(self, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+        """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+        out: dict[str, tuple[bytes, int | None]] = {}
+        for i in range(0, len(hashes), 500):
+            batch = hashes[i:i + 500]
+            marks = ",".join("?" * len(batch))
+            for h, vector, end in self._db.execute(
+                    f"SELECT input_hash, vector, window_end FROM vectors WHERE space_id = ? "
+                    f"AND input_hash IN ({marks})", (space_id, *batch)):
+                out[h] = (vector, end)
+        return out
+
+    def write_vectors(self, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+        """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk.
+
+        ``window_end`` is how many characters of the chunk's text the encoder read before its
+        window was full, or ``None`` when it read all of it.
+        """
+        if rows:
+            self._changed = True
+        self._db.executemany(
+            "INSERT OR REPLACE INTO vectors SELECT rowid, ?, ?, ?, ? FROM chunks WHERE id = ?",
+            [(space_id, h, vector, end, cid) for cid, h, vector, end in rows])
+
+    def chunks_without_vectors(self, space_id: str) -> list[Chunk]:
+        columns = ", ".join("c." + c.strip() for c in self._CHUNK_COLUMNS.split(","))
+        return [self._chunk_row(r) for r in self._db.execute(
+            f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+            "SELECT 1 FROM vectors v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
+            "ORDER BY c.rowid", (space_id,))]
+
+    def vector_table(self, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
+        """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
+        window ends, in chunk order. Duplicate chunks are left out."""
+        ids, docs, blobs, ends = [], [], [], []
+        for cid, doc_id, version, blob, end in self._db.execute(
+                "SELECT c.id, c.doc_id, c.version, v.vector, v.window_end FROM vectors v "
+                "JOIN chunks c ON c.rowid = v.chunk_rowid WHERE v.space_id = ? "
+                "AND c.duplicate_of IS NULL ORDER BY c.rowid", (space_id,)):
+            ids.append(cid)
+            docs.append((doc_id, version))
+            blobs.append(blob)
+            ends.append(end)
+        return ids, docs, blobs, ends
+
+    def window_end(self, space_id: str, chunk_id: str) -> int | None:
+        """How many characters of a chunk the encoder of a space read (None: all of it)."""
+        row = self._db.execute("SELECT v.window_end FROM vectors v JOIN chunks c ON "
+                               "c.rowid = v.chunk_rowid WHERE v.space_id = ? AND c.id = ?",
+                               (space_id, chunk_id)).fetchone()
+        return row[0] if row else None
+
+    def acl_table(self) -> dict[tuple[str, str], frozenset[str]]:
+        """Every version's access groups."""
+        out: dict[tuple[str, str], set[str]] = {}
+        for doc_id, version, grp in self._db.execute("SELECT doc_id, version, grp FROM acl"):
+            out.setdefault((doc_id, version), set()).add(grp)
+        return {k: frozenset(v) for k, v in out.items()}
+
+    def fts_problems(self) -> list[str]:
+        """FTS5's own integrity check of the BM25 index against the chunks table."""
+        try:
+            with self.transaction():
+                self._db.execute("INSERT INTO chunks_fts (chunks_fts, rank) VALUES ('integrity-check', 1)")
+        except sqlite3.DatabaseError as exc:
+            return [f"the BM25 index disagrees with the chunks table: {exc}"]
+        return []
+
     def verify(self) -> list[str]:
         """Check the store's invariants; returns the problems found (empty when consistent).
 
@@ -468,6 +637,7 @@ class SQLiteStore:
         access groups.
         """
         problems = [r[0] for r in self._db.execute("PRAGMA integrity_check") if r[0] != "ok"]
+        problems += self.fts_problems()
         problems += [f"foreign key violation in {r[0]}" for r in self._db.execute("PRAGMA foreign_key_check")]
         texts: dict[tuple[str, str], str] = {}
         for cid, doc_id, version, start, end, text, section_id in self._db.execute(
@@ -486,7 +656,15 @@ class SQLiteStore:
 
 
 def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
+    """Split a script into complete statements (a trigger body holds semicolons of its own)."""
+    statements, buffer = [], ""
+    for piece in script.split(";"):
+        buffer += piece + ";"
+        if sqlite3.complete_statement(buffer):
+            if buffer.strip(" \n;"):
+                statements.append(buffer.strip())
+            buffer = ""
+    return statements
 
 
 def _show(value: Any) -> str:

@@ -1,0 +1,201 @@
+"""One typed settings tree, read from TOML and ``--set key=value`` overrides, validated on load.
+
+Every key is a dotted path (``retrieval.dense.enabled``); an unknown key, a value of the wrong
+type, or a value outside its choices is a :class:`~ragdx.errors.ConfigError` that names the key
+and lists what is valid. Candidate count (``fusion.top_k``), post-rerank count
+(``rerank.top_n``) and context budget (``context.budget_tokens``) are three separate settings.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field, fields, is_dataclass, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+from ragdx.errors import ConfigError
+
+
+def _choice(default: str, *choices: str) -> Any:
+    return field(default=default, metadata={"choices": choices})
+
+
+def _at_least(default: float, low: float) -> Any:
+    return field(default=default, metadata={"min": low})
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkingSettings:
+    """How documents are cut. ``tokenizer = "auto"`` counts in the dense encoder's word pieces
+    when the dense channel is on (so chunks fit its window), else words and punctuation."""
+
+    max_tokens: int = _at_least(200, 8)
+    overlap_tokens: int = _at_least(0, 0)
+    tokenizer: str = _choice("auto", "auto", "encoder", "regex")
+
+
+@dataclass(frozen=True, slots=True)
+class BM25Settings:
+    """The lexical channel: SQLite FTS5's bm25() over each chunk's prefix and text."""
+
+    enabled: bool = True
+    top_k: int = _at_least(100, 1)
+    prefix_weight: float = _at_least(0.5, 0.0)
+    text_weight: float = _at_least(1.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class DenseSettings:
+    """The dense channel: exact (numpy) or approximate (hnsw) nearest neighbours."""
+
+    enabled: bool = True
+    model: str = "all-MiniLM-L6-v2"
+    backend: str = _choice("sentence-transformers", "sentence-transformers", "onnx")
+    top_k: int = _at_least(100, 1)
+    batch_size: int = _at_least(64, 1)
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    with_prefix: bool = True
+    search: str = _choice("exact", "exact", "hnsw")
+
+
+@dataclass(frozen=True, slots=True)
+class RetrievalSettings:
+    bm25: BM25Settings = BM25Settings()
+    dense: DenseSettings = DenseSettings()
+
+
+@dataclass(frozen=True, slots=True)
+class FusionSettings:
+    """How channel lists are merged: reciprocal rank fusion, or weighted scores whose
+    normalisation and weights were fitted on a validation set (``weights_file``)."""
+
+    method: str = _choice("rrf", "rrf", "weighted")
+    c: float = _at_least(60.0, 0.0)
+    top_k: int = _at_least(50, 1)
+    weights_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RerankSettings:
+    """Reranking of the fused candidates; ``top_n`` are kept."""
+
+    method: str = _choice("features", "none", "features", "cross-encoder")
+    model: str = ""
+    top_n: int = _at_least(10, 1)
+    batch_size: int = _at_least(32, 1)
+    weights_file: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSettings:
+    budget_tokens: int = _at_least(1200, 16)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every setting of a pipeline run."""
+
+    chunking: ChunkingSettings = ChunkingSettings()
+    retrieval: RetrievalSettings = RetrievalSettings()
+    fusion: FusionSettings = FusionSettings()
+    rerank: RerankSettings = RerankSettings()
+    context: ContextSettings = ContextSettings()
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def get(self, key: str) -> Any:
+        node: Any = self
+        for part in key.split("."):
+            node = getattr(node, part)
+        return node
+
+
+def _keys(cls: type, prefix: str = "") -> list[str]:
+    out = []
+    for f in fields(cls):
+        if is_dataclass(f.default):
+            out += _keys(type(f.default), f"{prefix}{f.name}.")
+        else:
+            out.append(prefix + f.name)
+    return out
+
+
+def _check(f: dataclasses.Field, key: str, value: Any) -> Any:
+    kind = type(f.default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ConfigError(f"setting {key!r} must be {kind.__name__}, not {value!r}")
+    choices = f.metadata.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"setting {key!r} must be one of {', '.join(map(repr, choices))}, "
+                          f"not {value!r}")
+    low = f.metadata.get("min")
+    if low is not None and value < low:
+        raise ConfigError(f"setting {key!r} must be at least {low}, not {value!r}")
+    return value
+
+
+def _apply(node: Any, data: dict[str, Any], prefix: str) -> Any:
+    by_name = {f.name: f for f in fields(node)}
+    changes = {}
+    for name, value in data.items():
+        key = prefix + name
+        if name not in by_name:
+            valid = ", ".join(k for k in _keys(Settings) if k.startswith(prefix))
+            raise ConfigError(f"unknown setting {key!r}; valid settings here: {valid}")
+        current = getattr(node, name)
+        if is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"setting {key!r} is a table of settings, not {value!r}")
+            changes[name] = _apply(current, value, key + ".")
+        else:
+            changes[name] = _check(by_name[name], key, value)
+    return replace(node, **changes)
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """``key=value`` with a TOML value (``5``, ``true``, ``"x"``); a bare word is a string."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    key, raw = (part.strip() for part in text.split("=", 1))
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key, value
+
+
+def _nest(key: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load_settings(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Settings:
+    """Defaults, then a TOML file, then ``--set`` overrides, in that order.
+
+    Raises:
+        ConfigError: an unreadable file, an unknown key, a bad type or value.
+    """
+    settings = Settings()
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        settings = _apply(settings, data, "")
+    for text in overrides:
+        key, value = parse_override(text)
+        settings = _apply(settings, _nest(key, value), "")
+    return settings

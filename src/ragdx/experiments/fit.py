@@ -1,0 +1,115 @@
+"""Fitting fusion weights and reranker weights on a validation query set.
+
+Relevance comes from the query set's required evidence: a candidate is relevant when its span
+overlaps a required span. Fit on a validation set, evaluate on another: weights fitted on the
+queries they are judged by overstate their worth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence, groups_present, relevant_items
+from ragdx.errors import InputError
+from ragdx.pipeline import Pipeline
+from ragdx.stages.fuse import ChannelCalibration, WeightedFusion
+from ragdx.stages.rerank import FEATURES, FeatureReranker, features
+from ragdx.types import Query, Ranked
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationRun:
+    """Each answerable query's channel lists and resolved evidence."""
+
+    queries: tuple[Query, ...]
+    lists: tuple[tuple[Ranked, ...], ...]
+    evidence: tuple[QueryEvidence, ...]
+
+
+def collect(pipeline: Pipeline, queries: Sequence[Query]) -> ValidationRun:
+    """Run the channels on every answerable query with required evidence."""
+    resolver = EvidenceResolver(pipeline.store)
+    usable = [q for q in queries if q.answerable and q.required]
+    if not usable:
+        raise InputError("the validation set has no answerable query with required evidence")
+    return ValidationRun(tuple(usable), tuple(tuple(pipeline.retrieve(q)) for q in usable),
+                         tuple(resolver.run(q) for q in usable))
+
+
+def group_recall(ranked: Ranked, evidence: QueryEvidence, k: int) -> float:
+    """Share of required groups held whole by the top ``k`` items."""
+    spans = {c.chunk_id: c.span for c in ranked.items[:k]}
+    total = len({a.group for a in evidence.alternatives})
+    return len(groups_present(evidence, spans)) / total if total else 0.0
+
+
+def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on: str = "") -> WeightedFusion:
+    """Z-score each channel with its validation mean and standard deviation, then choose the
+    weights (a grid over the simplex, ``step`` apart) that maximise mean group recall@k; ties
+    go to the weights closest to equal."""
+    names = [r.stage for r in run.lists[0]]
+    calibration = {}
+    for i, name in enumerate(names):
+        scores = np.array([c.score for lists in run.lists for c in lists[i].items], dtype=float)
+        mean = float(scores.mean()) if len(scores) else 0.0
+        std = float(scores.std()) if len(scores) else 1.0
+        low = float(((scores - mean) / std).min()) if len(scores) and std > 0 else 0.0
+        calibration[name] = (mean, std or 1.0, low)
+    steps = int(round(1 / step))
+    best, best_key = None, None
+    for combo in itertools.product(range(steps + 1), repeat=len(names)):
+        if sum(combo) != steps:
+            continue
+        weights = [c / steps for c in combo]
+        fusion = WeightedFusion({n: ChannelCalibration(w, *calibration[n]) for n, w in zip(names, weights)},
+                                top_k=k)
+        recall = float(np.mean([group_recall(fusion.run(lists), ev, k)
+                                for lists, ev in zip(run.lists, run.evidence)]))
+        key = (recall, -float(np.ptp(weights)) if len(weights) > 1 else 0.0)
+        if best_key is None or key > best_key:
+            best, best_key = fusion, key
+    assert best is not None
+    note = f"{fitted_on}; {len(run.queries)} queries; mean group recall@{k} {best_key[0]:.4f}"
+    return WeightedFusion(best.channels, k, note)
+
+
+def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, iterations: int = 500,
+                 fitted_on: str = "") -> FeatureReranker:
+    """Logistic regression of relevance on the reranker's features, over each query's fused
+    candidates (gradient descent with L2 regularisation; deterministic)."""
+    rows, labels = [], []
+    for query, lists, evidence in zip(run.queries, run.lists, run.evidence):
+        fused = pipeline.fusion.run(lists)
+        relevant = relevant_items(evidence, {c.chunk_id: c.span for c in fused.items})
+        chunks = pipeline.store.chunks_by_id([c.chunk_id for c in fused.items])
+        for c in fused.items:
+            values = features(query.question, chunks[c.chunk_id], c.rank)
+            rows.append([values[f] for f in FEATURES])
+            labels.append(1.0 if c.chunk_id in relevant else 0.0)
+    x, y = np.array(rows), np.array(labels)
+    if not len(y) or y.min() == y.max():
+        raise InputError("the validation candidates are all relevant or all irrelevant: nothing to fit")
+    w, b = np.zeros(x.shape[1]), 0.0
+    for _ in range(iterations):
+        p = 1 / (1 + np.exp(-(x @ w + b)))
+        w -= 0.5 * ((x.T @ (p - y)) / len(y) + l2 * w / len(y))
+        b -= 0.5 * float(np.mean(p - y))
+    weights = {f: round(float(v), 6) for f, v in zip(FEATURES, w)} | {"bias": round(b, 6)}
+    note = f"{fitted_on}; {len(run.queries)} queries, {len(y)} candidates, {int(y.sum())} relevant"
+    return FeatureReranker(pipeline.store, top_n=pipeline.settings.rerank.top_n, weights=weights,
+                           fitted_on=note)
+
+
+def save_fusion(fusion: WeightedFusion, path: Path) -> None:
+    path.write_text(json.dumps(fusion.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+
+def save_reranker(reranker: FeatureReranker, path: Path) -> None:
+    path.write_text(json.dumps({"method": "features", "weights": reranker.weights,
+                                "fitted_on": reranker.fitted_on}, indent=2) + "\n", encoding="utf-8")

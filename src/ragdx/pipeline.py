@@ -1,0 +1,138 @@
+"""Building the stages from settings, and running them in order, recording every artifact.
+
+The pipeline never mutates its inputs: each stage returns a new frozen artifact, and the
+:class:`Trace` keeps all of them, dropped items and reasons included.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragdx.config import DenseSettings, Settings
+from ragdx.errors import ConfigError
+from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, TokenCounter
+from ragdx.ingest.embed import Embedder
+from ragdx.ingest.ingestor import Ingestor
+from ragdx.protocols import Encoder
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.dense import DenseRetriever
+from ragdx.stages.fuse import RRF, WeightedFusion
+from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Query, Ranked
+
+__all__ = ["Trace", "Pipeline", "build_encoder", "build_ingestor", "chunker_for"]
+
+
+def build_encoder(dense: DenseSettings) -> Encoder:
+    """The encoder the dense settings name (loaded lazily, on first use)."""
+    if dense.backend == "onnx":
+        from ragdx.encoders.onnx import OnnxEncoder
+        return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
+                           batch_size=dense.batch_size, query_prefix=dense.query_prefix,
+                           passage_prefix=dense.passage_prefix)
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    return SentenceTransformerEncoder(dense.model, batch_size=dense.batch_size,
+                                      query_prefix=dense.query_prefix,
+                                      passage_prefix=dense.passage_prefix)
+
+
+def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerConfig, TokenCounter]:
+    """The chunker config and token counter: by default the dense encoder's own tokenizer, so
+    chunks fit the encoder's window."""
+    mode = settings.chunking.tokenizer
+    if mode == "encoder" and encoder is None:
+        raise ConfigError("chunking.tokenizer is 'encoder' but the dense channel is off")
+    counter: TokenCounter = encoder if encoder is not None and mode in ("auto", "encoder") \
+        else RegexTokenCounter()  # type: ignore[assignment]
+    config = ChunkerConfig(max_tokens=settings.chunking.max_tokens,
+                           overlap_tokens=settings.chunking.overlap_tokens, tokenizer=counter.name)
+    return config, counter
+
+
+def build_ingestor(store: SQLiteStore, settings: Settings, encoder: Encoder | None = None) -> Ingestor:
+    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say."""
+    dense = settings.retrieval.dense
+    backend = type(encoder).__name__ if encoder is not None else dense.backend
+    if dense.enabled and encoder is None:
+        encoder = build_encoder(dense)
+    if not dense.enabled:
+        encoder = None
+    config, counter = chunker_for(settings, encoder)
+    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
+    return Ingestor(store, config, counter, embedder)
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Every stage's artifact for one query, in pipeline order."""
+
+    query: Query
+    stages: tuple[Ranked, ...]
+    seconds: float
+    notes: tuple[str, ...] = field(default=())
+
+    def stage(self, name: str) -> Ranked:
+        for ranked in self.stages:
+            if ranked.stage == name:
+                return ranked
+        raise KeyError(f"no stage {name!r} in this trace; stages: {[s.stage for s in self.stages]}")
+
+    @property
+    def final(self) -> Ranked:
+        return self.stages[-1]
+
+
+class Pipeline:
+    """The retrieval pipeline the settings describe: channels, fusion, reranking.
+
+    Args:
+        store: the store.
+        settings: the settings (defaults when None).
+        encoder: an encoder to use instead of the one the settings name (tests, custom models).
+    """
+
+    def __init__(self, store: SQLiteStore, settings: Settings | None = None, *,
+                 encoder: Encoder | None = None) -> None:
+        self.store = store
+        self.settings = settings = settings or Settings()
+        r = settings.retrieval
+        self.channels: list[Any] = []
+        if r.bm25.enabled:
+            self.channels.append(BM25Retriever(store, top_k=r.bm25.top_k,
+                                               prefix_weight=r.bm25.prefix_weight,
+                                               text_weight=r.bm25.text_weight))
+        self.encoder = None
+        if r.dense.enabled:
+            self.encoder = encoder or build_encoder(r.dense)
+            self.channels.append(DenseRetriever(store, self.encoder, top_k=r.dense.top_k))
+        if not self.channels:
+            raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
+                              "retrieval.dense.enabled to true")
+        f = settings.fusion
+        self.fusion = WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted" \
+            else RRF(f.c, f.top_k)
+        rr = settings.rerank
+        self.reranker: Any = None
+        if rr.method == "features":
+            self.reranker = FeatureReranker.from_file(store, rr.weights_file, rr.top_n) \
+                if rr.weights_file else FeatureReranker(store, top_n=rr.top_n)
+        elif rr.method == "cross-encoder":
+            self.reranker = CrossEncoderReranker(store, rr.model, top_n=rr.top_n,
+                                                 batch_size=rr.batch_size)
+
+    def retrieve(self, query: Query) -> list[Ranked]:
+        """Each channel's ranked list."""
+        return [channel.run(query) for channel in self.channels]
+
+    def run(self, query: Query) -> Trace:
+        """Run every stage for one query."""
+        started = time.perf_counter()
+        stages = self.retrieve(query)
+        fused = self.fusion.run(stages)
+        stages.append(fused)
+        if self.reranker is not None:
+            stages.append(self.reranker.run(query, fused))
+        return Trace(query, tuple(stages), time.perf_counter() - started)

@@ -1,0 +1,28 @@
+"""The read-time access check every channel applies to what its index returned."""
+
+from __future__ import annotations
+
+import logging
+
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Chunk, Principal
+
+log = logging.getLogger("ragdx.access")
+
+
+def readable_only(store: SQLiteStore, principal: Principal, stage: str, query_id: str,
+                  found: list[tuple[Chunk, float]]) -> list[tuple[Chunk, float]]:
+    """Keep what the principal may read, checked again against the store's access table.
+
+    The index already filtered by access; an item failing this second check means the index and
+    the store disagree. It is removed, and reported to the operator's log only: a trace shown to
+    this principal must not mention it, even as a dropped item.
+    """
+    kept = []
+    for chunk, score in found:
+        if store.readable(principal.groups, chunk.doc_id, chunk.version):
+            kept.append((chunk, score))
+        else:
+            log.error("%s returned %s (%s@%s) for query %s, which the principal may not read; "
+                      "removed", stage, chunk.id, chunk.doc_id, chunk.version, query_id)
+    return kept

@@ -1,0 +1,74 @@
+"""The lexical channel: Okapi BM25 through SQLite FTS5's ``bm25()``.
+
+Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", Foundations and
+Trends in IR 3(4), 2009. FTS5 fixes k1 = 1.2 and b = 0.75 and weighs columns (here the chunk's
+retrieval prefix and its text). A question is matched with OR semantics over its terms (FTS5's
+implicit operator is AND, which would demand every word of a natural-language question), and
+every term is quoted, so no question can carry FTS5 syntax (``"``, ``*``, ``NEAR``, ``-``, ``:``,
+``AND``/``OR``/``NOT``, parentheses) into the query.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+from ragdx.stages._access import readable_only
+from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, SQLiteStore
+from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
+
+# unicode61 splits on everything that is not a letter or a digit (underscore included)
+_TERM = re.compile(r"[^\W_]+")
+
+
+def query_terms(text: str) -> list[str]:
+    """The distinct terms of a question, in order, as FTS5's unicode61 tokenizer splits them."""
+    seen: dict[str, None] = {}
+    for term in _TERM.findall(text):
+        seen.setdefault(term.lower(), None)
+    return list(seen)
+
+
+def match_expression(text: str) -> str | None:
+    """An FTS5 MATCH expression: every term quoted as a string, joined by OR; None if no term."""
+    terms = query_terms(text)
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
+
+
+class BM25Retriever:
+    """BM25 over the store's FTS5 index, filtered by the principal's access groups.
+
+    Args:
+        store: the store (its FTS5 index is kept in step with every change, in the same
+            transaction).
+        top_k: how many candidates to return.
+        prefix_weight: bm25() weight of the chunk's retrieval prefix (title, headings).
+        text_weight: bm25() weight of the chunk's text.
+        name: the channel's name in traces.
+    """
+
+    kind = StageKind.RETRIEVAL
+
+    def __init__(self, store: SQLiteStore, *, top_k: int = 100, prefix_weight: float = 0.5,
+                 text_weight: float = 1.0, name: str = "bm25") -> None:
+        self.store = store
+        self.top_k = top_k
+        self.weights = (prefix_weight, text_weight)
+        self.name = name
+
+    @property
+    def config(self) -> dict[str, object]:
+        return {"top_k": self.top_k, "prefix_weight": self.weights[0], "text_weight": self.weights[1],
+                "tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B, "operator": "OR"}
+
+    def run(self, query: Query) -> Ranked:
+        """Rank the readable chunks for ``query.question``."""
+        started = time.perf_counter()
+        match = match_expression(query.question)
+        found = self.store.bm25(match, query.principal.groups, self.top_k, self.weights) if match else []
+        found = readable_only(self.store, query.principal, self.name, query.id, found)
+        items = tuple(
+            Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,
+                      (Provenance(self.name, rank, score),))
+            for rank, (c, score) in enumerate(found, start=1))
+        return Ranked(self.name, self.kind, items, (), self.config, time.perf_counter() - started)

@@ -1,0 +1,68 @@
+"""The dense channel: nearest neighbours of the question's vector in the store's active space.
+
+A query is searched only against vectors of the very space its encoder produces (model,
+weights, dimension, normalisation, prompts, window); anything else is refused, since vectors
+of two spaces are not comparable even when their dimensions agree. Exact search (numpy) is the
+default; approximate search (hnswlib) is optional and its recall is measured, not assumed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ragdx.protocols import Encoder
+from ragdx.stages._access import readable_only
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.store.vectors import DenseIndex, check_space
+from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
+
+
+class DenseRetriever:
+    """Dense retrieval over the store's active embedding space, filtered by access groups.
+
+    Args:
+        store: the store.
+        encoder: encodes the question; its space must be the store's active space.
+        top_k: how many candidates to return.
+        name: the channel's name in traces.
+    """
+
+    kind = StageKind.RETRIEVAL
+
+    def __init__(self, store: SQLiteStore, encoder: Encoder, *, top_k: int = 100,
+                 name: str = "dense") -> None:
+        self.store = store
+        self.encoder = encoder
+        self.top_k = top_k
+        self.name = name
+        self._index: DenseIndex | None = None
+
+    def index(self) -> DenseIndex:
+        """The active space's vectors, reloaded whenever the store changed."""
+        space = self.store.active_space()
+        check_space(self.encoder.space, space, self.name)
+        assert space is not None
+        if (self._index is None or self._index.space_id != space.id
+                or self._index.index_version != self.store.index_version):
+            self._index = DenseIndex.load(self.store, space.id, space.dim)
+        return self._index
+
+    @property
+    def config(self) -> dict[str, object]:
+        space = self.encoder.space
+        return {"top_k": self.top_k, "space": space.id, "model": space.model_id,
+                "weights_hash": space.weights_hash, "dim": space.dim, "search": "exact"}
+
+    def run(self, query: Query) -> Ranked:
+        started = time.perf_counter()
+        index = self.index()
+        vector = self.encoder.encode([query.question], kind="query").vectors[0]
+        hits = index.search(vector, query.principal.groups, self.top_k)
+        chunks = self.store.chunks_by_id([index.chunk_ids[row] for row, _ in hits])
+        found = readable_only(self.store, query.principal, self.name, query.id,
+                              [(chunks[index.chunk_ids[row]], score) for row, score in hits])
+        items = tuple(
+            Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,
+                      (Provenance(self.name, rank, score),))
+            for rank, (c, score) in enumerate(found, start=1))
+        return Ranked(self.name, self.kind, items, (), self.config, time.perf_counter() - started)

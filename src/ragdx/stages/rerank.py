@@ -1,0 +1,165 @@
+"""Reranking the fused candidates; the ``top_n`` best go on, the rest are dropped with their rank.
+
+Reranking reorders what was recalled; it cannot recover what no channel found. Two backends:
+
+- :class:`FeatureReranker` (the offline default): a linear model over features of each
+  candidate: its fused rank, the share of the question's content terms in its text and in
+  its headings, and whether exact tokens of the question (codes, numbers such as ``RFD-4021``)
+  appear verbatim. Its default weights are an unfitted prior; fit them on a validation set
+  (:func:`ragdx.experiments.fit.fit_reranker`) for a real model.
+- :class:`CrossEncoderReranker`: a sentence-transformers ``CrossEncoder`` from a model id or a
+  local folder (extra ``dense``). Nogueira & Cho, "Passage Re-ranking with BERT", 2019.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
+
+_WORD = re.compile(r"[^\W_]+")
+_EXACT = re.compile(r"\b[\w.-]*\d[\w.-]*\b")  # tokens with a digit: codes, versions, amounts
+STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
+i if in into is it its me my of on or our so than that the their them then there these they this
+to up was we were what when where which who why will with would you your after before about""".split())
+
+
+def content_terms(text: str) -> list[str]:
+    """Lower-cased words of a text, stopwords removed, in order, each once."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if word not in STOPWORDS:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, config: dict,
+            started: float) -> Ranked:
+    """Order by the new score (ties: the earlier rank), keep ``top_n``, drop the rest with reasons."""
+    order = sorted(range(len(ranked.items)), key=lambda i: (-scores[i], ranked.items[i].rank))
+    items, dropped = [], []
+    for new_rank, i in enumerate(order, start=1):
+        c = ranked.items[i]
+        if new_rank > top_n:
+            dropped.append(Dropped(c.chunk_id, c.doc_id, c.version, c.start, c.end,
+                                   f"below the rerank cut: reranked to {new_rank} of "
+                                   f"{len(order)} (from {c.rank}), rerank.top_n {top_n}", new_rank))
+            continue
+        items.append(Candidate(c.chunk_id, c.doc_id, c.version, c.start, c.end, new_rank,
+                               float(scores[i]), c.history + (Provenance(name, new_rank, float(scores[i])),)))
+    return Ranked(name, StageKind.RERANK, tuple(items), tuple(dropped), config,
+                  time.perf_counter() - started)
+
+
+FEATURES = ("fused_rank", "term_coverage", "heading_coverage", "exact_tokens")
+#: An unfitted prior: every feature counts once. Fit real weights on a validation set.
+PRIOR_WEIGHTS = {"fused_rank": 1.0, "term_coverage": 1.0, "heading_coverage": 1.0, "exact_tokens": 1.0,
+                 "bias": 0.0}
+
+
+def features(question: str, chunk: Chunk, fused_rank: int) -> dict[str, float]:
+    """The feature values of one candidate, each in [0, 1]."""
+    terms = content_terms(question)
+    body = set(content_terms(chunk.text))
+    heads = set(content_terms(chunk.prefix + " " + " ".join(chunk.heading_path)))
+    exact = [t for t in _EXACT.findall(question)]
+    return {
+        "fused_rank": 1.0 / math.log2(1 + fused_rank),
+        "term_coverage": sum(t in body for t in terms) / len(terms) if terms else 0.0,
+        "heading_coverage": sum(t in heads for t in terms) / len(terms) if terms else 0.0,
+        "exact_tokens": sum(t in chunk.text for t in exact) / len(exact) if exact else 0.0,
+    }
+
+
+class FeatureReranker:
+    """A linear model over :data:`FEATURES` (see the module docstring).
+
+    Args:
+        store: the store, to read each candidate's text.
+        top_n: how many candidates go on.
+        weights: a weight per feature and a ``bias``; default :data:`PRIOR_WEIGHTS`.
+        fitted_on: what the weights were fitted on (recorded in traces); empty for the prior.
+    """
+
+    kind = StageKind.RERANK
+
+    def __init__(self, store: SQLiteStore, *, top_n: int = 10, weights: dict[str, float] | None = None,
+                 fitted_on: str = "", name: str = "features") -> None:
+        self.store, self.top_n, self.name = store, top_n, name
+        self.weights = dict(weights or PRIOR_WEIGHTS)
+        unknown = set(self.weights) - set(FEATURES) - {"bias"}
+        if unknown:
+            raise ConfigError(f"rerank weights name unknown features {sorted(unknown)}; "
+                              f"features are {', '.join(FEATURES)} and bias")
+        self.fitted_on = fitted_on
+
+    @classmethod
+    def from_file(cls, store: SQLiteStore, path: str | Path, top_n: int = 10) -> "FeatureReranker":
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(store, top_n=top_n, weights=data["weights"], fitted_on=data.get("fitted_on", ""))
+        except FileNotFoundError:
+            raise ConfigError(f"rerank.weights_file not found: {path}") from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConfigError(f"rerank.weights_file {path} is not a fitted reranker: {exc}") from None
+
+    def score(self, values: dict[str, float]) -> float:
+        return self.weights.get("bias", 0.0) + sum(self.weights.get(f, 0.0) * v for f, v in values.items())
+
+    def run(self, query: Query, ranked: Ranked) -> Ranked:
+        started = time.perf_counter()
+        chunks = self.store.chunks_by_id([c.chunk_id for c in ranked.items])
+        scores = [self.score(features(query.question, chunks[c.chunk_id], c.rank)) for c in ranked.items]
+        config = {"method": "features", "top_n": self.top_n, "weights": self.weights,
+                  "fitted_on": self.fitted_on or "unfitted prior"}
+        return _rerank(self.name, ranked, scores, self.top_n, config, started)
+
+
+class CrossEncoderReranker:
+    """A cross-encoder scores each (question, candidate text) pair.
+
+    Args:
+        store: the store, to read each candidate's text (its prefix and text are scored).
+        model: a sentence-transformers cross-encoder id or local folder.
+        top_n: how many candidates go on.
+        batch_size: pairs per forward pass.
+    """
+
+    kind = StageKind.RERANK
+
+    def __init__(self, store: SQLiteStore, model: str, *, top_n: int = 10, batch_size: int = 32,
+                 name: str = "cross-encoder") -> None:
+        if not model:
+            raise ConfigError("rerank.model must name a cross-encoder (a model id or a local folder) "
+                              "when rerank.method is 'cross-encoder'")
+        self.store, self.model_id, self.top_n, self.batch_size, self.name = store, model, top_n, batch_size, name
+        self._model: Any = None
+
+    def _load(self) -> Any:
+        if self._model is None:
+            try:
+                from sentence_transformers import CrossEncoder
+            except ImportError:
+                raise MissingExtraError("dense", "the cross-encoder reranker") from None
+            try:
+                self._model = CrossEncoder(self.model_id, device="cpu")
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"rerank.model: cannot load cross-encoder {self.model_id!r}: {exc}") from None
+        return self._model
+
+    def run(self, query: Query, ranked: Ranked) -> Ranked:
+        started = time.perf_counter()
+        chunks = self.store.chunks_by_id([c.chunk_id for c in ranked.items])
+        pairs = [(query.question, f"{chunks[c.chunk_id].prefix}\n{chunks[c.chunk_id].text}".strip())
+                 for c in ranked.items]
+        scores = [float(s) for s in self._load().predict(pairs, batch_size=self.batch_size,
+                                                         show_progress_bar=False)] if pairs else []
+        config = {"method": "cross-encoder", "model": self.model_id, "top_n": self.top_n}
+        return _rerank(self.name, ranked, scores, self.top_n, config, started)

@@ -1,0 +1,85 @@
+"""Exact nearest-neighbour search over one embedding space's stored vectors, with numpy.
+
+The matrix is loaded from the store and bound to the store's ``index_version``: any change to
+the store (an edit, a deletion, an access change) makes the next search reload it, so a cached
+matrix never serves deleted or revoked content. Access groups filter rows *before* ranking.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ragdx.errors import SpaceMismatchError
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import EmbeddingSpace
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class DenseIndex:
+    """One space's vectors as a matrix, with each row's chunk, document version and groups."""
+
+    space_id: str
+    index_version: int
+    chunk_ids: tuple[str, ...]
+    docs: tuple[tuple[str, str], ...]
+    matrix: np.ndarray
+    window_ends: tuple[int | None, ...]
+    group_rows: dict[str, np.ndarray]  # group -> boolean mask over rows
+
+    @classmethod
+    def load(cls, store: SQLiteStore, space_id: str, dim: int) -> "DenseIndex":
+        version = store.index_version
+        ids, docs, blobs, ends = store.vector_table(space_id)
+        matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), dim) \
+            if ids else np.zeros((0, dim), np.float32)
+        acl = store.acl_table()
+        groups: dict[str, np.ndarray] = {}
+        for row, key in enumerate(docs):
+            for group in acl.get(key, ()):
+                groups.setdefault(group, np.zeros(len(ids), dtype=bool))[row] = True
+        return cls(space_id, version, tuple(ids), tuple(docs), matrix, tuple(ends), groups)
+
+    def allowed(self, groups: tuple[str, ...]) -> np.ndarray:
+        """Rows a principal with these groups may read."""
+        mask = np.zeros(len(self.chunk_ids), dtype=bool)
+        for group in groups:
+            if group in self.group_rows:
+                mask |= self.group_rows[group]
+        return mask
+
+    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int) -> list[tuple[int, float]]:
+        """The ``k`` readable rows with the highest dot product, best first; ties by row order.
+
+        Returns:
+            ``(row, score)`` pairs.
+        """
+        allowed = self.allowed(groups)
+        n = int(allowed.sum())
+        if not n or k <= 0:
+            return []
+        # score every row, then rule out the unreadable ones before ranking (no copy of the matrix)
+        scores = self.matrix @ query.astype(np.float32)
+        scores[~allowed] = -np.inf
+        k = min(k, n)
+        top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.flatnonzero(allowed)
+        order = sorted(top.tolist(), key=lambda i: (-scores[i], i))
+        return [(i, float(scores[i])) for i in order]
+
+
+def check_space(query_space: EmbeddingSpace, index_space: EmbeddingSpace | None, stage: str) -> None:
+    """Refuse to compare vectors of two spaces.
+
+    Raises:
+        SpaceMismatchError: no active space, or a different one, naming the fields that differ.
+    """
+    if index_space is None:
+        raise SpaceMismatchError(f"{stage}: the store has no active embedding space; ingest with the "
+                                 "dense channel on, or run 'ragdx index build' then 'index switch'")
+    if query_space.id != index_space.id:
+        differ = [f"{k}: {getattr(query_space, k)!r} vs {getattr(index_space, k)!r}"
+                  for k in query_space.__slots__ if getattr(query_space, k) != getattr(index_space, k)]
+        raise SpaceMismatchError(
+            f"{stage}: the query encoder's space {query_space.id} is not the index's space "
+            f"{index_space.id} ({'; '.join(differ)}); vectors of two spaces are never compared")

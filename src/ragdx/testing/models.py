@@ -1,0 +1,55 @@
+"""Tiny random transformer models written to a folder, to exercise model-loading code paths
+offline (no cross-encoder or NLI model ships on PyPI). Their outputs are meaningless but
+deterministic for a seed. Needs the ``dense`` extra (transformers, torch)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ragdx.errors import MissingExtraError
+
+_WORDS = ("refund refunds accepted within days delivery quality defect defects may be the a of "
+          "is error code window expired payment provider timeout approval team lead eur 30 90 "
+          "500 can i get for after what does mean").split()
+
+
+def tiny_bert(folder: str | Path, *, num_labels: int = 1, seed: int = 0,
+              labels: tuple[str, ...] = ()) -> Path:
+    """Write a 1-layer random BERT sequence classifier (a cross-encoder or an NLI model shape).
+
+    Args:
+        folder: where to write it (created).
+        num_labels: 1 for a relevance score (cross-encoder), 3 for NLI.
+        seed: the random seed of the weights.
+        labels: label names (e.g. ``("contradiction", "entailment", "neutral")``).
+
+    Returns:
+        The folder, loadable by ``sentence_transformers.CrossEncoder`` and ``transformers``.
+    """
+    try:
+        import torch
+        from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+    except ImportError:
+        raise MissingExtraError("dense", "the tiny test models") from None
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(set(_WORDS)), "?", ".", ",", "-"]
+    vocab_file = folder / "vocab.txt"
+    vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=128,
+                        num_labels=num_labels)
+    if labels:
+        config.id2label = dict(enumerate(labels))
+        config.label2id = {name: i for i, name in enumerate(labels)}
+    BertForSequenceClassification(config).save_pretrained(folder)
+    BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True,
+                      model_max_length=128).save_pretrained(folder)
+    return folder
+
+
+def words(text: str) -> list[str]:
+    """The words of the tiny models' vocabulary found in a text (to write test inputs)."""
+    return [w for w in re.findall(r"\w+", text.lower()) if w in _WORDS]

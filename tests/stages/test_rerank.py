@@ -1,0 +1,58 @@
+"""Rerankers: the feature model's arithmetic, the cross-encoder path (tiny random model), cuts."""
+
+import pytest
+
+from ragdx.pipeline import Pipeline
+from ragdx.stages.rerank import PRIOR_WEIGHTS, FeatureReranker, features
+from ragdx.types import Principal, Query
+
+Q = Query("q", "What does error RFD-4021 mean for my refund?", Principal())
+
+
+def test_features_by_hand(small):
+    store, _, _ = small
+    chunk = next(c for c in store.chunks("errors.md") if "RFD-4021" in c.text)
+    values = features(Q.question, chunk, fused_rank=3)
+    # content terms: error, rfd, 4021, refund (what/does/mean/for/my are... 'mean' is not a stopword)
+    assert values["fused_rank"] == pytest.approx(1 / 2)          # 1 / log2(1 + 3)
+    assert values["exact_tokens"] == 1.0                           # "RFD-4021" appears verbatim
+    # terms: error, rfd, 4021, mean, refund; in the chunk: error, rfd, 4021, means(not mean), refund
+    assert values["term_coverage"] == pytest.approx(4 / 5)
+    assert values["heading_coverage"] == pytest.approx(1 / 5)    # "error" from "Error codes"
+
+
+def test_feature_reranker_cuts_with_reasons_and_keeps_provenance(small):
+    store, encoder, settings = small
+    pipeline = Pipeline(store, settings, encoder=encoder)
+    fused = pipeline.fusion.run(pipeline.retrieve(Q))
+    reranked = FeatureReranker(store, top_n=2).run(Q, fused)
+    assert len(reranked.items) == 2 and len(reranked.dropped) == len(fused.items) - 2
+    top = reranked.items[0]
+    assert top.doc_id == "errors.md" and [p.stage for p in top.history] == ["bm25", "dense", "rrf", "features"]
+    assert reranked.dropped[0].reason.startswith("below the rerank cut: reranked to 3 of")
+    assert reranked.config["fitted_on"] == "unfitted prior" and reranked.config["weights"] == PRIOR_WEIGHTS
+
+
+def test_cross_encoder_path_with_a_tiny_random_model(small, tmp_path):
+    pytest.importorskip("sentence_transformers")
+    from ragdx.config import load_settings
+    from ragdx.testing.models import tiny_bert
+    store, encoder, _ = small
+    folder = tiny_bert(tmp_path / "tiny-ce")
+    settings = load_settings(overrides=["rerank.method=cross-encoder", f"rerank.model={folder}",
+                                        "rerank.top_n=3"])
+    trace = Pipeline(store, settings, encoder=encoder).run(Q)
+    rerank = trace.stage("cross-encoder")
+    assert len(rerank.items) == 3 and rerank.config["model"] == str(folder)
+    assert [c.rank for c in rerank.items] == [1, 2, 3]
+    scores = [c.score for c in rerank.items]
+    assert scores == sorted(scores, reverse=True)
+    fused_ids = {c.chunk_id for c in trace.stage("rrf").items}
+    assert {c.chunk_id for c in rerank.items} | {d.chunk_id for d in rerank.dropped} == fused_ids
+
+
+def test_cross_encoder_needs_a_model(small):
+    from ragdx.errors import ConfigError
+    from ragdx.stages.rerank import CrossEncoderReranker
+    with pytest.raises(ConfigError, match="rerank.model must name a cross-encoder"):
+        CrossEncoderReranker(small[0], "")
