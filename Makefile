@@ -1,29 +1,47 @@
 # The two set-up commands of the README:
-#   make demo   installs ragdx into .venv and runs the bundled example
-#   make test   installs ragdx and its test dependencies into .venv and runs the whole test suite
+#   make demo   installs ragdx with every backend into .venv and runs the bundled example
+#   make test   runs the test suite twice: with the core alone (.venv-core), then with every
+#               backend and the parity references (.venv); both must pass
 PYTHON ?= python3
 VENV ?= .venv
-BIN := $(VENV)/bin
+CORE ?= .venv-core
+EXTRAS ?= test,parity,pdf,dense,onnx,ann
+PYTEST_ARGS ?=
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-core test-full bench clean
 
-$(BIN)/python:
+# torch first, pinned to the CPU build that lies on local disk: an unpinned torch would pull
+# a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install --quiet -e '.[test]'
+$(CORE)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(CORE)
+	$(CORE)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
 demo: $(VENV)/.installed
-	$(BIN)/ragdx demo
+	$(VENV)/bin/ragdx demo
 
 # pytest exits 5 when it collected no test: that is a failure too.
-test: $(VENV)/.installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+define run_pytest
+	$(1)/bin/python -m pytest $(PYTEST_ARGS) $(2); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
+endef
+
+test-core: $(CORE)/.installed
+	$(call run_pytest,$(CORE),-q -p no:cacheprovider)
+
+test-full: $(VENV)/.installed
+	$(call run_pytest,$(VENV),)
+
+test: test-core test-full
 
 bench: $(VENV)/.installed
-	$(BIN)/python bench/run_all.py
+	$(VENV)/bin/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(CORE) build src/*.egg-info

@@ -4,16 +4,20 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ragdx.cli import main
 from tests.conftest import EXAMPLE, snapshot, write
+
+LEXICAL = ["--set", "retrieval.dense.enabled=false"]  # these tests are not about the dense channel
 
 
 def test_ingest_docs_delete_roundtrip(tmp_path, capsys):
     store = str(tmp_path / "s.db")
-    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")]) == 0
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
     out = capsys.readouterr().out
     assert out.startswith("14 documents (") and "14 added" in out and "index version 1" in out
-    assert main(["ingest", "--store", store, "--json", str(EXAMPLE / "manifest.jsonl")]) == 0
+    assert main(["ingest", "--store", store, "--json", str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {a["action"] for a in report["actions"]} == {"unchanged"} and report["index_version"] == 1
     assert main(["docs", "--store", store]) == 0
@@ -36,7 +40,7 @@ def test_bad_input_exits_2_and_names_the_line(tmp_path, capsys):
 
 def test_evidence_strict(tmp_path, capsys):
     store = str(tmp_path / "s.db")
-    main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")])
+    main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL])
     capsys.readouterr()
     assert main(["evidence", "--store", store, "--queries", str(EXAMPLE / "queries.jsonl"), "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
@@ -63,3 +67,32 @@ def test_demo_runs_as_a_subprocess(tmp_path):
 def test_usage_error_exits_2():
     proc = subprocess.run([sys.executable, "-m", "ragdx.cli", "ingest"], capture_output=True, text=True)
     assert proc.returncode == 2 and "--store" in proc.stderr
+
+
+def test_ask_with_both_channels_and_json_trace(tmp_path, capsys):
+    pytest.importorskip("sentence_transformers")
+    store = str(tmp_path / "s.db")
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")]) == 0
+    assert "vectors: 73 encoded, 0 reused" in capsys.readouterr().out
+    question = "Can I get a refund for a quality problem 35 days after delivery?"
+    assert main(["ask", "--store", store, "--json", question]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    assert [s["name"] for s in trace["stages"]] == ["bm25", "dense", "rrf", "features"]
+    assert trace["principal"] == {"user": "anonymous", "groups": ["public"]}
+    for stage in trace["stages"]:
+        docs = {i["doc"] for i in stage["items"]} | {d["doc"] for d in stage["dropped"]}
+        assert "internal/refund-runbook.md" not in docs
+    assert main(["ask", "--store", store, "--group", "public", "--group", "staff",
+                 "Refunds above 500 EUR need whose approval?"]) == 0
+    assert "internal/refund-runbook.md" in capsys.readouterr().out
+    assert main(["index", "status", "--store", store]) == 0
+    assert "active" in capsys.readouterr().out
+
+
+def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+    from ragdx.encoders import sentence_transformers as st
+    monkeypatch.setattr(st, "_LOADED", {})
+    assert main(["ingest", "--store", str(tmp_path / "s.db"), str(EXAMPLE / "manifest.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'ragdx[dense]'" in err and "retrieval.dense.enabled=false" in err

@@ -228,8 +228,20 @@ def example_dir() -> Path:
     return Path(__file__).parent / "examples" / "refund"
 
 
+def _demo_settings():
+    """Every channel the installed extras allow: without 'dense', the demo runs lexical only."""
+    from importlib.util import find_spec
+
+    from ragdx.config import load_settings
+    if find_spec("sentence_transformers") is None:
+        log.warning("the 'dense' extra is not installed: the demo runs without the dense channel "
+                    "(pip install 'ragdx[dense]' for both)")
+        return load_settings(overrides=["retrieval.dense.enabled=false"])
+    return load_settings()
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ragdx.ingest.ingestor import Ingestor
+    from ragdx.pipeline import build_ingestor
     from ragdx.queryset import load_queries
     from ragdx.store.sqlite import SQLiteStore
     out = Path(args.out)
@@ -240,8 +252,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     log.info("ingesting the bundled example %s", example)
+    settings = _demo_settings()
     with SQLiteStore(out / "store.db") as store:
-        report = Ingestor(store).run(example / "manifest.jsonl")
+        report = build_ingestor(store, settings).run(example / "manifest.jsonl")
         print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
               f"{out / 'store.db'}: {report.chunks} chunks, index version {report.index_version}.")
         queries = load_queries(example / "queries.jsonl")

@@ -107,7 +107,8 @@ class Pipeline:
         self.encoder = None
         if r.dense.enabled:
             self.encoder = encoder or build_encoder(r.dense)
-            self.channels.append(DenseRetriever(store, self.encoder, top_k=r.dense.top_k))
+            self.channels.append(DenseRetriever(store, self.encoder, top_k=r.dense.top_k,
+                                                search=r.dense.search))
         if not self.channels:
             raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
                               "retrieval.dense.enabled to true")

@@ -181,3 +181,12 @@ def test_chunk_invariants(markdown, max_tokens, overlap):
     for c in out.chunks:
         if c.kind is ChunkKind.CODE:
             assert c.start in starts and c.end in ends
+
+
+def test_a_table_row_longer_than_the_limit_is_cut_at_words():
+    row = " ".join(f"fn{i}()" for i in range(60))  # one layout row: 180 tokens
+    parsed, out = chunk(f"| Letter | Functions |\n|---|---|\n| A | {row} |\n", max_tokens=40)
+    assert all(c.token_count <= 40 and not c.over_limit for c in out.chunks)
+    assert all(c.header is not None for c in out.chunks)
+    words = [w for c in out.chunks for w in c.text.split() if w.startswith("fn")]
+    assert words == [f"fn{i}()" for i in range(60)]

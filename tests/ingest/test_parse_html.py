@@ -41,7 +41,7 @@ def test_drops_chrome_and_keeps_structure():
         (BlockKind.LIST, "- first item\n- second item\n- with a list\n  - inner"),
         (BlockKind.TABLE, "Code | Meaning\nRFD-5003 | provider timeout\nRFD-5010 | payment method closed"),
         (BlockKind.CODE, "def refund(order):\n    return   order.total"),
-        (BlockKind.TEXT, "refund(order)"),
+        (BlockKind.HEADING, "refund(order)"),  # a definition term heads its definition
         (BlockKind.TEXT, "Refund the order."),
     ]
     table = parsed.blocks[5]
@@ -58,3 +58,37 @@ def test_table_without_th_has_no_header():
     parsed = parse_html("<table><tr><td>a</td><td>b</td></tr><tr><td>c</td><td>d</td></tr></table>")
     assert parsed.blocks[0].header is None
     assert parsed.text == "a | b\nc | d"
+
+
+def test_code_and_tables_inside_list_items_keep_reading_order():
+    parsed = parse_html("<ul><li>Intro of the item:<pre>x = 1\ny = 2</pre>after the code</li>"
+                        "<li>second<table><tr><th>From</th><th>To</th></tr><tr><td>a</td><td>b</td>"
+                        "</tr></table></li></ul><p>Done.</p>")
+    assert [(b.kind, parsed.text[b.start:b.end]) for b in parsed.blocks] == [
+        (BlockKind.LIST, "- Intro of the item:"),
+        (BlockKind.CODE, "x = 1\ny = 2"),
+        (BlockKind.LIST, "- after the code\n- second"),
+        (BlockKind.TABLE, "From | To\na | b"),
+        (BlockKind.TEXT, "Done."),
+    ]
+
+
+def test_lists_and_breaks_inside_cells_stay_apart():
+    parsed = parse_html("<table><tr><th>Letter</th><th>Functions</th></tr><tr><td>A</td><td><ul>"
+                        "<li>abs()</li><li>aiter()</li></ul></td></tr></table>")
+    assert parsed.text == "Letter | Functions\nA | abs(); aiter()"
+
+
+def test_definition_terms_head_their_definitions_until_the_list_ends():
+    parsed = parse_html("<h1>Built-in Functions</h1><dl><dt>open(file)</dt><dd><p>Open file.</p>"
+                        "<dl><dt>mode</dt><dd>How.</dd></dl><p>Back in open.</p></dd></dl><p>After.</p>")
+    paths = {parsed.text[b.start:b.end]: b.heading_path for b in parsed.blocks}
+    assert paths["Open file."] == ("Built-in Functions", "open(file)")
+    assert paths["How."] == ("Built-in Functions", "open(file)", "mode")
+    assert paths["Back in open."] == ("Built-in Functions", "open(file)")
+    assert paths["After."] == ("Built-in Functions",)
+
+
+def test_title_drops_the_site_suffix():
+    page = "<title>sqlite3 — DB-API 2.0 — Python 3.11 documentation</title><h1>sqlite3 — DB-API 2.0</h1>"
+    assert parse_html(page).title == "sqlite3 — DB-API 2.0"

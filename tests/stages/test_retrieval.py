@@ -121,7 +121,32 @@ def test_edit_and_delete_are_visible_to_the_next_query(small, tmp_path):
 
 def test_unchanged_content_is_not_re_encoded(small):
     store, encoder, settings = small
+    corpus = store.path.parent / "corpus"
     calls = encoder.calls
-    report = build_ingestor(store, settings, encoder).run(store.path.parent / "corpus" / "manifest.jsonl")
-    assert encoder.calls == calls and report.embedding.encoded == 0
-    assert report.embedding.reused == report.embedding.chunks > 0
+    again = build_ingestor(store, settings, encoder).run(corpus / "manifest.jsonl")
+    assert encoder.calls == calls and again.embedding.encoded == 0  # nothing parsed, nothing encoded
+    assert {a.action for a in again.actions} == {"unchanged"} and again.chunks == len(store.chunks())
+    # a new version that changes one section: only that section's chunk is encoded
+    text = (corpus / "refund.md").read_text()
+    write(corpus / "refund.md", text.replace("within 90 days", "within 120 days"))
+    edit = build_ingestor(store, settings, encoder).run(corpus / "manifest.jsonl")
+    assert [a.action for a in edit.actions if a.doc_id == "refund.md"] == ["add"]
+    # only refund.md is read again; of its two chunks (one per section) only the edited one is new
+    assert len(store.chunks("refund.md", store.latest("refund.md").document.version)) == 2
+    assert (edit.embedding.encoded, edit.embedding.reused) == (1, 1)
+    assert encoder.calls == calls + 1
+
+
+def test_hnsw_search_matches_exact_on_a_small_index_and_filters_access(small):
+    pytest.importorskip("hnswlib")
+    store, encoder, _ = small
+    exact = DenseRetriever(store, encoder, top_k=5)
+    approx = DenseRetriever(store, encoder, top_k=5, search="hnsw")
+    for principal in (PUBLIC, STAFF):
+        q = ask("refund approval team lead override code", principal)
+        e, a = exact.run(q), approx.run(q)
+        assert [c.chunk_id for c in a.items] == [c.chunk_id for c in e.items]
+        assert [round(c.score, 5) for c in a.items] == [round(c.score, 5) for c in e.items]
+        if principal is PUBLIC:
+            assert all(c.doc_id != "runbook.md" for c in a.items)
+    assert approx.config["search"] == "hnsw"

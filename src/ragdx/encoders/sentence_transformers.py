@@ -89,7 +89,8 @@ class SentenceTransformerEncoder:
             try:
                 from sentence_transformers import SentenceTransformer
             except ImportError:
-                raise MissingExtraError("dense", "the sentence-transformers encoder") from None
+                raise MissingExtraError("dense", "the sentence-transformers encoder (or turn the dense "
+                                        "channel off: --set retrieval.dense.enabled=false)") from None
             path = self._path()
             os.environ.setdefault("HF_HUB_OFFLINE", "1")  # ragdx never downloads at run time
             if path in _LOADED:

@@ -50,6 +50,18 @@ class TextBuilder:
         start = self._append(text)
         self._blocks.append(Block(BlockKind.HEADING, start, start + len(text), self._path(), level))
 
+    def close_headings(self, level: int) -> None:
+        """End the sections of every open heading at ``level`` or deeper (a definition list's
+        terms end with the list)."""
+        while self._headings and self._headings[-1][0] >= level:
+            self._headings.pop()
+
+    def first_heading(self, level: int) -> str:
+        """The text of the first heading of a level, or ''."""
+        text = "".join(self._pieces)
+        return next((text[b.start:b.end] for b in self._blocks
+                     if b.kind is BlockKind.HEADING and b.level == level), "")
+
     def paragraph(self, text: str) -> None:
         text = text.strip()
         if not text:

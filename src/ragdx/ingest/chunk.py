@@ -179,25 +179,36 @@ class StructureChunker:
 
     # -- sections ---------------------------------------------------------------------------
     def _sections(self, document: Document, parsed: ParsedDocument) -> tuple[list[Section], list[Section]]:
+        """Sections from the heading hierarchy, and each block's owning (innermost) section.
+
+        A block belongs to the innermost open heading whose path prefixes the block's heading
+        path (so a section closed by its parser, a definition list's term, say, ends there). A
+        section spans its heading to the last block it or its subsections own.
+        """
         blocks = parsed.blocks
-        end_of_text = blocks[-1].end if blocks else 0
-        root = Section(_id("s", document, 0, end_of_text), document.doc_id, document.version, 0,
-                       end_of_text, (), 0, None)
-        sections, owner, stack = [root], [], [root]
-        headings = [i for i, b in enumerate(blocks) if b.kind is BlockKind.HEADING]
-        for i, block in enumerate(blocks):
+        # (level, heading_path, start, parent index) per section; index 0 is the document
+        heads: list[tuple[int, tuple[str, ...], int, int | None]] = [(0, (), 0, None)]
+        ends = [blocks[-1].end if blocks else 0]
+        owner_index, stack = [], [0]
+        for block in blocks:
             if block.kind is BlockKind.HEADING:
-                while stack[-1].level >= block.level and len(stack) > 1:
+                while len(stack) > 1 and heads[stack[-1]][0] >= block.level:
                     stack.pop()
-                later = [j for j in headings if j > i and blocks[j].level <= block.level]
-                last = blocks[later[0] - 1] if later else blocks[-1]
-                section = Section(_id("s", document, block.start, last.end, str(block.level)), document.doc_id,
-                                  document.version, block.start, last.end, block.heading_path,
-                                  block.level, stack[-1].id)
-                sections.append(section)
-                stack.append(section)
-            owner.append(stack[-1])
-        return sections, owner
+                heads.append((block.level, block.heading_path, block.start, stack[-1]))
+                ends.append(block.end)
+                stack.append(len(heads) - 1)
+            else:
+                while len(stack) > 1 and block.heading_path[:len(heads[stack[-1]][1])] != heads[stack[-1]][1]:
+                    stack.pop()
+            owner_index.append(stack[-1])
+            for i in stack[1:]:
+                ends[i] = max(ends[i], block.end)
+        sections: list[Section] = []
+        for i, (level, path, start, parent) in enumerate(heads):
+            sid = _id("s", document, start, ends[i], str(level))
+            sections.append(Section(sid, document.doc_id, document.version, start, ends[i], path, level,
+                                    sections[parent].id if parent is not None else None))
+        return sections, [sections[i] for i in owner_index]
 
     # -- units ------------------------------------------------------------------------------
     def _tokens(self, text: str, start: int, end: int) -> int:
@@ -213,7 +224,7 @@ class StructureChunker:
         if block.kind is BlockKind.TABLE:  # a whole table, or rows if it does not fit
             if self._tokens(text, block.start, block.end) <= self.config.max_tokens:
                 return [[(block.start, block.end, "table")]]
-            return [[(s, e, "table") for s, e in block.parts]]
+            return [[(s, e, "table") for s, e in self._fitting(text, block.parts, self.config.max_tokens)]]
         pieces = block.parts if block.kind is BlockKind.LIST else ((block.start, block.end),)
         groups = []
         for start, end in pieces:
@@ -229,11 +240,22 @@ class StructureChunker:
             groups.append(units)
         return groups
 
-    def _word_windows(self, text: str, start: int, end: int) -> list[tuple[int, int]]:
+    def _fitting(self, text: str, parts, limit: int) -> list[tuple[int, int]]:
+        """Parts (table rows) as they are, but a part over ``limit`` cut into word windows."""
+        out: list[tuple[int, int]] = []
+        for start, end in parts:
+            if self._tokens(text, start, end) <= limit:
+                out.append((start, end))
+            else:
+                out += self._word_windows(text, start, end, limit)
+        return out
+
+    def _word_windows(self, text: str, start: int, end: int, limit: int | None = None) -> list[tuple[int, int]]:
+        limit = limit or self.config.max_tokens
         windows, first, last, tokens = [], None, None, 0
         for word in _WORD.finditer(text, start, end):
             n = self.counter.count(word.group())
-            if first is not None and tokens + n > self.config.max_tokens:
+            if first is not None and tokens + n > limit:
                 windows.append((first, last))
                 first, tokens = None, 0
             if first is None:
@@ -323,7 +345,8 @@ class StructureChunker:
         assert block.header is not None
         limit = self.config.max_tokens
         header_tokens = self._tokens(text, *block.header)
-        rows = [p for p in block.parts if p != block.header]
+        rows = self._fitting(text, [p for p in block.parts if p != block.header],
+                             max(1, limit - header_tokens))
         out, group, used = [], [], header_tokens
         first = True
         for s, e in rows:

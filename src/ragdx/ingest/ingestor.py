@@ -15,7 +15,7 @@ from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker,
 from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
 from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
-from ragdx.ingest.parsers import detect_format, parse
+from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Document, DocStatus, ParsedDocument
 
@@ -24,14 +24,17 @@ log = logging.getLogger("ragdx.ingest")
 
 @dataclass(frozen=True, slots=True)
 class PreparedDocument:
-    """A document read, parsed and chunked, ready to be written."""
+    """A document read, parsed and chunked, ready to be written. When the store already holds
+    this version with the same bytes, parser and chunker config, nothing is parsed or chunked
+    (``parsed`` and ``chunked`` are None): only its attributes can change."""
 
     entry: ManifestEntry
     document: Document
     raw_text: str
-    parsed: ParsedDocument
-    chunked: ChunkedDocument
+    parsed: ParsedDocument | None
+    chunked: ChunkedDocument | None
     size_bytes: int
+    stored_chunks: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +100,16 @@ class Ingestor:
                 raise InputError("is a directory, expected a file", file=str(entry.path)) from None
             except OSError as exc:
                 raise InputError(f"cannot read file: {exc.strerror}", file=str(entry.path)) from None
+            content_hash = hashlib.sha256(data).hexdigest()
+            version = entry.version or content_hash[:12]
+            stored = self.store.version(entry.doc_id, version)
+            if (stored is not None and stored.document.content_hash == content_hash
+                    and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)):
+                document = Document(entry.doc_id, version, content_hash, str(entry.path),
+                                    entry.title or stored.document.title, entry.acl, entry.status,
+                                    entry.updated_at, entry.metadata, fmt)
+                return PreparedDocument(entry, document, "", None, None, len(data),
+                                        self.store.chunk_count(entry.doc_id, version))
             raw, parsed = parse(data, fmt, str(entry.path))
         except InputError as exc:
             if entry.line is None:
@@ -106,9 +119,8 @@ class Ingestor:
         if not parsed.text.strip():
             raise InputError(f"empty document: no text after parsing {fmt} (doc_id {entry.doc_id!r}, "
                              f"declared at {where})", file=str(entry.path))
-        content_hash = hashlib.sha256(data).hexdigest()
         document = Document(
-            doc_id=entry.doc_id, version=entry.version or content_hash[:12],
+            doc_id=entry.doc_id, version=version,
             content_hash=content_hash, path=str(entry.path), title=entry.title or parsed.title,
             acl=entry.acl, status=entry.status, updated_at=entry.updated_at,
             metadata=entry.metadata, format=fmt)
@@ -132,7 +144,7 @@ class Ingestor:
             active = self.store.active_space()
             if active is not None:
                 check_space(self.embedder.space, active, "ingest")
-            chunks = [c for p in prepared for c in p.chunked.chunks if c.duplicate_of is None]
+            chunks = [c for p in prepared if p.chunked for c in p.chunked.chunks if c.duplicate_of is None]
             log.info("embedding %d chunks", len(chunks))
             rows, stats = self.embedder.run(self.store, chunks)
             vectors = {row[0]: row for row in rows}
@@ -146,13 +158,14 @@ class Ingestor:
             for item in prepared:
                 action = self._write(item)
                 actions.append(action)
-                if vectors and action.action in ("add", "rechunk"):
+                if vectors and item.chunked and action.action in ("add", "rechunk"):
                     self.store.write_vectors(self.embedder.space.id, [
                         vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
-        warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared for w in p.parsed.warnings)
+        warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
+                         for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
                             sum(p.size_bytes for p in prepared),
-                            sum(len(p.chunked.chunks) for p in prepared),
+                            sum(len(p.chunked.chunks) if p.chunked else p.stored_chunks for p in prepared),
                             time.perf_counter() - started, self.store.index_version, stats)
 
     def _write(self, item: PreparedDocument) -> IngestAction:
@@ -167,12 +180,12 @@ class Ingestor:
             changed = store.update_attributes(doc)
             action = IngestAction(doc.doc_id, doc.version, "update", ", ".join(changed)) \
                 if changed else IngestAction(doc.doc_id, doc.version, "unchanged")
-            if (stored.chunker_config != self._config_json
-                    or stored.parser != item.parsed.parser):
+            if item.parsed is not None and item.chunked is not None:  # parser or chunker changed
                 store.replace_chunks(doc, item.parsed, item.chunked.sections, item.chunked.chunks,
                                      self._config_json)
                 action = IngestAction(doc.doc_id, doc.version, "rechunk", action.detail)
         else:
+            assert item.parsed is not None and item.chunked is not None  # new versions are parsed
             store.insert_version(doc, item.raw_text, item.parsed, item.chunked.sections,
                                  item.chunked.chunks, self._config_json)
             action = IngestAction(doc.doc_id, doc.version, "add")

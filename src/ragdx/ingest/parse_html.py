@@ -14,7 +14,7 @@ from html.parser import HTMLParser
 from ragdx.ingest._builder import TextBuilder, collapse
 from ragdx.types import ParsedDocument
 
-PARSER = "html/1"
+PARSER = "html/2"
 
 _DROP_TAGS = {"script", "style", "nav", "noscript", "template", "svg", "form", "button", "iframe",
               "select", "textarea", "canvas", "object", "head"}
@@ -44,8 +44,8 @@ class _Handler(HTMLParser):
         self._pre_depth = 0
         self._heading: int | None = None
         self._lists: list[list[str]] = []    # one item list per open ul/ol
-        self._list_depth_items: list[str] = []
         self._ordered: list[int] = []
+        self._dl_depth = 0
         self._rows: list[list[str]] | None = None
         self._header_rows = 0
         self._row: list[str] | None = None
@@ -84,12 +84,20 @@ class _Handler(HTMLParser):
             if tag == "pre":
                 self._pre_depth += 1
             return
+        if self._cell is not None and tag in ("ul", "ol", "li", "br", "p", "div"):
+            if "".join(self._cell).strip():  # structure inside a cell: keep the pieces apart
+                self._cell.append("; " if tag == "li" else " ")
+            return
         if tag == "pre":
+            self._break_list()
             self._flush()
             self._pre, self._pre_depth = [], 1
-        elif tag in _HEADINGS:
+        elif tag in _HEADINGS or tag == "dt":
             self._flush()
-            self._heading = _HEADINGS[tag]
+            self._heading = _HEADINGS[tag] if tag in _HEADINGS else 6 + self._dl_depth
+        elif tag == "dl":
+            self._flush()
+            self._dl_depth += 1
         elif tag in ("ul", "ol"):
             self._end_item()
             self._flush()
@@ -98,8 +106,9 @@ class _Handler(HTMLParser):
         elif tag == "li":
             self._end_item()
         elif tag == "table":
-            self._flush()
             if self._rows is None:
+                self._break_list()
+                self._flush()
                 self._rows, self._header_rows = [], 0
         elif tag == "thead":
             self._in_thead = True
@@ -139,23 +148,27 @@ class _Handler(HTMLParser):
                 self._pre_depth -= 1
                 if self._pre_depth == 0:
                     code, self._pre = "".join(self._pre), None
-                    if self._lists:
-                        self._text.append(code)
+                    if self._cell is not None:
+                        self._cell.append(code)
                     else:
                         self.out.code(code)
             return
-        if tag in _HEADINGS and self._heading is not None:
+        if self._cell is not None and tag in ("ul", "ol", "li", "p", "div"):
+            return
+        if (tag in _HEADINGS or tag == "dt") and self._heading is not None:
             level, self._heading = self._heading, None
             text, self._text = "".join(self._text), []
             self.out.heading(text.replace("\u00b6", ""), level)
+        elif tag == "dl" and self._dl_depth:
+            self._flush()
+            self.out.close_headings(6 + self._dl_depth)  # the terms' sections end with the list
+            self._dl_depth -= 1
         elif tag in ("ul", "ol") and self._lists:
             self._end_item()
             items = self._lists.pop()
             self._ordered.pop()
             if self._lists:  # nested list: its items join the parent's, indented
                 self._lists[-1].extend("  " + it for it in items)
-            elif self._rows is not None and self._cell is not None:
-                self._cell.append("; ".join(items))
             else:
                 self.out.items(items)
         elif tag == "li":
@@ -208,6 +221,18 @@ class _Handler(HTMLParser):
                 self._ordered[-1] += 1
             self._lists[-1].append(f"{marker} {text}")
 
+    def _break_list(self) -> None:
+        """A code block or a table inside a list item: emit the items so far (the open item's
+        text included), so the block that follows keeps its place in the reading order."""
+        if not self._lists:
+            return
+        self._end_item()
+        flat: list[str] = []
+        for depth, items in enumerate(self._lists):
+            flat += ["  " * depth + item for item in items]
+            items.clear()
+        self.out.items(flat)
+
     def _end_cell(self) -> None:
         if self._cell is None or self._row is None:
             return
@@ -240,7 +265,11 @@ class _Handler(HTMLParser):
             self._end_row()
             self.out.table(self._rows, header=self._header_rows > 0)
         self._flush()
-        return self.out.build(title=collapse(self.title), format="html", parser=PARSER)
+        title = collapse(self.title)
+        first = self.out.first_heading(1)
+        if first and title.startswith(first):  # "sqlite3 — … — Python 3.11 documentation"
+            title = first
+        return self.out.build(title=title, format="html", parser=PARSER)
 
 
 def parse_html(source: str) -> ParsedDocument:

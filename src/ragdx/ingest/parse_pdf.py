@@ -130,6 +130,12 @@ def _open(data: bytes, name: str) -> Any:
     return reader
 
 
+def parser_id() -> str:
+    """This parser's id, with the pypdf version (another pypdf may extract other text)."""
+    pypdf = _pypdf()
+    return f"{PARSER} pypdf-{pypdf.__version__}"
+
+
 def raw_text(data: bytes, name: str) -> str:
     """The plain text pypdf extracts from every page, pages separated by a blank line.
 
@@ -182,7 +188,7 @@ def parse_pdf(data: bytes, name: str) -> ParsedDocument:
     warnings += _lost_headers(pages)
 
     text_lines = [line for p in pages for line in p.lines]
-    parser = f"{PARSER} pypdf-{pypdf.__version__}"
+    parser = parser_id()
     title = _metadata_title(reader)
     if not text_lines:
         return TextBuilder().build(title=title, format="pdf", parser=parser, warnings=(

@@ -32,6 +32,21 @@ def detect_format(path: str, declared: str | None = None) -> str:
     return EXTENSIONS[suffix]
 
 
+def parser_id(fmt: str) -> str:
+    """The name and version of the parser of a format, as recorded with every parsed version
+    (so a parser change re-chunks what it parsed)."""
+    if fmt == "pdf":
+        from ragdx.ingest.parse_pdf import parser_id as pdf_parser_id
+        return pdf_parser_id()
+    if fmt == "markdown":
+        from ragdx.ingest.parse_markdown import PARSER
+    elif fmt == "html":
+        from ragdx.ingest.parse_html import PARSER
+    else:
+        from ragdx.ingest.parse_text import PARSER
+    return PARSER
+
+
 def decode_source(data: bytes, fmt: str, name: str) -> str:
     """The raw source as text: decoded UTF-8, or for PDF the text of its pages in stream order."""
     if fmt == "pdf":

@@ -13,7 +13,7 @@ import time
 from ragdx.protocols import Encoder
 from ragdx.stages._access import readable_only
 from ragdx.store.sqlite import SQLiteStore
-from ragdx.store.vectors import DenseIndex, check_space
+from ragdx.store.vectors import DenseIndex, HnswIndex, check_space
 from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
 
 
@@ -24,34 +24,38 @@ class DenseRetriever:
         store: the store.
         encoder: encodes the question; its space must be the store's active space.
         top_k: how many candidates to return.
+        search: ``exact`` (numpy) or ``hnsw`` (approximate, extra ``ann``).
         name: the channel's name in traces.
     """
 
     kind = StageKind.RETRIEVAL
 
     def __init__(self, store: SQLiteStore, encoder: Encoder, *, top_k: int = 100,
-                 name: str = "dense") -> None:
+                 search: str = "exact", name: str = "dense") -> None:
         self.store = store
         self.encoder = encoder
         self.top_k = top_k
+        self.search = search
         self.name = name
-        self._index: DenseIndex | None = None
+        self._index: DenseIndex | HnswIndex | None = None
 
-    def index(self) -> DenseIndex:
-        """The active space's vectors, reloaded whenever the store changed."""
+    def index(self) -> DenseIndex | HnswIndex:
+        """The active space's index, rebuilt whenever the store changed (an edit, a deletion or
+        an access change bumps the store's index version)."""
         space = self.store.active_space()
         check_space(self.encoder.space, space, self.name)
         assert space is not None
         if (self._index is None or self._index.space_id != space.id
                 or self._index.index_version != self.store.index_version):
-            self._index = DenseIndex.load(self.store, space.id, space.dim)
+            exact = DenseIndex.load(self.store, space.id, space.dim)
+            self._index = HnswIndex(exact) if self.search == "hnsw" else exact
         return self._index
 
     @property
     def config(self) -> dict[str, object]:
         space = self.encoder.space
         return {"top_k": self.top_k, "space": space.id, "model": space.model_id,
-                "weights_hash": space.weights_hash, "dim": space.dim, "search": "exact"}
+                "weights_hash": space.weights_hash, "dim": space.dim, "search": self.search}
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()

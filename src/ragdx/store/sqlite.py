@@ -442,6 +442,10 @@ class SQLiteStore:
         return [self._chunk_row(r) for r in self._db.execute(
             f"SELECT {self._CHUNK_COLUMNS} FROM chunks {where} ORDER BY doc_id, version, ord", args)]
 
+    def chunk_count(self, doc_id: str, version: str) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM chunks WHERE doc_id = ? AND version = ?",
+                                (doc_id, version)).fetchone()[0]
+
     def chunks_by_id(self, ids: list[str]) -> dict[str, Chunk]:
         out: dict[str, Chunk] = {}
         for i in range(0, len(ids), 500):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ragdx.errors import SpaceMismatchError
+from ragdx.errors import MissingExtraError, SpaceMismatchError
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import EmbeddingSpace
 
@@ -66,6 +66,55 @@ class DenseIndex:
         top = np.argpartition(-scores, k - 1)[:k] if k < len(scores) else np.flatnonzero(allowed)
         order = sorted(top.tolist(), key=lambda i: (-scores[i], i))
         return [(i, float(scores[i])) for i in order]
+
+
+class HnswIndex:
+    """Approximate search over a :class:`DenseIndex` with an HNSW graph (hnswlib, extra ``ann``).
+
+    Malkov & Yashunin, "Efficient and robust approximate nearest neighbor search using
+    Hierarchical Navigable Small World graphs", IEEE TPAMI 2020. Access groups filter *inside*
+    the graph search (hnswlib's filter callback), so the top ``k`` are the best readable rows
+    the graph finds. Its recall against exact search is measured (bench/ann_recall.py), never
+    assumed.
+
+    Args:
+        dense: the exact index whose rows it indexes.
+        m: graph degree.
+        ef_construction: candidate list size while building.
+        ef: candidate list size while searching (at least ``k``).
+    """
+
+    def __init__(self, dense: DenseIndex, *, m: int = 16, ef_construction: int = 200, ef: int = 100,
+                 seed: int = 0) -> None:
+        try:
+            import hnswlib
+        except ImportError:
+            raise MissingExtraError("ann", "approximate dense search (retrieval.dense.search = 'hnsw')") from None
+        self.dense, self.ef = dense, ef
+        self.space_id, self.index_version = dense.space_id, dense.index_version
+        n, dim = dense.matrix.shape
+        self._index = hnswlib.Index(space="ip", dim=dim)
+        self._index.init_index(max_elements=max(n, 1), M=m, ef_construction=ef_construction,
+                               random_seed=seed)
+        if n:
+            self._index.add_items(dense.matrix, np.arange(n))
+
+    @property
+    def chunk_ids(self) -> tuple[str, ...]:
+        return self.dense.chunk_ids
+
+    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int) -> list[tuple[int, float]]:
+        allowed = self.dense.allowed(groups)
+        n = int(allowed.sum())
+        if not n or k <= 0:
+            return []
+        k = min(k, n)
+        self._index.set_ef(max(self.ef, k))
+        labels, distances = self._index.knn_query(query.astype(np.float32)[None, :], k=k,
+                                                  filter=lambda row: bool(allowed[row]))
+        # hnswlib's "ip" distance is 1 - dot product
+        return sorted(((int(r), 1.0 - float(d)) for r, d in zip(labels[0], distances[0])),
+                      key=lambda pair: (-pair[1], pair[0]))
 
 
 def check_space(query_space: EmbeddingSpace, index_space: EmbeddingSpace | None, stage: str) -> None:
