@@ -21,7 +21,8 @@ from ragdx.errors import InputError
 __all__ = [
     "ChoiceEnum", "DocStatus", "BlockKind", "ChunkKind", "Span", "Principal", "Document",
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
-    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked",
+    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
+    "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
 ]
 
 
@@ -357,3 +358,145 @@ class Ranked:
     dropped: tuple[Dropped, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Conflict:
+    """Two current sources that state different values for the same fact; both are kept."""
+
+    units: tuple[str, str]
+    statements: tuple[str, str]
+    values: tuple[str, str]
+
+    def describe(self) -> str:
+        return (f"{self.units[0]} says {self.values[0]!r} ({self.statements[0]!r}) but {self.units[1]} "
+                f"says {self.values[1]!r} ({self.statements[1]!r})")
+
+
+@dataclass(frozen=True, slots=True)
+class ContextUnit:
+    """One unit of evidence in the context: an exact span of one document version, marked with
+    its source, version, location and whether the budget truncated it.
+
+    ``header`` is a table's header row (its span and words) when the unit holds rows of that
+    table: evidence that must travel with them. ``flags`` note what the assembler noticed, such
+    as ``instruction-like text`` (documents are data: such text has no authority).
+    """
+
+    id: str
+    doc_id: str
+    version: str
+    start: int
+    end: int
+    text: str
+    title: str
+    heading_path: tuple[str, ...]
+    chunk_ids: tuple[str, ...]
+    rank: int
+    tokens: int
+    truncated: bool = False
+    header: tuple[int, int] | None = None
+    header_text: str = ""
+    flags: tuple[str, ...] = ()
+
+    @property
+    def span(self) -> Span:
+        return Span(self.doc_id, self.version, self.start, self.end)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """The assembled context: units in order, what the budget or de-duplication cut (with
+    ranks and reasons), conflicts flagged, and the token count in a named tokenizer."""
+
+    stage: str
+    units: tuple[ContextUnit, ...]
+    dropped: tuple[Dropped, ...]
+    budget_tokens: int
+    tokens: int
+    tokenizer: str
+    conflicts: tuple[Conflict, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    kind: StageKind = StageKind.CONTEXT
+
+    def unit(self, unit_id: str) -> ContextUnit | None:
+        return next((u for u in self.units if u.id == unit_id), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One statement of an answer and the context units it cites."""
+
+    text: str
+    citations: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What generating cost: tokens, money, attempts and time."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    attempts: int = 1
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A generated answer: its text, claims with citations, whether it abstained and, if so,
+    what is missing; the model and what it cost."""
+
+    stage: str
+    text: str
+    claims: tuple[Claim, ...]
+    abstained: bool
+    missing: tuple[str, ...] = ()
+    model: str = ""
+    usage: Usage = Usage()
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    kind: StageKind = StageKind.GENERATION
+
+    @property
+    def citations(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for claim in self.claims:
+            for c in claim.citations:
+                seen.setdefault(c, None)
+        return tuple(seen)
+
+
+class Verdict(ChoiceEnum):
+    """Whether a claim's cited evidence supports it."""
+
+    SUPPORTED = "supported"
+    UNSUPPORTED = "unsupported"
+    UNCERTAIN = "uncertain"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimCheck:
+    """The verdict on one claim, with the reason in words and the evidence it was judged on."""
+
+    claim: Claim
+    verdict: Verdict
+    reason: str
+    evidence: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """Every claim's verdict, and the checker that gave them."""
+
+    stage: str
+    checks: tuple[ClaimCheck, ...]
+    checker: str
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    kind: StageKind = StageKind.CITATION
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.checks) and all(c.verdict is Verdict.SUPPORTED for c in self.checks)

@@ -2,7 +2,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from ragdx.errors import ConfigError
-from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunker, sentence_spans
+from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunker
+from ragdx.text import sentence_spans
 from ragdx.ingest.parse_markdown import parse_markdown
 from ragdx.types import BlockKind, ChunkKind, Document
 

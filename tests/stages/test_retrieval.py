@@ -150,3 +150,22 @@ def test_hnsw_search_matches_exact_on_a_small_index_and_filters_access(small):
         if principal is PUBLIC:
             assert all(c.doc_id != "runbook.md" for c in a.items)
     assert approx.config["search"] == "hnsw"
+
+
+def test_bm25_finds_readable_items_below_many_unreadable_ones(tmp_path):
+    from ragdx.config import load_settings
+    from ragdx.store.sqlite import SQLiteStore
+    lines = []
+    for i in range(300):  # staff-only documents that match better than the public one
+        write(tmp_path / f"s{i}.md", f"override override override code {i}")
+        lines.append(f'{{"doc_id": "s{i}", "path": "s{i}.md", "acl": ["staff"]}}')
+    write(tmp_path / "p.md", "The override code is printed on the receipt, next to other long words.")
+    lines.append('{"doc_id": "p", "path": "p.md"}')
+    write(tmp_path / "m.jsonl", "\n".join(lines) + "\n")
+    settings = load_settings(overrides=["retrieval.dense.enabled=false"])
+    with SQLiteStore(tmp_path / "s.db") as store:
+        build_ingestor(store, settings).run(tmp_path / "m.jsonl")
+        found = BM25Retriever(store, top_k=3).run(ask("override code"))
+        assert [c.doc_id for c in found.items] == ["p"]
+        staff = BM25Retriever(store, top_k=3).run(ask("override code", STAFF))
+        assert len(staff.items) == 3 and all(c.doc_id.startswith("s") for c in staff.items)

@@ -21,10 +21,11 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Protocol
 
 from ragdx.errors import ConfigError
+from ragdx.text import sentence_spans
 from ragdx.types import Block, BlockKind, Chunk, ChunkKind, Document, ParsedDocument, Section
 
 __all__ = ["TokenCounter", "RegexTokenCounter", "ChunkerConfig", "ChunkedDocument",
-           "StructureChunker", "sentence_spans"]
+           "StructureChunker"]
 
 
 class TokenCounter(Protocol):
@@ -90,33 +91,7 @@ class ChunkedDocument:
     dropped: tuple[tuple[int, int, str], ...] = field(default=())  # (start, end, reason)
 
 
-# Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
-_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
-_ABBREVIATIONS = {"e.g.", "i.e.", "etc.", "vs.", "mr.", "mrs.", "ms.", "dr.", "no.", "fig.", "approx.",
-                  "cf.", "st.", "inc.", "ltd.", "jr.", "sr."}
 _WORD = re.compile(r"\S+")
-
-
-def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
-    """Split ``text[start:end]`` into sentence ranges (absolute offsets, whitespace trimmed)."""
-    end = len(text) if end is None else end
-    spans, pos = [], start
-    for match in _SENTENCE_END.finditer(text, start, end):
-        last_word = text[max(start, text.rfind(" ", start, match.start()) + 1):match.start()].lower()
-        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last_word):
-            continue
-        spans.append((pos, match.start()))
-        pos = match.end()
-    spans.append((pos, end))
-    return [(s, e) for s, e in (_trim(text, s, e) for s, e in spans) if e > s]
-
-
-def _trim(text: str, start: int, end: int) -> tuple[int, int]:
-    while start < end and text[start].isspace():
-        start += 1
-    while end > start and text[end - 1].isspace():
-        end -= 1
-    return start, end
 
 
 @dataclass(slots=True)

@@ -21,24 +21,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.text import content_terms
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
-
-_WORD = re.compile(r"[^\W_]+")
-_EXACT = re.compile(r"\b[\w.-]*\d[\w.-]*\b")  # tokens with a digit: codes, versions, amounts
-STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
-i if in into is it its me my of on or our so than that the their them then there these they this
-to up was we were what when where which who why will with would you your after before about""".split())
-
-
-def content_terms(text: str) -> list[str]:
-    """Lower-cased words of a text, stopwords removed, in order, each once."""
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        if word not in STOPWORDS:
-            seen.setdefault(word, None)
-    return list(seen)
-
 
 def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, config: dict,
             started: float) -> Ranked:
@@ -62,6 +47,9 @@ FEATURES = ("fused_rank", "term_coverage", "heading_coverage", "exact_tokens")
 #: An unfitted prior: every feature counts once. Fit real weights on a validation set.
 PRIOR_WEIGHTS = {"fused_rank": 1.0, "term_coverage": 1.0, "heading_coverage": 1.0, "exact_tokens": 1.0,
                  "bias": 0.0}
+
+
+_EXACT = re.compile(r"\b[\w.-]*\d[\w.-]*\b")  # tokens with a digit: codes, versions, amounts
 
 
 def features(question: str, chunk: Chunk, fused_rank: int) -> dict[str, float]:

@@ -192,6 +192,7 @@ class SQLiteStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._lock = threading.RLock()
         self._in_tx = False
+        self._readable: dict[tuple[str, ...], tuple[int, frozenset[int]]] = {}
         self._init_schema()
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -510,26 +511,55 @@ class SQLiteStore:
             (doc_id, version, *groups)).fetchone() is not None
 
     # -- lexical search ---------------------------------------------------------------------
+    def readable_rowids(self, groups: tuple[str, ...]) -> frozenset[int]:
+        """Row ids of the searchable chunks (not duplicates) that these groups may read; cached
+        until the store changes (bound to ``index_version``)."""
+        key = (tuple(sorted(set(groups))), self.index_version)
+        cached = self._readable.get(key[0])
+        if cached is not None and cached[0] == key[1]:
+            return cached[1]
+        marks = ",".join("?" * len(key[0]))
+        rows = frozenset(r[0] for r in self._db.execute(
+            "SELECT c.rowid FROM chunks c WHERE c.duplicate_of IS NULL AND EXISTS (SELECT 1 FROM acl a "
+            f"WHERE a.doc_id = c.doc_id AND a.version = c.version AND a.grp IN ({marks}))", key[0]))
+        self._readable[key[0]] = (key[1], rows)
+        return rows
+
     def bm25(self, match: str, groups: tuple[str, ...], limit: int,
              weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
-        """FTS5 BM25 search among the chunks the groups may read (filtered inside the query, so
-        the top ``limit`` are the best readable ones). Scores are ``-bm25()``: higher is better.
+        """FTS5 BM25 search among the chunks the groups may read: the best ``limit`` readable
+        chunks, exactly as if the access filter ran inside the query. Scores are ``-bm25()``:
+        higher is better; ties go to the older row.
+
+        FTS5 ranks its matches; unreadable ones are skipped, fetching four times deeper until
+        ``limit`` readable ones are found or the matches run out (a join inside the query costs
+        about as much as the ranking itself).
 
         Args:
             match: an FTS5 MATCH expression (see :func:`ragdx.stages.bm25.match_expression`).
             groups: the principal's access groups.
             limit: how many to return.
-            weights: bm25() column weights for the prefix and the text.
+            weights: bm25() column weights for the prefix and the text (a weight scales term
+                frequency; lengths and document frequencies count every column).
         """
-        marks = ",".join("?" * len(groups))
+        allowed = self.readable_rowids(groups)
+        fetch = max(limit * 4, 64)
+        while True:
+            rows = self._db.execute(
+                "SELECT rowid, -bm25(chunks_fts, ?, ?) AS score FROM chunks_fts WHERE chunks_fts "
+                "MATCH ? ORDER BY score DESC, rowid LIMIT ?", (*weights, match, fetch)).fetchall()
+            hits = [(rowid, score) for rowid, score in rows if rowid in allowed][:limit]
+            if len(hits) == limit or len(rows) < fetch:
+                break
+            fetch *= 4
         columns = ", ".join("c." + c.strip() for c in self._CHUNK_COLUMNS.split(","))
-        rows = self._db.execute(
-            f"SELECT {columns}, -bm25(chunks_fts, ?, ?) AS score FROM chunks_fts "
-            "JOIN chunks c ON c.rowid = chunks_fts.rowid "
-            "WHERE chunks_fts MATCH ? AND c.duplicate_of IS NULL AND EXISTS ("
-            f"SELECT 1 FROM acl a WHERE a.doc_id = c.doc_id AND a.version = c.version AND a.grp IN ({marks})) "
-            "ORDER BY score DESC, c.rowid LIMIT ?", (*weights, match, *groups, limit)).fetchall()
-        return [(self._chunk_row(r[:-1]), r[-1]) for r in rows]
+        by_rowid = {}
+        for i in range(0, len(hits), 500):
+            batch = [rowid for rowid, _ in hits[i:i + 500]]
+            for row in self._db.execute(f"SELECT c.rowid, {columns} FROM chunks c WHERE c.rowid IN "
+                                        f"({','.join('?' * len(batch))})", batch):
+                by_rowid[row[0]] = self._chunk_row(row[1:])
+        return [(by_rowid[rowid], score) for rowid, score in hits]
 
     # -- vectors and embedding spaces ------------------------------------------------------
     def register_space(self, space: EmbeddingSpace, backend: str) -> None:

@@ -1,0 +1,97 @@
+"""Text helpers shared by every layer: sentences, content terms, a light stemmer, numbers.
+
+Imports nothing of ragdx.
+"""
+
+from __future__ import annotations
+
+import re
+
+__all__ = ["sentence_spans", "sentences", "content_terms", "stem", "STOPWORDS", "quantities"]
+
+# Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
+_SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
+_ABBREVIATIONS = {"e.g.", "i.e.", "etc.", "vs.", "mr.", "mrs.", "ms.", "dr.", "no.", "fig.", "approx.",
+                  "cf.", "st.", "inc.", "ltd.", "jr.", "sr."}
+
+
+def sentence_spans(text: str, start: int = 0, end: int | None = None) -> list[tuple[int, int]]:
+    """Split ``text[start:end]`` into sentence ranges (absolute offsets, whitespace trimmed)."""
+    end = len(text) if end is None else end
+    spans, pos = [], start
+    for match in _SENTENCE_END.finditer(text, start, end):
+        last_word = text[max(start, text.rfind(" ", start, match.start()) + 1):match.start()].lower()
+        if last_word in _ABBREVIATIONS or re.fullmatch(r"[a-z]\.", last_word):
+            continue
+        spans.append((pos, match.start()))
+        pos = match.end()
+    spans.append((pos, end))
+    return [(s, e) for s, e in (_trim(text, s, e) for s, e in spans) if e > s]
+
+
+def _trim(text: str, start: int, end: int) -> tuple[int, int]:
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end
+
+
+_WORD = re.compile(r"[^\W_]+")
+STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
+i if in into is it its me my of on or our so than that the their them then there these they this
+to up was we were what when where which who why will with would you your after before about""".split())
+
+
+def content_terms(text: str) -> list[str]:
+    """Lower-cased words of a text, stopwords removed, in order, each once."""
+    seen: dict[str, None] = {}
+    for word in _WORD.findall(text.lower()):
+        if word not in STOPWORDS:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a text."""
+    return [text[s:e] for s, e in sentence_spans(text)]
+
+
+_SUFFIXES = ("ational", "ization", "fulness", "iveness", "ements", "ments", "ement", "ment", "ings",
+             "ing", "edly", "ied", "ies", "ed", "es", "ly", "s")
+
+
+def stem(word: str) -> str:
+    """A light suffix-stripping stemmer (so ``refunds``, ``refunded`` and ``refund`` meet); it
+    keeps at least four letters and leaves digits alone."""
+    word = word.lower()
+    if any(ch.isdigit() for ch in word):
+        return word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 4:
+            word = word[: -len(suffix)]
+            break
+    if word.endswith("e") and len(word) > 4:
+        word = word[:-1]
+    return word
+
+
+_QUANTITY = re.compile(
+    r"(?<![\w.])(\d+(?:[.,]\d+)?)(?:\s*[-\u2013]\s*(\d+(?:[.,]\d+)?))?\s*[- ]?"
+    r"(%|percent|eur|euro|euros|usd|\$|days?|weeks?|months?|years?|hours?|minutes?|business days?|"
+    r"kg|g|km|cm|mm|m|gb|mb|tokens?|items?)?\b", re.IGNORECASE)
+
+
+def quantities(text: str) -> list[tuple[str, str]]:
+    """Numbers with their units, as ``(number, unit)``: ``"within 30 days"`` gives
+    ``[("30", "day")]``; a range ``"3-5 business days"`` gives ``("3-5", "business day")``.
+    Units are lower-cased and singular; a bare number has the unit ``""``."""
+    out = []
+    for match in _QUANTITY.finditer(text):
+        number = match.group(1) + (f"-{match.group(2)}" if match.group(2) else "")
+        unit = (match.group(3) or "").lower()
+        unit = {"euro": "eur", "euros": "eur", "percent": "%", "$": "usd"}.get(unit, unit)
+        if unit.endswith("s") and unit not in ("%",):
+            unit = unit[:-1]
+        out.append((number.replace(",", "."), unit))
+    return out
