@@ -62,7 +62,6 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 def cmd_ask(args: argparse.Namespace) -> int:
     from ragdx.pipeline import Pipeline
-    from ragdx.report.terminal import table
     from ragdx.types import Query
     settings = _settings(args)
     query = Query("ask", args.question, _principal(args))
@@ -72,20 +71,36 @@ def cmd_ask(args: argparse.Namespace) -> int:
             from ragdx.tracefile import trace_to_dict
             print(json.dumps(trace_to_dict(trace), indent=2))
             return 0
-        chunks = store.chunks_by_id([c.chunk_id for c in trace.final.items])
-        rows = []
-        for item in trace.final.items:
-            chunk = chunks[item.chunk_id]
-            where = " > ".join(chunk.heading_path) or "-"
-            ranks = ", ".join(f"{p.stage} {p.rank}" for p in item.history[:-1])
-            rows.append((item.rank, f"{item.doc_id}@{item.version}", where,
-                         f"[{item.start}:{item.end}]", f"{item.score:.4f}", ranks, chunk.text))
-        print(table(["#", "source", "section", "span", "score", "earlier ranks", "text"], rows,
-                    max_width=50))
+        print_answer(trace)
         for stage in trace.stages:
-            print(f"{stage.stage}: {len(stage.items)} kept, {len(stage.dropped)} dropped, "
-                  f"{stage.seconds * 1000:.1f} ms", file=sys.stderr)
+            kept = len(getattr(stage, "items", getattr(stage, "units", getattr(stage, "claims", ()))))
+            dropped = len(getattr(stage, "dropped", ()))
+            print(f"{stage.stage}: {kept} kept, {dropped} dropped, {stage.seconds * 1000:.1f} ms",
+                  file=sys.stderr)
     return 0
+
+
+def print_answer(trace) -> None:
+    """The answer, its numbered citations and where each points, and each claim's verdict."""
+    answer, context, verification = trace.answer, trace.context, trace.verification
+    print(answer.text)
+    if answer.abstained:
+        print(f"\nMissing: {', '.join(answer.missing)}")
+    cited = [context.unit(c) for c in answer.citations]
+    if cited:
+        print("\nCitations:")
+    for unit in cited:
+        if unit is None:
+            continue
+        where = " > ".join(unit.heading_path) or unit.title or "-"
+        cut = ", truncated" if unit.truncated else ""
+        print(f"  [{unit.id}] {unit.doc_id} @ {unit.version}, {where}, characters {unit.start}-{unit.end}{cut}")
+    for conflict in context.conflicts:
+        print(f"\nConflict: {conflict.describe()}")
+    if verification.checks:
+        print("\nClaims:")
+    for check in verification.checks:
+        print(f"  {check.verdict.value:<11} {check.claim.text[:90]} ({check.reason})")
 
 
 def cmd_index(args: argparse.Namespace) -> int:

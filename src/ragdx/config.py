@@ -83,14 +83,53 @@ class RerankSettings:
 
     method: str = _choice("features", "none", "features", "cross-encoder")
     model: str = ""
-    top_n: int = _at_least(10, 1)
+    top_n: int = _at_least(20, 1)
     batch_size: int = _at_least(32, 1)
     weights_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
+class GovernanceSettings:
+    """What may reach the context: superseded and expired versions are dropped unless allowed."""
+
+    allow_superseded: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ContextSettings:
+    """The context's token budget (counted in the encoder's tokenizer by default), small-to-big
+    expansion, and the smallest truncated unit worth keeping."""
+
     budget_tokens: int = _at_least(1200, 16)
+    expand: str = _choice("section", "section", "none")
+    min_tokens: int = _at_least(24, 1)
+    tokenizer: str = _choice("auto", "auto", "encoder", "regex")
+
+
+@dataclass(frozen=True, slots=True)
+class GenerationSettings:
+    """The generator: extractive (offline) or an OpenAI-compatible chat endpoint."""
+
+    method: str = _choice("extractive", "extractive", "chat")
+    min_coverage: float = _at_least(0.5, 0.0)
+    keep_ratio: float = _at_least(0.6, 0.0)
+    max_sentences: int = _at_least(3, 1)
+    base_url: str = ""
+    model: str = ""
+    api_key_env: str = "RAGDX_LLM_API_KEY"
+    timeout: float = _at_least(60.0, 0.001)
+    max_retries: int = _at_least(3, 0)
+    max_tokens: int = _at_least(512, 1)
+    price_prompt_per_1k: float = _at_least(0.0, 0.0)
+    price_completion_per_1k: float = _at_least(0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class VerifySettings:
+    """How claims are checked against their cited evidence."""
+
+    method: str = _choice("lexical", "lexical", "nli", "llm")
+    model: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +140,10 @@ class Settings:
     retrieval: RetrievalSettings = RetrievalSettings()
     fusion: FusionSettings = FusionSettings()
     rerank: RerankSettings = RerankSettings()
+    governance: GovernanceSettings = GovernanceSettings()
     context: ContextSettings = ContextSettings()
+    generation: GenerationSettings = GenerationSettings()
+    verify: VerifySettings = VerifySettings()
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,12 +16,18 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, TokenCounter
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.protocols import Encoder
+from ragdx.stages.assemble import ContextAssembler
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.fuse import RRF, WeightedFusion
+from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
+from ragdx.stages.govern import Governance
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
+from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 from ragdx.store.sqlite import SQLiteStore
-from ragdx.types import Query, Ranked
+from ragdx.types import Answer, Context, Query, Ranked, Verification
+
+StageOutput = Ranked | Context | Answer | Verification
 
 __all__ = ["Trace", "Pipeline", "build_encoder", "build_ingestor", "chunker_for"]
 
@@ -67,22 +73,40 @@ def build_ingestor(store: SQLiteStore, settings: Settings, encoder: Encoder | No
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """Every stage's artifact for one query, in pipeline order."""
+    """Every stage's artifact for one query, in pipeline order: the ranked lists of retrieval,
+    fusion, reranking and governance, then the context, the answer and its verification."""
 
     query: Query
-    stages: tuple[Ranked, ...]
+    stages: tuple[StageOutput, ...]
     seconds: float
     notes: tuple[str, ...] = field(default=())
 
-    def stage(self, name: str) -> Ranked:
-        for ranked in self.stages:
-            if ranked.stage == name:
-                return ranked
+    def stage(self, name: str) -> StageOutput:
+        for output in self.stages:
+            if output.stage == name:
+                return output
         raise KeyError(f"no stage {name!r} in this trace; stages: {[s.stage for s in self.stages]}")
 
     @property
+    def ranked(self) -> tuple[Ranked, ...]:
+        return tuple(s for s in self.stages if isinstance(s, Ranked))
+
+    @property
     def final(self) -> Ranked:
-        return self.stages[-1]
+        """The last ranked list (what reached assembly)."""
+        return self.ranked[-1]
+
+    @property
+    def context(self) -> Context | None:
+        return next((s for s in self.stages if isinstance(s, Context)), None)
+
+    @property
+    def answer(self) -> Answer | None:
+        return next((s for s in self.stages if isinstance(s, Answer)), None)
+
+    @property
+    def verification(self) -> Verification | None:
+        return next((s for s in self.stages if isinstance(s, Verification)), None)
 
 
 class Pipeline:
@@ -124,16 +148,55 @@ class Pipeline:
             self.reranker = CrossEncoderReranker(store, rr.model, top_n=rr.top_n,
                                                  batch_size=rr.batch_size)
 
+        self.governance = Governance(store, allow_superseded=settings.governance.allow_superseded)
+        c = settings.context
+        counter = self.encoder if self.encoder is not None and c.tokenizer in ("auto", "encoder") \
+            else RegexTokenCounter()
+        if c.tokenizer == "encoder" and self.encoder is None:
+            raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")
+        self.assembler = ContextAssembler(store, counter, budget_tokens=c.budget_tokens,  # type: ignore[arg-type]
+                                          expand=c.expand, min_tokens=c.min_tokens)
+        g = settings.generation
+        client = None
+        if g.method == "chat" or settings.verify.method == "llm":
+            client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
+                                max_retries=g.max_retries, max_tokens=g.max_tokens,
+                                price_prompt_per_1k=g.price_prompt_per_1k,
+                                price_completion_per_1k=g.price_completion_per_1k)
+        self.generator: Any = ChatGenerator(client) if g.method == "chat" and client else \
+            ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
+                                max_sentences=g.max_sentences)
+        v = settings.verify
+        checker: Any = LexicalChecker()
+        if v.method == "nli":
+            checker = NliChecker(v.model)
+        elif v.method == "llm" and client is not None:
+            checker = LlmJudge(client)
+        self.verifier = ClaimVerifier(store, checker)
+
     def retrieve(self, query: Query) -> list[Ranked]:
         """Each channel's ranked list."""
         return [channel.run(query) for channel in self.channels]
 
-    def run(self, query: Query) -> Trace:
-        """Run every stage for one query."""
-        started = time.perf_counter()
+    def rank(self, query: Query) -> list[Ranked]:
+        """Every ranked list: the channels, the fusion, the reranking, then governance."""
         stages = self.retrieve(query)
         fused = self.fusion.run(stages)
         stages.append(fused)
         if self.reranker is not None:
             stages.append(self.reranker.run(query, fused))
+        stages.append(self.governance.run(query, stages[-1]))
+        return stages
+
+    def answer(self, query: Query, ranked: Ranked) -> tuple[Context, Answer, Verification]:
+        """Assembly, generation and verification from a governed ranked list."""
+        context = self.assembler.run(query, ranked)
+        answer = self.generator.run(query, context)
+        return context, answer, self.verifier.run(query, context, answer)
+
+    def run(self, query: Query) -> Trace:
+        """Run every stage for one query."""
+        started = time.perf_counter()
+        stages: list[StageOutput] = list(self.rank(query))
+        stages += self.answer(query, stages[-1])  # type: ignore[arg-type]
         return Trace(query, tuple(stages), time.perf_counter() - started)

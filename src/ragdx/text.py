@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentence_spans", "sentences", "content_terms", "stem", "STOPWORDS", "quantities"]
+__all__ = ["sentence_spans", "sentences", "statements", "content_terms", "stem", "STOPWORDS",
+           "quantities"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -40,7 +41,8 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 _WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
 i if in into is it its me my of on or our so than that the their them then there these they this
-to up was we were what when where which who why will with would you your after before about""".split())
+to up was we were what when where which who why will with would you your after before about
+need needs been once still ago make much many long just also very own same other does did""".split())
 
 
 def content_terms(text: str) -> list[str]:
@@ -55,6 +57,35 @@ def content_terms(text: str) -> list[str]:
 def sentences(text: str) -> list[str]:
     """The sentences of a text."""
     return [text[s:e] for s, e in sentence_spans(text)]
+
+
+_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
+
+
+def statements(text: str, header: str = "") -> list[str]:
+    """What a parsed text states, one statement each: the sentences of its paragraphs, its list
+    items, and its table rows read with their header (``column: value; ...``; ``header`` is a
+    table header row kept apart from the text, if any). Headings (a short line without a final
+    stop) state nothing and are left out."""
+    out: list[str] = []
+    columns = [c.strip() for c in header.split(" | ")] if header else None
+    for paragraph in text.split("\n\n"):
+        lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
+        if not lines:
+            continue
+        if all(" | " in line for line in lines):  # a table, or rows of one
+            head = columns
+            if head is None or lines[0] == " | ".join(head):
+                head, lines = [c.strip() for c in lines[0].split(" | ")], lines[1:]
+            out += ["; ".join(f"{col}: {val.strip()}" for col, val in zip(head, row.split(" | ")))
+                    for row in lines]
+        elif all(_LIST_ITEM.match(line) for line in lines):
+            out += [_LIST_ITEM.sub("", line) for line in lines]
+        elif len(lines) == 1 and len(lines[0]) < 80 and not lines[0].endswith((".", "!", "?", ":")):
+            continue  # a heading
+        else:
+            out += sentences(" ".join(lines))
+    return [s for s in out if len(s) > 2]
 
 
 _SUFFIXES = ("ational", "ization", "fulness", "iveness", "ements", "ments", "ement", "ment", "ings",

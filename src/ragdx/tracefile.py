@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragdx.pipeline import Trace
-from ragdx.types import Candidate, Dropped, Ranked
+from ragdx.pipeline import StageOutput, Trace
+from ragdx.types import Answer, Candidate, Context, Dropped, Ranked, Verification
 
 TRACE_FORMAT = "ragdx.trace/1"
 
@@ -21,10 +21,33 @@ def _dropped(d: Dropped) -> dict[str, Any]:
             "rank": d.rank, "reason": d.reason}
 
 
-def stage_to_dict(stage: Ranked) -> dict[str, Any]:
-    return {"name": stage.stage, "kind": stage.kind.value, "seconds": stage.seconds,
-            "config": dict(stage.config), "items": [_item(c) for c in stage.items],
-            "dropped": [_dropped(d) for d in stage.dropped]}
+def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": stage.stage, "kind": stage.kind.value, "seconds": stage.seconds,
+                           "config": dict(stage.config)}
+    if isinstance(stage, Ranked):
+        out |= {"items": [_item(c) for c in stage.items], "dropped": [_dropped(d) for d in stage.dropped]}
+    elif isinstance(stage, Context):
+        out |= {"budget_tokens": stage.budget_tokens, "tokens": stage.tokens, "tokenizer": stage.tokenizer,
+                "items": [{"id": u.id, "doc": u.doc_id, "version": u.version, "start": u.start,
+                           "end": u.end, "rank": u.rank, "tokens": u.tokens, "truncated": u.truncated,
+                           "title": u.title, "section": list(u.heading_path), "chunks": list(u.chunk_ids),
+                           "header": list(u.header) if u.header else None, "flags": list(u.flags),
+                           "text": u.text} for u in stage.units],
+                "dropped": [_dropped(d) for d in stage.dropped],
+                "conflicts": [{"units": list(c.units), "statements": list(c.statements),
+                               "values": list(c.values)} for c in stage.conflicts]}
+    elif isinstance(stage, Answer):
+        out |= {"text": stage.text, "abstained": stage.abstained, "missing": list(stage.missing),
+                "model": stage.model, "citations": list(stage.citations),
+                "claims": [{"text": c.text, "citations": list(c.citations)} for c in stage.claims],
+                "usage": {"prompt_tokens": stage.usage.prompt_tokens,
+                          "completion_tokens": stage.usage.completion_tokens, "cost": stage.usage.cost,
+                          "attempts": stage.usage.attempts, "seconds": stage.usage.seconds}}
+    elif isinstance(stage, Verification):
+        out |= {"checker": stage.checker, "claims": [
+            {"text": c.claim.text, "citations": list(c.claim.citations), "verdict": c.verdict.value,
+             "reason": c.reason} for c in stage.checks]}
+    return out
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:

@@ -46,9 +46,11 @@ def test_restricted_chunk_never_reaches_a_public_principal(small):
     pipeline = Pipeline(store, settings, encoder=encoder)
     question = "What is the secret override code for refunds above 500 EUR approval?"
     public = pipeline.run(ask(question, PUBLIC))
-    for stage in public.stages:
+    for stage in public.ranked:
         seen = [i.doc_id for i in stage.items] + [d.doc_id for d in stage.dropped]
         assert "runbook.md" not in seen, stage.stage
+    assert all(u.doc_id != "runbook.md" for u in public.context.units)
+    assert "OVERRIDE-77" not in public.answer.text
     staff = pipeline.run(ask(question, STAFF))
     assert staff.stage("bm25").items[0].doc_id == "runbook.md"
     assert staff.stage("dense").items[0].doc_id == "runbook.md"
@@ -115,7 +117,7 @@ def test_edit_and_delete_are_visible_to_the_next_query(small, tmp_path):
     # delete: gone from both channels at once
     delete_documents(store, ["shipping.md"])
     gone = pipeline.run(ask("parcels drone delivered shipping"))
-    for stage in gone.stages:
+    for stage in gone.ranked:
         assert all(i.doc_id != "shipping.md" for i in stage.items), stage.stage
 
 

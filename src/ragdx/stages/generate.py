@@ -1,0 +1,229 @@
+"""Generators: from a context to an answer whose every claim cites the units it rests on.
+
+- :class:`ExtractiveGenerator` (the default): offline and deterministic. It answers with the
+  context's own sentences that best cover the question's content words, each cited, and
+  abstains, naming what is missing, when no sentence covers enough of the question. Sentences
+  that read like instructions to the system are never used.
+- :class:`ChatGenerator`: any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's
+  server, Ollama, a hosted API), with timeouts, retries with exponential backoff, and token and
+  cost accounting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from ragdx.errors import ConfigError, RagdxError
+from ragdx.stages.assemble import INSTRUCTION_LIKE, render_prompt
+from ragdx.text import content_terms, sentences, statements, stem
+from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage
+
+_CITATION = re.compile(r"\[(S\d+)\]")
+_ABSTAIN = re.compile(r"\b(cannot|can't|can not|unable to) (answer|tell|say)|\bdo(es)? not (contain|say|cover|"
+                      r"mention)|\bnot enough information\b|\bno information\b|\binsufficient\b",
+                      re.IGNORECASE)
+
+
+def question_weights(question: str) -> dict[str, float]:
+    """Stemmed content terms of a question with their weight: 2 for terms with a digit (codes,
+    amounts), 1 for the rest."""
+    return {stem(t): 2.0 if any(ch.isdigit() for ch in t) else 1.0 for t in content_terms(question)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    unit: ContextUnit
+    text: str
+    covered: frozenset[str]
+    score: float
+    density: float  # covered question terms per word: among equal scores, the more focused
+
+
+class ExtractiveGenerator:
+    """Answers with the context's best sentences, cited; abstains when they cover too little.
+
+    A sentence's score is the weighted share of the question's content terms it contains
+    (:func:`question_weights`). The best sentence must reach ``min_coverage``; further sentences
+    (from other units first) are taken while they score at least ``keep_ratio`` of the best, up
+    to ``max_sentences``; equal scores go to the denser sentence (more question terms per word). A table row is read with its header (``column: value``). When the
+    context flags a conflict, both conflicting statements are given and the answer says the
+    sources disagree.
+
+    Args:
+        min_coverage: the least weighted share of the question the best sentence must cover.
+        keep_ratio: further sentences must score at least this share of the best one.
+        max_sentences: the most sentences in an answer.
+    """
+
+    kind = StageKind.GENERATION
+
+    def __init__(self, *, min_coverage: float = 0.5, keep_ratio: float = 0.6, max_sentences: int = 3,
+                 name: str = "extractive") -> None:
+        self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
+        self.name = name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"method": "extractive", "min_coverage": self.min_coverage,
+                "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences}
+
+    def _candidates(self, question: str, context: Context) -> list[_Candidate]:
+        weights = question_weights(question)
+        total = sum(weights.values()) or 1.0
+        found = []
+        for unit in context.units:
+            for text in statements(unit.text, unit.header_text):
+                if INSTRUCTION_LIKE.search(text) or text.endswith("?"):
+                    continue  # a document's instructions have no authority; a question is no answer
+                terms = {stem(t) for t in content_terms(text)}
+                covered = frozenset(t for t in weights if t in terms)
+                score = sum(weights[t] for t in covered) / total
+                if score > 0:
+                    density = len(covered) / max(1, len(text.split()))
+                    found.append(_Candidate(unit, text, covered, score, density))
+        return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def run(self, query: Query, context: Context) -> Answer:
+        started = time.perf_counter()
+        weights = question_weights(query.question)
+        found = self._candidates(query.question, context)
+        if not found or found[0].score < self.min_coverage:
+            best = found[0].covered if found else frozenset()
+            missing = tuple(t for t in content_terms(query.question)
+                            if stem(t) in weights and stem(t) not in best)
+            why = ("no source the asker may read was found" if not context.units else
+                   "the sources found do not cover: " + ", ".join(missing))
+            return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True,
+                          missing or ("any source on the question",), self.name, Usage(),
+                          self.config, time.perf_counter() - started)
+        chosen = [found[0]]
+        units_used = {found[0].unit.id}
+        for cand in sorted(found[1:], key=lambda c: (c.unit.id in units_used, -c.score, -c.density,
+                                                     c.unit.rank)):
+            if len(chosen) >= self.max_sentences:
+                break
+            if cand.score >= self.keep_ratio * found[0].score and cand.text not in {c.text for c in chosen}:
+                chosen.append(cand)
+                units_used.add(cand.unit.id)
+        claims = [Claim(c.text, (c.unit.id,)) for c in chosen]
+        prefix = ""
+        for conflict in context.conflicts:
+            if conflict.units[0] in units_used or conflict.units[1] in units_used:
+                for unit_id, statement in zip(conflict.units, conflict.statements):
+                    if all(c.text != statement for c in claims):
+                        claims.append(Claim(statement, (unit_id,)))
+                prefix = "The sources disagree. "
+        text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
+        return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
+                      time.perf_counter() - started)
+
+
+class ChatError(RagdxError):
+    """The chat endpoint failed after every retry."""
+
+
+class ChatClient:
+    """A minimal OpenAI-compatible chat-completions client (standard library only).
+
+    Args:
+        base_url: the API's base, e.g. ``http://localhost:8000/v1``.
+        model: the model name the endpoint expects.
+        api_key: the bearer token; default the environment variable ``api_key_env``.
+        api_key_env: where to read the key from when ``api_key`` is not given.
+        timeout: seconds per request.
+        max_retries: retries after the first attempt, on timeouts, 429 and 5xx.
+        backoff: the first retry's delay in seconds, doubled each retry (a ``Retry-After`` header
+            is honoured when larger).
+        price_prompt_per_1k, price_completion_per_1k: prices per thousand tokens, for the cost.
+    """
+
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None,
+                 api_key_env: str = "RAGDX_LLM_API_KEY", timeout: float = 60.0, max_retries: int = 3,
+                 backoff: float = 0.5, price_prompt_per_1k: float = 0.0,
+                 price_completion_per_1k: float = 0.0, max_tokens: int = 512) -> None:
+        if not base_url or not model:
+            raise ConfigError("generation.base_url and generation.model must be set for the chat generator")
+        self.base_url, self.model = base_url.rstrip("/"), model
+        self.api_key = api_key if api_key is not None else os.environ.get(api_key_env, "")
+        self.timeout, self.max_retries, self.backoff = timeout, max_retries, backoff
+        self.prices = (price_prompt_per_1k, price_completion_per_1k)
+        self.max_tokens = max_tokens
+
+    def complete(self, messages: list[dict[str, str]]) -> tuple[str, Usage]:
+        """Send one chat request; returns the reply's text and its usage.
+
+        Raises:
+            ChatError: after the last retry, naming every attempt's failure.
+        """
+        body = json.dumps({"model": self.model, "messages": messages, "temperature": 0,
+                           "max_tokens": self.max_tokens}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        failures: list[str] = []
+        started = time.perf_counter()
+        for attempt in range(self.max_retries + 1):
+            delay = self.backoff * (2 ** attempt)
+            request = urllib.request.Request(f"{self.base_url}/chat/completions", body, headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                    data = json.loads(response.read().decode("utf-8"))
+                text = data["choices"][0]["message"]["content"] or ""
+                usage = data.get("usage") or {}
+                prompt, completion = int(usage.get("prompt_tokens", 0)), int(usage.get("completion_tokens", 0))
+                cost = prompt / 1000 * self.prices[0] + completion / 1000 * self.prices[1]
+                return text, Usage(prompt, completion, cost, attempt + 1, time.perf_counter() - started)
+            except urllib.error.HTTPError as exc:
+                failures.append(f"attempt {attempt + 1}: HTTP {exc.code}")
+                if exc.code != 429 and exc.code < 500:
+                    break  # a client error will not go away by retrying
+                retry_after = exc.headers.get("Retry-After") if exc.headers else None
+                if retry_after and retry_after.replace(".", "", 1).isdigit():
+                    delay = max(delay, float(retry_after))
+            except (urllib.error.URLError, socket.timeout, TimeoutError) as exc:
+                reason = getattr(exc, "reason", exc)
+                failures.append(f"attempt {attempt + 1}: {'timeout' if 'timed out' in str(reason) else reason}")
+            except (ValueError, KeyError, IndexError, TypeError) as exc:
+                failures.append(f"attempt {attempt + 1}: malformed response ({exc})")
+            if attempt < self.max_retries:
+                time.sleep(delay)
+        raise ChatError(f"chat completions at {self.base_url} failed: {'; '.join(failures)}")
+
+
+class ChatGenerator:
+    """Answers through a chat model, from a prompt that quotes the context as data.
+
+    Args:
+        client: the chat client.
+    """
+
+    kind = StageKind.GENERATION
+
+    def __init__(self, client: ChatClient, name: str = "chat") -> None:
+        self.client, self.name = client, name
+
+    def run(self, query: Query, context: Context) -> Answer:
+        started = time.perf_counter()
+        config = {"method": "chat", "base_url": self.client.base_url, "model": self.client.model,
+                  "timeout": self.client.timeout, "max_retries": self.client.max_retries}
+        if not context.units:
+            return Answer(self.name, "I cannot answer this from the sources: no source the asker may "
+                          "read was found.", (), True, ("any source on the question",),
+                          self.client.model, Usage(), config, time.perf_counter() - started)
+        system, user = render_prompt(query, context)
+        text, usage = self.client.complete([{"role": "system", "content": system},
+                                            {"role": "user", "content": user}])
+        claims = tuple(Claim(_CITATION.sub("", s).strip(), tuple(dict.fromkeys(_CITATION.findall(s))))
+                       for s in sentences(text) if _CITATION.sub("", s).strip())
+        abstained = not text.strip() or bool(_ABSTAIN.search(text)) and not any(c.citations for c in claims)
+        missing = tuple(s for s in sentences(text) if _ABSTAIN.search(s)) if abstained else ()
+        return Answer(self.name, text, () if abstained else claims, abstained, missing, self.client.model,
+                      usage, config, time.perf_counter() - started)

@@ -1,0 +1,226 @@
+"""Claim verification: does each claim's cited evidence exist, may it be used, and does it say so?
+
+:class:`ClaimVerifier` checks, per claim: that it cites something; that every citation names a
+unit of the context; that the cited versions are current and readable by the asker (checked
+against the store again); then asks a :class:`SupportChecker` whether the cited text supports the
+claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words.
+
+Checkers:
+
+- :class:`LexicalChecker` (default; offline, deterministic): numbers with their units must match,
+  a negation may not flip, the claim may not drop or widen a qualifier of the evidence ("in the
+  test environment" -> "in production"), and the claim's content words must be in the evidence.
+- :class:`NliChecker`: an NLI cross-encoder from a local folder (extra ``dense``).
+- :class:`LlmJudge`: a chat model asked for a verdict; calls are cached and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from typing import Any, Protocol
+
+from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.stages.generate import ChatClient
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.text import content_terms, quantities, statements, stem
+from ragdx.types import (
+    Answer, Claim, ClaimCheck, Context, DocStatus, Query, StageKind, Verdict, Verification,
+)
+
+_NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|"
+                       r"didn't|without|non-?\w+)\b", re.IGNORECASE)
+# phrases that restrict a statement's scope; dropping or swapping one overreaches
+_QUALIFIER = re.compile(
+    r"\bin (?:the )?(test|testing|staging|sandbox|beta|preview|development|dev|trial|pilot)"
+    r"(?: environment| stage| version| programme| program)?\b"
+    r"|\bonly (?:in|for|on|if|when) [\w-]+(?: [\w-]+)?|\bup to [\w.]+|\bat most [\w.]+|\bexcept [\w-]+",
+    re.IGNORECASE)
+_BROAD = {"production", "all", "always", "every", "everywhere", "any", "guaranteed", "unlimited",
+          "never", "everyone", "anywhere"}
+
+
+class SupportChecker(Protocol):
+    """Judges whether an evidence text supports a claim."""
+
+    name: str
+
+    def judge(self, claim: str, evidence: str) -> tuple[Verdict, str]: ...
+
+
+def _terms(text: str) -> set[str]:
+    return {stem(t) for t in content_terms(text)}
+
+
+class LexicalChecker:
+    """Offline support check by numbers, negation, qualifiers and content-word coverage.
+
+    Args:
+        supported: the least share of the claim's content words found in the evidence for
+            ``supported``.
+        uncertain: the least share for ``uncertain`` (below it: ``unsupported``).
+    """
+
+    name = "lexical"
+
+    def __init__(self, supported: float = 0.8, uncertain: float = 0.5) -> None:
+        self.supported, self.uncertain = supported, uncertain
+
+    def judge(self, claim: str, evidence: str) -> tuple[Verdict, str]:
+        claim_terms = _terms(claim)
+        if not claim_terms:
+            return Verdict.UNCERTAIN, "the claim has no content words to check"
+        # the evidence sentence closest to the claim decides negation and qualifiers
+        best = max(statements(evidence) or [evidence], key=lambda s: len(_terms(s) & claim_terms))
+        evidence_quantities = set(quantities(evidence))
+        for number, unit in quantities(claim):
+            if (number, unit) in evidence_quantities or (
+                    unit == "" and any(n == number for n, _ in evidence_quantities)):
+                continue
+            said = ([f"{n} {u}".strip() for n, u in quantities(best) if u == unit]
+                    or [f"{n} {u}".strip() for n, u in quantities(best)])
+            tail = f", the evidence says {', '.join(map(repr, said))}" if said else \
+                ", the evidence has no such number"
+            return Verdict.UNSUPPORTED, f"number mismatch: the claim says {f'{number} {unit}'.strip()!r}{tail}"
+        claim_negated, evidence_negated = bool(_NEGATION.search(claim)), bool(_NEGATION.search(best))
+        if claim_negated != evidence_negated:
+            return Verdict.UNSUPPORTED, (f"negation flip: the claim {'negates' if claim_negated else 'affirms'} "
+                                         f"what the evidence {'negates' if evidence_negated else 'affirms'} "
+                                         f"({best!r})")
+        evidence_qualifiers = {m.group(0).lower() for m in _QUALIFIER.finditer(best)}
+        claim_qualifiers = {m.group(0).lower() for m in _QUALIFIER.finditer(claim)}
+        dropped = evidence_qualifiers - claim_qualifiers
+        widened = {w for w in content_terms(claim) if w in _BROAD} - set(content_terms(evidence))
+        if dropped or widened or claim_qualifiers - evidence_qualifiers:
+            said = ", ".join(sorted(dropped)) or "no such limit"
+            claimed = ", ".join(sorted(widened | (claim_qualifiers - evidence_qualifiers))) or "no limit"
+            return Verdict.UNSUPPORTED, (f"qualifier overreach: the evidence says '{said}', the claim "
+                                         f"says '{claimed}'")
+        missing = sorted(claim_terms - _terms(evidence))
+        share = 1 - len(missing) / len(claim_terms)
+        if share >= self.supported:
+            return Verdict.SUPPORTED, f"{share:.0%} of the claim's content words are in the evidence"
+        verdict = Verdict.UNCERTAIN if share >= self.uncertain else Verdict.UNSUPPORTED
+        return verdict, f"not in the cited evidence: {', '.join(missing)} ({share:.0%} covered)"
+
+
+class NliChecker:
+    """An NLI sequence classifier (premise = evidence, hypothesis = claim) from a local folder:
+    entailment -> supported, contradiction -> unsupported, neutral -> uncertain. Labels are read
+    from the model's ``id2label``.
+
+    Args:
+        model: a local folder with a transformers sequence-classification model.
+    """
+
+    name = "nli"
+
+    def __init__(self, model: str) -> None:
+        if not model:
+            raise ConfigError("verify.model must name an NLI model folder when verify.method is 'nli'")
+        self.model_path, self._model, self._tokenizer = model, None, None
+
+    def _load(self) -> tuple[Any, Any]:
+        if self._model is None:
+            try:
+                from transformers import AutoModelForSequenceClassification, AutoTokenizer
+            except ImportError:
+                raise MissingExtraError("dense", "the NLI claim checker") from None
+            try:
+                self._tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+                self._model = AutoModelForSequenceClassification.from_pretrained(self.model_path).eval()
+            except (OSError, ValueError) as exc:
+                raise ConfigError(f"verify.model: cannot load NLI model {self.model_path!r}: {exc}") from None
+            labels = {v.lower() for v in self._model.config.id2label.values()}
+            if not {"entailment", "contradiction"} <= labels:
+                raise ConfigError(f"verify.model {self.model_path!r} has labels {sorted(labels)}; an NLI "
+                                  "model needs 'entailment' and 'contradiction'")
+        return self._model, self._tokenizer
+
+    def judge(self, claim: str, evidence: str) -> tuple[Verdict, str]:
+        import torch
+        model, tokenizer = self._load()
+        inputs = tokenizer(evidence, claim, truncation=True, return_tensors="pt")
+        with torch.no_grad():
+            probs = model(**inputs).logits.softmax(-1)[0].tolist()
+        labels = {model.config.id2label[i].lower(): p for i, p in enumerate(probs)}
+        top = max(labels, key=labels.get)
+        verdict = {"entailment": Verdict.SUPPORTED, "contradiction": Verdict.UNSUPPORTED}.get(top, Verdict.UNCERTAIN)
+        return verdict, f"NLI: {top} ({labels[top]:.2f})"
+
+
+class LlmJudge:
+    """A chat model judges support; identical questions are answered from a cache.
+
+    Args:
+        client: the chat client.
+    """
+
+    name = "llm"
+    _PROMPT = ("Evidence:\n{evidence}\n\nClaim: {claim}\n\nDoes the evidence support the claim? Reply with "
+               "one word, SUPPORTED, UNSUPPORTED or UNCERTAIN, then a colon and a short reason.")
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+        self.cache: dict[str, tuple[Verdict, str]] = {}
+        self.calls = 0
+        self.hits = 0
+
+    def judge(self, claim: str, evidence: str) -> tuple[Verdict, str]:
+        key = hashlib.sha256(f"{self.client.model}\0{claim}\0{evidence}".encode()).hexdigest()
+        if key in self.cache:
+            self.hits += 1
+            return self.cache[key]
+        self.calls += 1
+        text, _ = self.client.complete([{"role": "user", "content": self._PROMPT.format(
+            evidence=evidence, claim=claim)}])
+        word = text.strip().split(":", 1)[0].strip().upper()
+        verdict = {"SUPPORTED": Verdict.SUPPORTED, "UNSUPPORTED": Verdict.UNSUPPORTED}.get(word, Verdict.UNCERTAIN)
+        reason = f"LLM judge: {text.strip()[:200]}"
+        self.cache[key] = (verdict, reason)
+        return verdict, reason
+
+
+class ClaimVerifier:
+    """Checks every claim of an answer against the context and the store.
+
+    Args:
+        store: the store (current versions and access, checked again).
+        checker: the support checker (default :class:`LexicalChecker`).
+    """
+
+    kind = StageKind.CITATION
+
+    def __init__(self, store: SQLiteStore, checker: SupportChecker | None = None, name: str = "verify") -> None:
+        self.store, self.checker, self.name = store, checker or LexicalChecker(), name
+
+    def check(self, query: Query, context: Context, claim: Claim) -> ClaimCheck:
+        if not claim.citations:
+            return ClaimCheck(claim, Verdict.UNSUPPORTED, "the claim cites nothing")
+        units = []
+        for cid in claim.citations:
+            unit = context.unit(cid)
+            if unit is None:
+                return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which is not in the context")
+            stored = self.store.version(unit.doc_id, unit.version)
+            if stored is None:
+                return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: {unit.doc_id}@{unit.version} "
+                                  "is no longer stored")
+            if not query.principal.may_read(stored.document.acl):
+                return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
+            if stored.document.status is not DocStatus.CURRENT:
+                return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
+                                  f"{unit.doc_id} is {stored.document.status.value}")
+            units.append(unit)
+        evidence = "\n\n".join(f"{u.header_text}\n{u.text}" if u.header_text else u.text for u in units)
+        verdict, reason = self.checker.judge(claim.text, evidence)
+        return ClaimCheck(claim, verdict, reason, evidence)
+
+    def run(self, query: Query, context: Context, answer: Answer) -> Verification:
+        started = time.perf_counter()
+        checks = tuple(self.check(query, context, claim) for claim in answer.claims)
+        config: dict[str, Any] = {"checker": self.checker.name}
+        if isinstance(self.checker, LlmJudge):
+            config |= {"judge_calls": self.checker.calls, "judge_cache_hits": self.checker.hits}
+        return Verification(self.name, checks, self.checker.name, config, time.perf_counter() - started)
