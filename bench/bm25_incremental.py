@@ -47,13 +47,14 @@ from ragdx.ingest.manifest import load_source
 from ragdx.pipeline import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import SQLiteStore
+from ragdx.testing.fts5 import fts5_porter, fts5_tokens, reference_bm25
 from ragdx.types import Principal, Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bm25_vs_bm25s import Stopwatch, bm25s_like_fts5, fts5_porter, fts5_tokens  # noqa: E402
-from ingest_throughput import DEFAULT_HTML, code_version, html_pages, machine  # noqa: E402
+from _common import (  # noqa: E402
+    Stopwatch, missing_modules, DEFAULT_HTML, REPO, code_version, html_pages, machine, missing_pages, write_result,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results" / "bm25_incremental.json"
 EVERYONE = Principal("bench", ("public",))
 SETTINGS = ["retrieval.dense.enabled=false"]
@@ -156,7 +157,7 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
             with Stopwatch() as tokenizing:
                 tokens = [fts5_tokens(t) for t in texts]
             with Stopwatch() as indexing:
-                bm25s_like_fts5().index(tokens, show_progress=False)
+                reference_bm25("float32", backend="numpy").index(tokens, show_progress=False)
             tokenize_s.append(tokenizing.wall)
             index_s.append(indexing.wall)
             rebuild_cpu.append(tokenizing.cpu + indexing.cpu)
@@ -252,21 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.chunks < 1 or args.edits < 1 or args.repeat < 1:
         ap.error("--chunks, --edits and --repeat must be at least 1")
-    try:
-        import bm25s  # noqa: F401
-        import Stemmer  # noqa: F401
-    except ImportError as exc:
-        print(f"error: {exc.name} is missing: .venv/bin/pip install bm25s PyStemmer", file=sys.stderr)
-        return 2
-    if not args.html_dir.is_dir() or not html_pages(args.html_dir):
-        print(f"error: no HTML pages under {args.html_dir}; apt-get install python3-doc "
-              "(or pass --html-dir)", file=sys.stderr)
+    problem = missing_modules("bm25s", "Stemmer") or missing_pages(args.html_dir)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     result = run(args.html_dir, args.chunks, args.edits, args.repeat)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(table(result))
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result, table(result))
     return 0
 
 

@@ -64,9 +64,10 @@ from ragdx.testing.fts5 import fts5_porter, fts5_query_tokens, fts5_tokens, refe
 from ragdx.types import Principal, Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ingest_throughput import DEFAULT_HTML, code_version, html_pages, machine, write_manifest  # noqa: E402
+from _common import (  # noqa: E402
+    Stopwatch, missing_modules, DEFAULT_HTML, REPO, code_version, html_pages, machine, missing_pages, write_manifest, write_result,
+)
 
-REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO / "bench" / "results" / "bm25_vs_bm25s.json"
 EVERYONE = Principal("bench", ("public",))  # the default acl of a manifest entry without one
 KNOWN_ITEM_WORDS = 12
@@ -160,17 +161,6 @@ def known_item_queries(rows: Rows, n: int, rng: random.Random) -> list[dict]:
 
 # -- measuring -------------------------------------------------------------------------------
 
-class Stopwatch:
-    """Wall-clock and CPU seconds of a block. CPU is this process's (SQLite and numpy run in it),
-    which other jobs on a shared machine do not inflate the way they inflate wall time."""
-
-    def __enter__(self) -> "Stopwatch":
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self._wall
-        self.cpu = time.process_time() - self._cpu
 
 
 def ms_summary(seconds: list[float]) -> dict[str, float]:
@@ -448,21 +438,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.queries < 2 or args.repeat < 1:
         ap.error("--queries must be at least 2 and --repeat at least 1")
-    try:
-        import bm25s  # noqa: F401
-        import Stemmer  # noqa: F401
-    except ImportError as exc:
-        print(f"error: {exc.name} is missing: .venv/bin/pip install bm25s PyStemmer", file=sys.stderr)
-        return 2
-    if not args.html_dir.is_dir() or not html_pages(args.html_dir):
-        print(f"error: no HTML pages under {args.html_dir}; apt-get install python3-doc "
-              "(or pass --html-dir)", file=sys.stderr)
+    problem = missing_modules("bm25s", "Stemmer") or missing_pages(args.html_dir)
+    if problem:
+        print(problem, file=sys.stderr)
         return 2
     result = run(args.html_dir, args.queries, args.repeat, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(table(result))
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result, table(result))
     return 0
 
 

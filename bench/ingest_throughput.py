@@ -33,13 +33,9 @@ import argparse
 import hashlib
 import json
 import os
-import platform
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -50,76 +46,21 @@ from ragdx.ingest.parsers import parse
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Document
 
-REPO = Path(__file__).resolve().parent.parent
-DEFAULT_HTML = Path("/usr/share/doc/python3-doc/html")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    DEFAULT_HTML, MB, REPO, Stopwatch, code_version, html_pages, machine, peak_rss_mb, store_bytes,
+    write_manifest,
+)
+
 DEFAULT_OUT = REPO / "bench" / "results" / "ingest_throughput.json"
-MB = 1_000_000  # decimal megabytes, as throughput is usually quoted
 
 
-def html_pages(html_dir: Path) -> list[Path]:
-    """The HTML pages below ``html_dir``, skipping Sphinx's ``_sources``/``_static`` folders."""
-    return sorted(p for p in html_dir.rglob("*.html")
-                  if p.is_file() and not any(part.startswith(("_", "."))
-                                             for part in p.relative_to(html_dir).parts[:-1]))
 
 
-def write_manifest(pages: list[Path], html_dir: Path, path: Path) -> None:
-    with path.open("w", encoding="utf-8") as f:
-        for page in pages:
-            f.write(json.dumps({"doc_id": page.relative_to(html_dir).as_posix(),
-                                "path": str(page)}) + "\n")
 
 
-def peak_rss_mb() -> float:
-    # ru_maxrss counts bytes on macOS, KiB on Linux
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss * (1 if sys.platform == "darwin" else 1024) / MB
 
 
-def machine() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
-            "python": platform.python_version()}
-
-
-def code_version() -> dict[str, object]:
-    """The git commit of the ragdx being measured, and its uncommitted changes under src/."""
-    where = Path(ragdx.__file__).resolve().parent
-    try:
-        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], check=True,
-                                capture_output=True, text=True).stdout.strip()
-        changes = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "."],
-                                 check=True, capture_output=True, text=True).stdout.splitlines()
-    except (OSError, subprocess.CalledProcessError):
-        return {"git_commit": None, "uncommitted_src_changes": None}
-    return {"git_commit": commit, "uncommitted_src_changes": [c.strip() for c in changes]}
-
-
-def store_bytes(db: Path) -> int:
-    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
-
-
-class Stopwatch:
-    """Wall-clock and CPU seconds of a block. The ingest is single-threaded and CPU-bound, so its
-    CPU time is its cost even when other processes compete for the cores (wall time is not)."""
-
-    def __enter__(self) -> "Stopwatch":
-        self._wall, self._cpu = time.perf_counter(), time.process_time()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall = time.perf_counter() - self._wall
-        self.cpu = time.process_time() - self._cpu
-
-    def times(self) -> dict[str, float]:
-        return {"wall": self.wall, "cpu": self.cpu}
 
 
 def time_phases(pages: list[Path], html_dir: Path, config: ChunkerConfig,
@@ -300,10 +241,7 @@ def main(argv: list[str] | None = None) -> int:
               "(or pass --html-dir)", file=sys.stderr)
         return 2
     result = run(args.html_dir, pages, args.repeat)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(table(result))
-    print(f"wrote {args.out}", file=sys.stderr)
+    write_result(args.out, result, table(result))
     return 0
 
 

@@ -1,0 +1,110 @@
+"""What the benchmark scripts share: the Python docs corpus, the machine and code being
+measured, timing, and writing results. Not a benchmark itself (run_all.py skips ``_`` files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ragdx
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_HTML = Path("/usr/share/doc/python3-doc/html")
+MB = 1_000_000  # decimal megabytes, as throughput is usually quoted
+
+
+def html_pages(html_dir: Path) -> list[Path]:
+    """The HTML pages below ``html_dir``, skipping Sphinx's ``_sources``/``_static`` folders."""
+    return sorted(p for p in html_dir.rglob("*.html")
+                  if p.is_file() and not any(part.startswith(("_", "."))
+                                             for part in p.relative_to(html_dir).parts[:-1]))
+
+
+def write_manifest(pages: list[Path], html_dir: Path, path: Path) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for page in pages:
+            f.write(json.dumps({"doc_id": page.relative_to(html_dir).as_posix(),
+                                "path": str(page)}) + "\n")
+
+
+def peak_rss_mb() -> float:
+    # ru_maxrss counts bytes on macOS, KiB on Linux
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss * (1 if sys.platform == "darwin" else 1024) / MB
+
+
+def machine() -> dict[str, object]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
+            "python": platform.python_version()}
+
+
+def code_version() -> dict[str, object]:
+    """The git commit of the ragdx being measured, and its uncommitted changes under src/."""
+    where = Path(ragdx.__file__).resolve().parent
+    try:
+        commit = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        changes = subprocess.run(["git", "-C", str(where), "status", "--porcelain", "--", "."],
+                                 check=True, capture_output=True, text=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return {"git_commit": None, "uncommitted_src_changes": None}
+    return {"git_commit": commit, "uncommitted_src_changes": [c.strip() for c in changes]}
+
+
+def store_bytes(db: Path) -> int:
+    return sum(p.stat().st_size for p in db.parent.glob(db.name + "*"))
+
+
+class Stopwatch:
+    """Wall-clock and CPU seconds of a block. The ingest is single-threaded and CPU-bound, so its
+    CPU time is its cost even when other processes compete for the cores (wall time is not)."""
+
+    def __enter__(self) -> "Stopwatch":
+        self._wall, self._cpu = time.perf_counter(), time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self._wall
+        self.cpu = time.process_time() - self._cpu
+
+    def times(self) -> dict[str, float]:
+        return {"wall": self.wall, "cpu": self.cpu}
+
+
+def missing_modules(*names: str) -> str | None:
+    """Which of these modules cannot be imported, said as the fix, or None."""
+    import importlib.util
+    absent = [n for n in names if importlib.util.find_spec(n) is None]
+    if absent:
+        return f"error: {', '.join(absent)} missing: make the full venv (make .venv/.installed)"
+    return None
+
+
+def missing_pages(html_dir: Path) -> str | None:
+    """Why the corpus cannot be used, or None."""
+    if not html_dir.is_dir() or not html_pages(html_dir):
+        return (f"error: no HTML pages under {html_dir}; apt-get install python3-doc "
+                "(or pass --html-dir)")
+    return None
+
+
+def write_result(out: Path, result: dict, table: str) -> None:
+    """Write the JSON result, print the table to stdout and where it went to stderr."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(table)
+    print(f"wrote {out}", file=sys.stderr)
