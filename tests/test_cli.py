@@ -59,9 +59,19 @@ def test_demo_runs_as_a_subprocess(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "Ingested 14 document versions" in proc.stdout
-    assert "32 of 32 required alternatives lie whole inside one chunk" in proc.stdout
-    assert "ragdx: ingesting the bundled example" in proc.stderr  # logs go to stderr
+    assert "32 of 32 required quotes lie whole inside one chunk" in proc.stdout
+    assert "ragdx: ingesting the bundled example" in proc.stderr  # logs and progress go to stderr
+    assert "ragdx run [" in proc.stderr and "ragdx run [" not in proc.stdout
     assert len((out / "evidence.jsonl").read_text().splitlines()) == 32
+    diagnoses = [json.loads(line) for line in (out / "run" / "diagnosis.jsonl").read_text().splitlines()]
+    assert len(diagnoses) == 18
+    by_id = {d["id"]: d for d in diagnoses}
+    assert by_id["q-refund-35d"]["outcome"] == "supported"
+    assert by_id["q-price-match"]["outcome"] == "correct_abstention"
+    assert by_id["q-manual-refund-approval-public"]["outcome"] == "correct_abstention"
+    manifest = json.loads((out / "run" / "manifest.json").read_text())
+    assert manifest["index_version"] == 1 and manifest["settings"]["fusion"]["c"] == 60.0
+    assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 18
 
 
 def test_usage_error_exits_2():

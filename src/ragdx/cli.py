@@ -238,6 +238,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from ragdx.queryset import load_queries
+    from ragdx.runfolder import run, summary
+    settings = _settings(args)
+    queries = load_queries(Path(args.queries))
+    if args.strict:
+        from ragdx.diagnosis.evidence import EvidenceResolver
+        with _store(args) as store:
+            resolver = EvidenceResolver(store)
+            for query in queries:
+                resolver.run(query, strict=True)
+    with _store(args) as store:
+        result = run(store, settings, queries, Path(args.out), Path(args.queries))
+    print(summary(result.diagnoses))
+    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries, {result.seconds:.1f} s)")
+    return 0
+
+
 def example_dir() -> Path:
     """The bundled example (the refund scenario), shipped inside the package."""
     return Path(__file__).parent / "examples" / "refund"
@@ -274,14 +292,17 @@ def cmd_demo(args: argparse.Namespace) -> int:
               f"{out / 'store.db'}: {report.chunks} chunks, index version {report.index_version}.")
         queries = load_queries(example / "queries.jsonl")
         records = _evidence_rows(store, queries, strict=False)
+        from ragdx.runfolder import run, summary
+        result = run(store, settings, queries, out / "run", example / "queries.jsonl")
     with open(out / "evidence.jsonl", "w", encoding="utf-8") as fh:
         for record in records:
             fh.write(json.dumps(record) + "\n")
-    print(f"\nRequired evidence of {len(queries)} queries, resolved to source spans and chunks:\n")
-    _print_evidence(records)
     whole = sum(1 for r in records if r["coverage"] == "full")
-    print(f"\n{whole} of {len(records)} required alternatives lie whole inside one chunk. "
-          f"Details: {out / 'evidence.jsonl'}")
+    print(f"{whole} of {len(records)} required quotes lie whole inside one chunk "
+          f"(details: {out / 'evidence.jsonl'}).\n")
+    print(f"Ran {len(queries)} questions through the pipeline and diagnosed each:\n")
+    print(summary(result.diagnoses))
+    print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl)")
     return 0
 
 
@@ -344,6 +365,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+
+    p = command("run", cmd_run, "run the pipeline over a query set and diagnose every query")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--out", required=True, help="the run folder to write")
+    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    configurable(p)
 
     p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
     p.add_argument("what", choices=["fusion", "rerank"])

@@ -1,0 +1,102 @@
+"""Diagnosing ragdx's own runs: a :class:`~ragdx.pipeline.Trace` as a :class:`TraceView`, and the
+extra evidence only ragdx's own store can give (how deep a missed chunk ranks, whether the
+evidence lies beyond the encoder's window)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence
+from ragdx.diagnosis.locate import (
+    AnswerView, ClaimView, Diagnoser, Diagnosis, DroppedView, ItemView, Loss, StageView, TraceView,
+)
+from ragdx.pipeline import Pipeline, Trace
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.dense import DenseRetriever
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import DocStatus, Query, Verdict
+
+DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
+
+
+def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
+    """The neutral view of one of ragdx's own traces."""
+    stages = []
+    for ranked in trace.ranked:
+        stages.append(StageView(
+            ranked.stage, ranked.kind,
+            tuple(ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id) for c in ranked.items),
+            tuple(DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
+                  for d in ranked.dropped), dict(ranked.config)))
+    context, answer, verification = trace.context, trace.answer, trace.verification
+    if context is not None:
+        units = []
+        for u in context.units:
+            stored = store.version(u.doc_id, u.version)
+            units.append(ItemView(u.id, u.span, u.text, u.rank, u.doc_id, u.chunk_ids,
+                                  readable=stored is not None and trace.query.principal.may_read(
+                                      stored.document.acl),
+                                  current=stored is not None and stored.document.status is DocStatus.CURRENT))
+        stages.append(StageView(context.stage, context.kind, tuple(units), tuple(
+            DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
+            for d in context.dropped), dict(context.config)))
+    view_answer = None
+    if answer is not None:
+        checks = {id(c.claim): c for c in verification.checks} if verification else {}
+        claims = []
+        for claim in answer.claims:
+            check = checks.get(id(claim))
+            claims.append(ClaimView(claim.text, claim.citations,
+                                    None if check is None else check.verdict is Verdict.SUPPORTED,
+                                    check.reason if check else ""))
+        view_answer = AnswerView(answer.text, answer.abstained, tuple(claims))
+    return TraceView(trace.query.id, tuple(stages), view_answer)
+
+
+def _deep_rank(channel, query: Query, chunk_ids: set[str]) -> int | None:
+    """The rank of the best of these chunks in a deep search of one channel, if found."""
+    deep = BM25Retriever(channel.store, top_k=DEEP, prefix_weight=channel.weights[0],
+                         text_weight=channel.weights[1]) if isinstance(channel, BM25Retriever) else \
+        DenseRetriever(channel.store, channel.encoder, top_k=DEEP)
+    for item in deep.run(query).items:
+        if item.chunk_id in chunk_ids:
+            return item.rank
+    return None
+
+
+def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence, loss: Loss) -> str:
+    """Why no channel recalled a group: each channel's rank for it in a deep search, and whether the
+    evidence lies beyond the dense encoder's window in its chunk."""
+    alts = [a for a in evidence.group(loss.group) if a.span is not None and a.coverage is not None]
+    chunk_ids = {c for a in alts for c in a.coverage.full + a.coverage.partial}
+    if not chunk_ids:
+        return loss.reason
+    parts = []
+    for channel in pipeline.channels:
+        rank = _deep_rank(channel, query, chunk_ids)
+        top_k = channel.top_k
+        parts.append(f"{channel.name} rank {rank} (top_k {top_k})" if rank else
+                     f"{channel.name}: not in its top {DEEP}")
+    reason = f"not recalled by {' or '.join(c.name for c in pipeline.channels)}; " + ", ".join(parts)
+    space = pipeline.store.active_space() if pipeline.encoder is not None else None
+    if space is not None:
+        for alt in alts:
+            chunks = pipeline.store.chunks_by_id(list(alt.coverage.full))
+            for chunk in chunks.values():
+                end = pipeline.store.window_end(space.id, chunk.id)
+                if end is not None and alt.span.start >= chunk.start + end:
+                    reason += (f"; the span lies beyond the encoder's {space.max_tokens}-token window "
+                               f"in its chunk (the encoder read {end} of {chunk.end - chunk.start} characters)")
+                    break
+    return reason
+
+
+def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver | None = None) -> Diagnosis:
+    """Diagnose one of ragdx's own traces, with the store's extra evidence for retrieval misses."""
+    resolver = resolver or EvidenceResolver(pipeline.store)
+    query = trace.query
+    evidence = resolver.run(query)
+    diagnosis = Diagnoser().run(query, evidence, view_of(trace, pipeline.store))
+    lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
+                 if l.stage == "retrieval" else l for l in diagnosis.lost)
+    return replace(diagnosis, lost=lost)

@@ -1,0 +1,98 @@
+"""``ragdx run``: the pipeline over a query set, recorded in a run folder (CONTRACTS.md).
+
+| file | contents |
+|---|---|
+| ``manifest.json`` | settings, ragdx version, models and their hashes, index version, seed, inputs |
+| ``traces.jsonl`` | every stage's artifacts, per query |
+| ``diagnosis.jsonl`` | the first-loss diagnosis, per query |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+from ragdx.config import Settings
+from ragdx.diagnosis.evidence import EvidenceResolver
+from ragdx.diagnosis.locate import Diagnosis
+from ragdx.diagnosis.ours import diagnose_trace
+from ragdx.pipeline import Pipeline
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.tracefile import trace_to_dict
+from ragdx.types import Query
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    folder: Path
+    diagnoses: tuple[Diagnosis, ...]
+    seconds: float
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def manifest(store: SQLiteStore, pipeline: Pipeline, settings: Settings, queries_path: Path | None) -> dict:
+    from ragdx import __version__
+    space = store.active_space() if pipeline.encoder is not None else None
+    return {
+        "ragdx_version": __version__, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "python": platform.python_version(), "settings": settings.to_dict(), "seed": settings.seed,
+        "store": str(store.path), "index_version": store.index_version,
+        "embedding_space": None if space is None else {
+            "id": space.id, "model": space.model_id, "weights_hash": space.weights_hash,
+            "dim": space.dim, "max_tokens": space.max_tokens},
+        "reranker": dict(getattr(pipeline.reranker, "__dict__", {}).get("weights", {}) or {}) or None,
+        "queries": None if queries_path is None else {"path": str(queries_path), "sha256": _sha256(queries_path)},
+    }
+
+
+def run(store: SQLiteStore, settings: Settings, queries: Sequence[Query], out: Path,
+        queries_path: Path | None = None, progress: bool = True) -> RunResult:
+    """Run every query, diagnose it, and write the run folder."""
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    pipeline = Pipeline(store, settings)
+    resolver = EvidenceResolver(store)
+    diagnoses = []
+    with open(out / "traces.jsonl", "w", encoding="utf-8") as traces, \
+            open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag:
+        for n, query in enumerate(queries, start=1):
+            trace = pipeline.run(query)
+            diagnosis = diagnose_trace(pipeline, trace, resolver)
+            traces.write(json.dumps(trace_to_dict(trace)) + "\n")
+            diag.write(json.dumps(diagnosis.to_dict()) + "\n")
+            diagnoses.append(diagnosis)
+            if progress:
+                bar = "#" * (30 * n // len(queries))
+                print(f"\rragdx run [{bar:<30}] {n}/{len(queries)} {query.id[:40]:<40}", end="",
+                      file=sys.stderr, flush=True)
+    if progress:
+        print(file=sys.stderr)
+    (out / "manifest.json").write_text(json.dumps(manifest(store, pipeline, settings, queries_path), indent=2)
+                                       + "\n", encoding="utf-8")
+    return RunResult(out, tuple(diagnoses), time.perf_counter() - started)
+
+
+def summary(diagnoses: Sequence[Diagnosis]) -> str:
+    """A terminal table: outcomes, and where evidence was first lost."""
+    from ragdx.report.terminal import table
+    outcomes = Counter(d.outcome for d in diagnoses)
+    failures = Counter(d.first_failure for d in diagnoses if d.first_failure)
+    rows = [(o, n) for o, n in outcomes.most_common()]
+    out = table(["outcome", "queries"], rows)
+    if failures:
+        out += "\n\n" + table(["first failure", "queries"], failures.most_common())
+    out += "\n\n" + table(["query", "outcome", "first failure", "hypothesis"],
+                          [(d.id, d.outcome, d.first_failure or "-", d.hypothesis) for d in diagnoses],
+                          max_width=70)
+    return out
