@@ -256,6 +256,43 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from ragdx.diagnosis.evidence import EvidenceResolver
+    from ragdx.diagnosis.imports import read_traces, resolve_offline
+    from ragdx.diagnosis.locate import Diagnoser, Diagnosis
+    from ragdx.queryset import load_queries
+    from ragdx.runfolder import summary
+    queries = {q.id: q for q in load_queries(Path(args.queries))}
+    traces, bad = read_traces(Path(args.traces))
+    for message in bad:
+        log.warning("%s", message)
+    store = _store(args) if args.store else None
+    resolver = EvidenceResolver(store) if store is not None else None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seen, diagnoses = set(), []
+    for line, view in traces:
+        query = queries.get(view.query_id)
+        if query is None:
+            log.warning("%s:%d: query_id %r is not in the query set; line skipped", args.traces, line,
+                        view.query_id)
+            continue
+        seen.add(query.id)
+        diagnoses.append(Diagnoser().run(query, resolve_offline(query, resolver), view))
+    for qid in queries:
+        if qid not in seen:  # counted, never dropped
+            log.warning("query %r has no trace", qid)
+            diagnoses.append(Diagnosis(qid, "no_trace", None, (), {}, "No trace was imported for this query."))
+    with open(out / "diagnosis.jsonl", "w", encoding="utf-8") as fh:
+        for diagnosis in diagnoses:
+            fh.write(json.dumps(diagnosis.to_dict()) + "\n")
+    if store is not None:
+        store.close()
+    print(summary(diagnoses))
+    print(f"\n{len(traces)} traces diagnosed, {len(bad)} malformed lines skipped; {out / 'diagnosis.jsonl'}")
+    return 0
+
+
 def example_dir() -> Path:
     """The bundled example (the refund scenario), shipped inside the package."""
     return Path(__file__).parent / "examples" / "refund"
@@ -373,6 +410,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     configurable(p)
 
+    p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
+    p.add_argument("--traces", required=True, help="the traces (JSONL, see docs/diagnosis.md)")
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl")
+    p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
+
     p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
     p.add_argument("what", choices=["fusion", "rerank"])
     p.add_argument("--store", required=True)
@@ -394,8 +437,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="ragdx: %(message)s", stream=sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)  # logs to stderr, data to stdout
+    handler.setFormatter(logging.Formatter("ragdx: %(message)s"))
+    log.handlers[:] = [handler]
+    log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    log.propagate = False
     from ragdx.errors import RagdxError
     try:
         return args.func(args)

@@ -1,0 +1,141 @@
+"""Traces from any RAG system (CONTRACTS.md, "Imported traces"), read into trace views.
+
+One JSON object per line::
+
+    {"query_id": "q1", "question": "...", "principal": {"groups": ["public"]},
+     "stages": [{"name": "bm25", "kind": "retrieval", "items": [{"id": "policy-current", "rank": 1}]},
+                {"name": "ctx", "kind": "context", "items": [...]}],
+     "answer": {"text": "...", "abstained": false, "citations": ["policy-current"],
+                "claims": [{"text": "...", "supported": true, "citations": ["policy-current"]}]}}
+
+An item identifies its evidence by an ``id``, a span (``doc``, ``start``, ``end``, optional
+``version``), or ``doc`` with its ``text``; ``dropped`` lists items a stage removed, each with a
+``reason``. Optional item fields ``readable: false`` and ``status: superseded|expired`` mark a
+leak or a stale version. A malformed line is reported with its line number and field, and
+skipped; the other lines are still diagnosed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from ragdx._jsonl import Fields
+from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvidence, ResolvedAlternative
+from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
+from ragdx.errors import InputError
+from ragdx.types import Query, Span, StageKind
+
+ANY_VERSION = "*"  # a span whose version the trace does not say
+BY_TEXT = "by_text"  # a quote to find in items' texts (no store to resolve it to a span)
+
+
+def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
+    if not isinstance(obj, dict):
+        raise f.error(where, f"expected an object, got {json.dumps(obj)}")
+    i = Fields(obj, f.file, f.line, prefix=f"{where}.")
+    doc = i.get("doc", str, default=None)
+    version = i.get("version", str, default=None) or ANY_VERSION
+    start, end = i.get("start", int, default=None), i.get("end", int, default=None)
+    if (start is None) != (end is None):
+        raise f.error(where, "a span needs both 'start' and 'end'")
+    if start is not None and (doc is None or not 0 <= start < end):
+        raise f.error(where, "a span needs 'doc' and 0 <= start < end")
+    text = i.get("text", str, default=None)
+    item_id = i.get("id", str, default=None)
+    if item_id is None and doc is None:
+        raise f.error(where, "an item needs an 'id', a span ('doc', 'start', 'end') or 'doc' and 'text'")
+    if item_id is None:
+        item_id = f"{doc}[{start}:{end}]" if start is not None else f"{doc}#{n}"
+    status = i.get("status", str, default="current")
+    return ItemView(item_id, Span(doc, version, start, end) if start is not None and doc else None, text,
+                    i.get("rank", int, default=n), doc, readable=i.get("readable", bool, default=True),
+                    current=status == "current")
+
+
+def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
+    """Validate one imported trace line into a :class:`TraceView`.
+
+    Raises:
+        InputError: naming the file, the line and the field.
+    """
+    f = Fields(obj, file, line)
+    query_id = f.get("query_id", str)
+    stages = []
+    for s, stage in enumerate(f.get("stages", list, default=[])):
+        where = f"stages[{s}]"
+        if not isinstance(stage, dict):
+            raise f.error(where, f"expected an object, got {json.dumps(stage)}")
+        sf = Fields(stage, file, line, prefix=f"{where}.")
+        kind_name = sf.get("kind", str)
+        try:
+            kind = StageKind.parse(kind_name, what=f"{where}.kind")
+        except InputError as exc:
+            raise f.error(f"{where}.kind", exc.detail) from None
+        items = tuple(_item(it, f, f"{where}.items[{n}]", n + 1)
+                      for n, it in enumerate(sf.get("items", list, default=[])))
+        dropped = []
+        for n, d in enumerate(sf.get("dropped", list, default=[])):
+            item = _item(d, f, f"{where}.dropped[{n}]", n + 1)
+            reason = d.get("reason", "dropped") if isinstance(d, dict) else "dropped"
+            dropped.append(DroppedView(item, str(reason)))
+        stages.append(StageView(sf.get("name", str, default=kind_name), kind, items, tuple(dropped)))
+    answer = None
+    raw = f.get("answer", dict, default=None)
+    if raw is not None:
+        af = Fields(raw, file, line, prefix="answer.")
+        cited = tuple(af.str_list("citations", ()))
+        claims = []
+        for n, c in enumerate(af.get("claims", list, default=[])):
+            if not isinstance(c, dict):
+                raise f.error(f"answer.claims[{n}]", f"expected an object, got {json.dumps(c)}")
+            cf = Fields(c, file, line, prefix=f"answer.claims[{n}].")
+            claims.append(ClaimView(cf.get("text", str, default=""), cf.str_list("citations", cited),
+                                    cf.get("supported", bool, default=None)))
+        if not claims and cited:
+            claims.append(ClaimView(af.get("text", str, default=""), cited, None))
+        answer = AnswerView(af.get("text", str, default=""), af.get("abstained", bool, default=False),
+                            tuple(claims))
+    return TraceView(query_id, tuple(stages), answer)
+
+
+def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
+    """Every good line of an imported trace file, and one message per bad line (skipped)."""
+    good, bad = [], []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the traces: {exc}", file=str(path)) from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=str(path),
+                                 line=number)
+            good.append((number, parse_trace(obj, str(path), number)))
+        except json.JSONDecodeError as exc:
+            bad.append(f"{path}:{number}: malformed JSON at column {exc.colno}: {exc.msg}; line skipped")
+        except InputError as exc:
+            bad.append(f"{exc}; line skipped")
+    return good, bad
+
+
+def resolve_offline(query: Query, resolver: EvidenceResolver | None = None) -> QueryEvidence:
+    """A query's evidence for matching against imported items: through the store when one is
+    given, else ids as ids, offsets as spans of any version, and quotes to find in item texts."""
+    if resolver is not None:
+        return resolver.run(query)
+    out = []
+    for g, group in enumerate(query.required):
+        for i, alt in enumerate(group):
+            if alt.id is not None:
+                out.append(ResolvedAlternative(g, i, alt, BY_ID))
+            elif alt.start is not None and alt.end is not None:
+                out.append(ResolvedAlternative(g, i, alt, RESOLVED,
+                                               Span(alt.doc or "", alt.version or ANY_VERSION, alt.start, alt.end)))
+            else:
+                out.append(ResolvedAlternative(g, i, alt, BY_TEXT, note="matched by the quote in item texts"))
+    return QueryEvidence(query.id, tuple(out))
