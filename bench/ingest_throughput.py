@@ -49,7 +49,7 @@ from ragdx.types import Document
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
     DEFAULT_HTML, MB, REPO, Stopwatch, code_version, html_pages, machine, peak_rss_mb, store_bytes,
-    write_manifest,
+    write_manifest, write_result,
 )
 
 DEFAULT_OUT = REPO / "bench" / "results" / "ingest_throughput.json"

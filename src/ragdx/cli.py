@@ -250,7 +250,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             for query in queries:
                 resolver.run(query, strict=True)
     with _store(args) as store:
-        result = run(store, settings, queries, Path(args.out), Path(args.queries))
+        result = run(store, settings, queries, Path(args.out), Path(args.queries), oracle=args.oracle)
     print(summary(result.diagnoses))
     print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries, {result.seconds:.1f} s)")
     return 0
@@ -290,6 +290,32 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         store.close()
     print(summary(diagnoses))
     print(f"\n{len(traces)} traces diagnosed, {len(bad)} malformed lines skipped; {out / 'diagnosis.jsonl'}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ragdx.report.openinference import spans
+    folder = Path(args.run)
+    traces_path, diagnosis_path = folder / "traces.jsonl", folder / "diagnosis.jsonl"
+    if not traces_path.exists():
+        raise _usage_error(f"{traces_path} not found: --run must be a run folder from 'ragdx run'")
+    manifest_path = folder / "manifest.json"
+    index_version = json.loads(manifest_path.read_text())["index_version"] if manifest_path.exists() else None
+    diagnoses = {}
+    if diagnosis_path.exists():
+        for line in diagnosis_path.read_text(encoding="utf-8").splitlines():
+            d = json.loads(line)
+            diagnoses[d["id"]] = d
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    count = 0
+    for line in traces_path.read_text(encoding="utf-8").splitlines():
+        trace = json.loads(line)
+        for span in spans(trace, diagnoses.get(trace["query_id"]), index_version):
+            out.write(json.dumps(span) + "\n")
+            count += 1
+    if args.out:
+        out.close()
+    log.info("%d spans written", count)
     return 0
 
 
@@ -408,6 +434,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
     p.add_argument("--out", required=True, help="the run folder to write")
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    p.add_argument("--oracle", choices=["context"], help="also answer from the gold evidence, with the "
+                   "same generator, and say which queries flip")
     configurable(p)
 
     p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
@@ -415,6 +443,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
     p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl")
     p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
+
+    p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")
+    p.add_argument("--run", required=True, help="a run folder from 'ragdx run'")
+    p.add_argument("--format", choices=["openinference"], default="openinference")
+    p.add_argument("--out", help="the output file (default stdout)")
 
     p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
     p.add_argument("what", choices=["fusion", "rerank"])

@@ -18,7 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ragdx.config import Settings
 from ragdx.diagnosis.evidence import EvidenceResolver
@@ -57,11 +57,17 @@ def manifest(store: SQLiteStore, pipeline: Pipeline, settings: Settings, queries
 
 
 def run(store: SQLiteStore, settings: Settings, queries: Sequence[Query], out: Path,
-        queries_path: Path | None = None, progress: bool = True) -> RunResult:
-    """Run every query, diagnose it, and write the run folder."""
+        queries_path: Path | None = None, progress: bool = True, oracle: str | None = None,
+        encoder: Any = None) -> RunResult:
+    """Run every query, diagnose it, and write the run folder.
+
+    With ``oracle="context"``, each query is also answered from the gold context with the same
+    generator and verifier; its diagnosis gains ``oracle`` (the outcome with gold evidence, and
+    whether it flipped), separating upstream failures from generation failures.
+    """
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
-    pipeline = Pipeline(store, settings)
+    pipeline = Pipeline(store, settings, encoder=encoder)
     resolver = EvidenceResolver(store)
     diagnoses = []
     with open(out / "traces.jsonl", "w", encoding="utf-8") as traces, \
@@ -69,6 +75,8 @@ def run(store: SQLiteStore, settings: Settings, queries: Sequence[Query], out: P
         for n, query in enumerate(queries, start=1):
             trace = pipeline.run(query)
             diagnosis = diagnose_trace(pipeline, trace, resolver)
+            if oracle == "context":
+                diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
             traces.write(json.dumps(trace_to_dict(trace)) + "\n")
             diag.write(json.dumps(diagnosis.to_dict()) + "\n")
             diagnoses.append(diagnosis)
@@ -83,6 +91,25 @@ def run(store: SQLiteStore, settings: Settings, queries: Sequence[Query], out: P
     return RunResult(out, tuple(diagnoses), time.perf_counter() - started)
 
 
+def _with_oracle(pipeline: Pipeline, trace, diagnosis: Diagnosis, resolver: EvidenceResolver) -> Diagnosis:
+    from dataclasses import replace
+
+    from ragdx.experiments.oracle import gold_context
+    from ragdx.pipeline import Trace
+    query = trace.query
+    context = gold_context(pipeline.store, query, pipeline.assembler.counter, resolver)
+    answer = pipeline.generator.run(query, context)
+    verification = pipeline.verifier.run(query, context, answer)
+    gold = Trace(query, (*trace.ranked, context, answer, verification), 0.0)
+    outcome = diagnose_trace(pipeline, gold, resolver).outcome
+    good = ("supported", "correct_abstention")
+    flipped = (outcome in good) != (diagnosis.outcome in good)
+    note = (f"with the gold context the outcome is {outcome}"
+            + ("; the failure lies upstream of generation" if flipped and outcome in good else
+               "; the generator fails even with complete evidence" if outcome not in good else ""))
+    return replace(diagnosis, oracle={"context": outcome, "flipped": flipped}, notes=diagnosis.notes + (note,))
+
+
 def summary(diagnoses: Sequence[Diagnosis]) -> str:
     """A terminal table: outcomes, and where evidence was first lost."""
     from ragdx.report.terminal import table
@@ -92,7 +119,10 @@ def summary(diagnoses: Sequence[Diagnosis]) -> str:
     out = table(["outcome", "queries"], rows)
     if failures:
         out += "\n\n" + table(["first failure", "queries"], failures.most_common())
-    out += "\n\n" + table(["query", "outcome", "first failure", "hypothesis"],
-                          [(d.id, d.outcome, d.first_failure or "-", d.hypothesis) for d in diagnoses],
-                          max_width=70)
+    oracle = any(d.oracle for d in diagnoses)
+    headers = ["query", "outcome", "first failure"] + (["gold context"] if oracle else []) + ["hypothesis"]
+    rows = [(d.id, d.outcome, d.first_failure or "-")
+            + ((f"{d.oracle['context']}{' (flips)' if d.oracle['flipped'] else ''}",) if oracle and d.oracle else
+               ("-",) if oracle else ()) + (d.hypothesis,) for d in diagnoses]
+    out += "\n\n" + table(headers, rows, max_width=70)
     return out

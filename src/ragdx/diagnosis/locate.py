@@ -105,11 +105,15 @@ class Diagnosis:
     stages: dict[str, dict]
     hypothesis: str
     notes: tuple[str, ...] = ()
+    oracle: dict | None = None  # with ``ragdx run --oracle context``: the gold-context outcome
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "outcome": self.outcome, "first_failure": self.first_failure,
-                "lost": [{"group": l.group, "stage": l.stage, "reason": l.reason} for l in self.lost],
-                "stages": self.stages, "hypothesis": self.hypothesis, "notes": list(self.notes)}
+        out = {"id": self.id, "outcome": self.outcome, "first_failure": self.first_failure,
+               "lost": [{"group": l.group, "stage": l.stage, "reason": l.reason} for l in self.lost],
+               "stages": self.stages, "hypothesis": self.hypothesis, "notes": list(self.notes)}
+        if self.oracle is not None:
+            out["oracle"] = self.oracle
+        return out
 
 
 def _compact(text: str) -> str:

@@ -1,0 +1,98 @@
+"""Traces as OpenInference spans, one JSON object per line, for an OTLP collector or Arize Phoenix.
+
+Each query becomes a CHAIN span (input: the question, output: the answer) with children: a
+RETRIEVER span per retrieval channel (``retrieval.documents.N.document.{id,score,content,
+metadata}``), a RERANKER span per fusion, rerank and governance stage
+(``reranker.input_documents`` / ``reranker.output_documents``, ``reranker.query``,
+``reranker.top_k``), a RETRIEVER span for the assembled context, and an LLM span for the answer
+(``llm.model_name``, ``llm.token_count.*``). ragdx's own facts go under ``ragdx.``: the channel,
+each document's rank at earlier stages, whether it holds a required evidence group, whether it
+was truncated, the index version, the diagnosis.
+
+Semantic conventions: https://github.com/Arize-ai/openinference (``openinference.span.kind``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Iterator
+
+
+def _id(*parts: object, n: int = 16) -> str:
+    return hashlib.sha256("\x00".join(map(str, parts)).encode()).hexdigest()[:n]
+
+
+def _documents(prefix: str, items: list[dict], texts: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for i, item in enumerate(items):
+        key = f"{prefix}.{i}.document"
+        out[f"{key}.id"] = item["id"]
+        if "score" in item:
+            out[f"{key}.score"] = item["score"]
+        if item.get("text") or item["id"] in texts:
+            out[f"{key}.content"] = item.get("text") or texts[item["id"]]
+        out[f"{key}.metadata"] = json.dumps({k: item[k] for k in ("doc", "version", "start", "end", "rank")
+                                             if k in item})
+        history = item.get("history") or []
+        if history:
+            out[f"ragdx.{key}.history"] = json.dumps(history)
+        if item.get("truncated") is not None:
+            out[f"ragdx.{key}.truncated"] = item["truncated"]
+    return out
+
+
+def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None = None) -> Iterator[dict]:
+    """The OpenInference spans of one ragdx trace (a ``traces.jsonl`` line)."""
+    trace_id = _id(trace["query_id"], trace.get("question", ""), n=32)
+    root = _id(trace_id, "root")
+    stages = trace["stages"]
+    answer = next((s for s in stages if s["kind"] == "generation"), None)
+    texts = {u["id"]: u.get("text", "") for s in stages if s["kind"] == "context" for u in s["items"]}
+    root_attrs: dict[str, Any] = {"openinference.span.kind": "CHAIN", "input.value": trace.get("question", ""),
+                                  "output.value": answer["text"] if answer else "",
+                                  "ragdx.query_id": trace["query_id"],
+                                  "ragdx.principal.groups": json.dumps(trace.get("principal", {}).get("groups", []))}
+    if index_version is not None:
+        root_attrs["ragdx.index_version"] = index_version
+    if diagnosis is not None:
+        root_attrs |= {"ragdx.outcome": diagnosis["outcome"], "ragdx.first_failure": diagnosis["first_failure"] or "",
+                       "ragdx.hypothesis": diagnosis["hypothesis"]}
+        presence = diagnosis.get("stages", {})
+    else:
+        presence = {}
+    yield {"name": "rag", "context": {"trace_id": trace_id, "span_id": root}, "parent_id": None,
+           "span_kind": "CHAIN", "attributes": root_attrs}
+    previous: list[dict] = []
+    for n, stage in enumerate(stages):
+        attrs: dict[str, Any] = {"ragdx.stage": stage["name"], "ragdx.stage.kind": stage["kind"],
+                                 "ragdx.seconds": stage.get("seconds", 0.0)}
+        key = "retrieval" if stage["kind"] == "retrieval" else stage["name"]
+        if key in presence:
+            attrs["ragdx.evidence_groups_present"] = json.dumps(presence[key]["groups_present"])
+        kind = stage["kind"]
+        if kind in ("retrieval", "context"):
+            attrs |= {"openinference.span.kind": "RETRIEVER", "input.value": trace.get("question", ""),
+                      "ragdx.channel": stage["name"]}
+            attrs |= _documents("retrieval.documents", stage.get("items", []), texts)
+        elif kind in ("fusion", "rerank", "governance"):
+            attrs |= {"openinference.span.kind": "RERANKER", "reranker.query": trace.get("question", ""),
+                      "reranker.top_k": len(stage.get("items", []))}
+            attrs |= _documents("reranker.input_documents", previous, texts)
+            attrs |= _documents("reranker.output_documents", stage.get("items", []), texts)
+        elif kind == "generation":
+            usage = stage.get("usage", {})
+            attrs |= {"openinference.span.kind": "LLM", "llm.model_name": stage.get("model", ""),
+                      "llm.token_count.prompt": usage.get("prompt_tokens", 0),
+                      "llm.token_count.completion": usage.get("completion_tokens", 0),
+                      "output.value": stage.get("text", ""), "ragdx.abstained": stage.get("abstained", False)}
+        else:
+            attrs |= {"openinference.span.kind": "EVALUATOR",
+                      "output.value": json.dumps([c.get("verdict") for c in stage.get("claims", [])])}
+        if stage.get("dropped"):
+            attrs["ragdx.dropped"] = json.dumps([{k: d[k] for k in ("id", "rank", "reason") if k in d}
+                                                 for d in stage["dropped"]])
+        yield {"name": stage["name"], "context": {"trace_id": trace_id, "span_id": _id(trace_id, n, stage["name"])},
+               "parent_id": root, "span_kind": attrs["openinference.span.kind"], "attributes": attrs}
+        if stage.get("items") and kind != "generation":
+            previous = stage["items"]

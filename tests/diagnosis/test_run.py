@@ -1,0 +1,73 @@
+"""ragdx run on a small corpus: the run folder, the diagnosis, oracle substitution, export."""
+
+import json
+
+from ragdx.config import load_settings
+from ragdx.pipeline import build_ingestor
+from ragdx.queryset import parse_query
+from ragdx.report.openinference import spans
+from ragdx.runfolder import run
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.testing.encoders import HashingEncoder
+from tests.conftest import write
+
+DOCS = {
+    "refund.md": "# Refund policy\n\nRefunds are accepted within 30 days of delivery.",
+    "quality.md": "# Quality\n\nQuality defects may be refunded within 90 days of delivery.",
+    "filler.md": "# Refund notes\n\n" + " ".join(["Refund requests about delivery are handled by the team."] * 12),
+}
+QUERY = {"id": "q-35d", "question": "Can I get a refund for a quality defect 35 days after delivery?",
+         "required": [[{"doc": "refund.md", "quote": "Refunds are accepted within 30 days of delivery"}],
+                      [{"doc": "quality.md", "quote": "Quality defects may be refunded within 90 days"}]]}
+
+
+def setup(tmp_path, budget):
+    lines = []
+    for name, text in DOCS.items():
+        write(tmp_path / name, text)
+        lines.append(json.dumps({"doc_id": name, "path": name}))
+    write(tmp_path / "m.jsonl", "\n".join(lines) + "\n")
+    settings = load_settings(overrides=["chunking.tokenizer=regex", f"context.budget_tokens={budget}",
+                                        "context.expand=none", "rerank.method=none"])
+    encoder = HashingEncoder(dim=64)
+    store = SQLiteStore(tmp_path / "s.db")
+    build_ingestor(store, settings, encoder).run(tmp_path / "m.jsonl")
+    return store, settings, encoder
+
+
+def test_run_folder_diagnosis_and_oracle_flip(tmp_path):
+    store, settings, encoder = setup(tmp_path, budget=16)  # room for one unit only
+    query = parse_query(QUERY, "q.jsonl", 1)
+    result = run(store, settings, [query], tmp_path / "run", progress=False, oracle="context", encoder=encoder)
+    [d] = result.diagnoses
+    assert d.first_failure == "context" and d.outcome in ("incomplete", "wrong_abstention")
+    assert d.lost[0].reason.startswith("context: cut by the token budget: rank")
+    assert d.oracle == {"context": "supported", "flipped": True}
+    assert "the failure lies upstream of generation" in d.notes[-1]
+    files = sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert files == ["diagnosis.jsonl", "manifest.json", "traces.jsonl"]
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["embedding_space"]["model"] == "ragdx-hashing-64"
+    assert manifest["settings"]["context"]["budget_tokens"] == 16
+    trace = json.loads((tmp_path / "run" / "traces.jsonl").read_text())
+    assert [s["kind"] for s in trace["stages"]] == ["retrieval", "retrieval", "fusion", "governance",
+                                                    "context", "generation", "citation"]
+    # OpenInference spans of the trace
+    out = list(spans(trace, d.to_dict(), manifest["index_version"]))
+    kinds = [s["span_kind"] for s in out]
+    assert kinds == ["CHAIN", "RETRIEVER", "RETRIEVER", "RERANKER", "RERANKER", "RETRIEVER", "LLM", "EVALUATOR"]
+    root, bm25 = out[0]["attributes"], out[1]["attributes"]
+    assert root["ragdx.first_failure"] == "context" and root["ragdx.index_version"] == 1
+    assert "retrieval.documents.0.document.id" in bm25 and "retrieval.documents.0.document.score" in bm25
+    fusion = out[3]["attributes"]
+    assert "reranker.input_documents.0.document.id" in fusion
+    assert "reranker.output_documents.0.document.id" in fusion
+    assert all(s["parent_id"] == out[0]["context"]["span_id"] for s in out[1:])
+
+
+def test_with_room_nothing_is_lost(tmp_path):
+    store, settings, encoder = setup(tmp_path, budget=400)
+    result = run(store, settings, [parse_query(QUERY, "q.jsonl", 1)], tmp_path / "run", progress=False,
+                 encoder=encoder)
+    [d] = result.diagnoses
+    assert (d.outcome, d.first_failure, d.lost) == ("supported", None, ())
