@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from ragdx.config import load_settings
 from ragdx.pipeline import build_ingestor
 from ragdx.queryset import parse_query
@@ -71,3 +73,18 @@ def test_with_room_nothing_is_lost(tmp_path):
                  encoder=encoder)
     [d] = result.diagnoses
     assert (d.outcome, d.first_failure, d.lost) == ("supported", None, ())
+
+
+def test_traces_and_imported_traces_follow_their_json_schemas(tmp_path):
+    import jsonschema
+    from pathlib import Path
+    schemas = Path(__file__).resolve().parents[2] / "docs" / "schemas"
+    store, settings, encoder = setup(tmp_path, budget=400)
+    run(store, settings, [parse_query(QUERY, "q.jsonl", 1)], tmp_path / "run", progress=False, encoder=encoder)
+    trace = json.loads((tmp_path / "run" / "traces.jsonl").read_text())
+    jsonschema.validate(trace, json.loads((schemas / "trace.schema.json").read_text()))
+    imported = json.loads((schemas / "imported-trace.schema.json").read_text())
+    from tests.diagnosis.test_imports import trace as imported_trace
+    jsonschema.validate(imported_trace("q1", ["policy-current"]), imported)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"query_id": "q1", "stages": [{"kind": "magic"}]}, imported)
