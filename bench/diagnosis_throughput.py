@@ -1,0 +1,125 @@
+"""Diagnosis throughput on synthetic traces, and the cost of recording traces in a real run.
+
+Reproduce, from the repository root::
+
+    .venv/bin/python bench/diagnosis_throughput.py
+
+(1) ``--traces`` synthetic traces (default 10,000), each a query with two required groups (id
+    alternatives) and four stages (two retrieval channels of 100 items, a rerank of 20, a context
+    of 8) with an answer, where the evidence is lost at a random stage; timed: ``Diagnoser.run`` on
+    every trace. Target: well under a second per 1,000 traces.
+(2) The bundled example's 18 questions through the default pipeline, ``--repeat`` times: the
+    pipeline alone (artifacts built, nothing written) against the same run recording everything
+    a run folder holds (each trace serialised to JSON and written, each query diagnosed and its
+    diagnosis written). The ratio is the tracing overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from ragdx.cli import example_dir
+from ragdx.config import load_settings
+from ragdx.diagnosis.evidence import BY_ID, QueryEvidence, ResolvedAlternative
+from ragdx.diagnosis.locate import AnswerView, ClaimView, Diagnoser, DroppedView, ItemView, StageView, TraceView
+from ragdx.diagnosis.ours import diagnose_trace
+from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.queryset import load_queries
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.tracefile import trace_to_dict
+from ragdx.types import Alternative, Principal, Query, StageKind
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import REPO, Stopwatch, code_version, machine, write_result  # noqa: E402
+
+DEFAULT_OUT = REPO / "bench" / "results" / "diagnosis_throughput.json"
+
+
+def synthetic(n: int, seed: int) -> list[tuple[Query, QueryEvidence, TraceView]]:
+    rng = random.Random(seed)
+    out = []
+    for q in range(n):
+        gold = [f"q{q}-gold-a", f"q{q}-gold-b"]
+        query = Query(f"q{q}", "?", Principal(), True, tuple((Alternative(id=g),) for g in gold))
+        evidence = QueryEvidence(query.id, tuple(ResolvedAlternative(i, 0, (Alternative(id=g)), BY_ID)
+                                                 for i, g in enumerate(gold)))
+        noise = [f"q{q}-n{i}" for i in range(120)]
+        lose_at = rng.choice(["none", "retrieval", "rerank", "context"])
+        bm25 = noise[:98] + ([] if lose_at == "retrieval" else gold)
+        dense = noise[20:120]
+        rng.shuffle(bm25)
+        rerank = (gold if lose_at not in ("retrieval", "rerank") else gold[:1]) + noise[:18]
+        context = rerank[:8] if lose_at != "context" else [gold[0]] + noise[:7]
+        view = TraceView(query.id, (
+            StageView("bm25", StageKind.RETRIEVAL, tuple(ItemView(i, rank=r) for r, i in enumerate(bm25, 1))),
+            StageView("dense", StageKind.RETRIEVAL, tuple(ItemView(i, rank=r) for r, i in enumerate(dense, 1))),
+            StageView("rerank", StageKind.RERANK, tuple(ItemView(i, rank=r) for r, i in enumerate(rerank, 1)),
+                      tuple(DroppedView(ItemView(i), "below the rerank cut") for i in noise[18:40])),
+            StageView("ctx", StageKind.CONTEXT, tuple(ItemView(i, rank=r) for r, i in enumerate(context, 1)))),
+            AnswerView("a", False, tuple(ClaimView("c", (i,), True) for i in context[:3])))
+        out.append((query, evidence, view))
+    return out
+
+
+def run(n: int, repeat: int, seed: int) -> dict:
+    cases = synthetic(n, seed)
+    diagnoser = Diagnoser()
+    with Stopwatch() as clock:
+        outcomes = [diagnoser.run(q, e, v).first_failure for q, e, v in cases]
+    counts = {str(k): outcomes.count(k) for k in sorted(set(outcomes), key=str)}
+    # (2) the tracing overhead on the bundled example
+    settings = load_settings()
+    folder = Path(tempfile.mkdtemp(prefix="ragdx-bench-"))
+    store = SQLiteStore(folder / "store.db")
+    build_ingestor(store, settings).run(example_dir() / "manifest.jsonl")
+    queries = load_queries(example_dir() / "queries.jsonl")
+    pipeline = Pipeline(store, settings)
+    pipeline.run(queries[0])  # load the model outside the timings
+    bare, recorded = [], []
+    for _ in range(repeat):
+        with Stopwatch() as b:
+            for query in queries:
+                pipeline.run(query)
+        bare.append(b.cpu)
+        with Stopwatch() as r, open(folder / "traces.jsonl", "w") as traces, \
+                open(folder / "diagnosis.jsonl", "w") as diag:
+            for query in queries:
+                trace = pipeline.run(query)
+                traces.write(json.dumps(trace_to_dict(trace)) + "\n")
+                diag.write(json.dumps(diagnose_trace(pipeline, trace).to_dict()) + "\n")
+        recorded.append(r.cpu)
+    bare_s, rec_s = sorted(bare)[len(bare) // 2], sorted(recorded)[len(recorded) // 2]
+    return {"machine": machine(), "code": code_version(),
+            "synthetic": {"traces": n, "seconds": clock.wall, "cpu_seconds": clock.cpu,
+                          "ms_per_1000": clock.cpu / n * 1000 * 1000, "first_failures": counts},
+            "tracing": {"queries": len(queries), "repeat": repeat, "pipeline_cpu_s": bare_s,
+                        "with_recording_and_diagnosis_cpu_s": rec_s, "ratio": rec_s / bare_s}}
+
+
+def table(r: dict) -> str:
+    s, t = r["synthetic"], r["tracing"]
+    return (f"diagnosis: {s['traces']} synthetic traces in {s['cpu_seconds']:.2f} CPU s = "
+            f"{s['ms_per_1000']:.0f} ms per 1,000; first failures {s['first_failures']}\n"
+            f"tracing: {t['queries']} queries, pipeline {t['pipeline_cpu_s']:.2f} CPU s, with traces and "
+            f"diagnosis written {t['with_recording_and_diagnosis_cpu_s']:.2f} CPU s: ratio {t['ratio']:.3f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--traces", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    result = run(args.traces, args.repeat, args.seed)
+    write_result(args.out, result, table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
