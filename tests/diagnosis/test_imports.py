@@ -58,3 +58,35 @@ def test_span_and_text_items_match_offsets_and_quotes(tmp_path, capsys):
                  "--out", str(tmp_path / "o")]) == 0
     row = json.loads((tmp_path / "o" / "diagnosis.jsonl").read_text())
     assert row["stages"]["ctx"]["groups_present"] == [0, 1]  # two adjacent spans cover [10:40]
+
+
+def test_worked_example_losses_through_the_import_path(tmp_path, capsys):
+    write(tmp_path / "q.jsonl", "\n".join(json.dumps(dict(QUERY, id=q)) for q in ("r", "g", "gov")) + "\n")
+    no_exception = trace("r", ["policy-current"])
+    no_exception["stages"][0]["items"] = [{"id": "old-policy"}, {"id": "policy-current"}]
+    no_exception["stages"][1]["items"] = [{"id": "policy-current"}, {"id": "old-policy"}]
+    unsupported = trace("g", ["policy-current", "policy-exception"])
+    unsupported["answer"]["claims"] = [{"text": "c", "supported": False}]
+    governed = trace("gov", ["policy-current"])
+    governed["stages"].insert(2, {"name": "acl", "kind": "governance", "items": [{"id": "policy-current"}],
+                                  "dropped": [{"id": "policy-exception", "reason": "filtered: acl: staff only"}]})
+    write(tmp_path / "t.jsonl", "\n".join(json.dumps(t) for t in (no_exception, unsupported, governed)) + "\n")
+    assert main(["diagnose", "--traces", str(tmp_path / "t.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                 "--out", str(tmp_path / "o")]) == 0
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "o" / "diagnosis.jsonl").read_text().splitlines())}
+    assert rows["r"]["first_failure"] == "retrieval" and rows["r"]["lost"][0]["group"] == 1
+    assert (rows["g"]["outcome"], rows["g"]["first_failure"]) == ("unsupported", "generation")
+    assert rows["gov"]["first_failure"] == "governance"
+    assert rows["gov"]["lost"][0]["reason"] == "acl: filtered: acl: staff only (a correct filter)"
+
+
+def test_channels_are_reported_beside_their_union(tmp_path, capsys):
+    write(tmp_path / "q.jsonl", json.dumps(QUERY) + "\n")
+    t = trace("q1", ["policy-current", "policy-exception"])
+    t["stages"].insert(1, {"name": "dense", "kind": "retrieval", "items": [{"id": "policy-exception"}]})
+    write(tmp_path / "t.jsonl", json.dumps(t) + "\n")
+    main(["diagnose", "--traces", str(tmp_path / "t.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+          "--out", str(tmp_path / "o")])
+    row = json.loads((tmp_path / "o" / "diagnosis.jsonl").read_text())
+    assert row["stages"]["retrieval"] == {"groups_present": [0, 1], "kind": "retrieval",
+                                          "channels": {"bm25": [0, 1], "dense": [1]}}

@@ -196,6 +196,10 @@ class Diagnoser:
             present = {g for g, alts in by_group.items() if any(holds(a, items) for a in alts)}
             key = "retrieval" if name == "retrieval" else views[0].name
             presence[key] = {"groups_present": sorted(present), "kind": views[0].kind.value}
+            if name == "retrieval" and len(views) > 1:  # each channel too, beside their union
+                for view in views:
+                    presence[key].setdefault("channels", {})[view.name] = sorted(
+                        g for g, alts in by_group.items() if any(holds(a, view.items) for a in alts))
             for g in groups:
                 if g in present or g in lost:
                     continue
@@ -230,7 +234,7 @@ class Diagnoser:
             for d in view.dropped:
                 for alt in alts:
                     if touching(alt, [d.item]):
-                        return f"{view.name}: {d.reason}"
+                        return f"{view.name}: {d.reason}" + _judge_filter(view.kind, d.reason, alt)
         if name == "retrieval":
             channels = " or ".join(v.name for v in views)
             return f"not recalled by {channels}"
@@ -308,6 +312,18 @@ class Diagnoser:
                                "generator was at fault.",
                  "citation": "If each claim cites the unit that supports it, the answer becomes supported."}
         return reach.get(loss.stage, f"If {what} survives {loss.stage}, the answer can use it.")
+
+
+def _judge_filter(kind: StageKind, reason: str, alt: ResolvedAlternative) -> str:
+    """Governance drops are judged: a correct filter (the principal may not read it, the version is
+    not in force, the document is gone) or a wrong one (the question asks for that very version)."""
+    if kind is not StageKind.GOVERNANCE:
+        return ""
+    if reason.startswith(("superseded", "expired")) and alt.alternative.version is not None:
+        return " (a wrong filter: the question asks for that version)"
+    if reason.startswith(("filtered: acl", "superseded", "expired", "deleted")):
+        return " (a correct filter)"
+    return ""
 
 
 def _parsing_reason(alt: ResolvedAlternative) -> str:
