@@ -98,3 +98,14 @@ def test_evidence_at_candidate_rank_30(reranked_to, outcome_stage):
         assert d.lost[0].reason == "reranker: below the rerank cut: reranked to 31"
     else:
         assert d.lost[0].reason == "ctx did not keep it (rank 12 at reranker)"
+
+
+def test_a_rewrite_that_loses_what_the_original_question_found():
+    stages = (StageView("original", StageKind.REWRITE, items("policy-current", "policy-exception")),
+              StageView("retriever", StageKind.RETRIEVAL, items("policy-current", "old-policy")),
+              StageView("ctx", StageKind.CONTEXT, items("policy-current")))
+    d = diagnose(TraceView("q1", stages, AnswerView("a", False, (ClaimView("c", ("policy-current",), True),))))
+    assert d.first_failure == "rewrite"
+    assert d.lost[0].reason == "the original question's retrieval found it; the rewritten question's did not"
+    assert d.stages["original"]["groups_present"] == [0, 1]
+    assert "original question" in d.hypothesis

@@ -183,9 +183,16 @@ class Diagnoser:
                     and not any(a.status == BY_ID for a in alts):
                 lost[g] = Loss(g, "parsing", "; ".join(_parsing_reason(a) for a in alts))
 
+        # a rewrite stage holds what the ORIGINAL question retrieved; a group it held that the
+        # (rewritten) retrieval lost was lost by the rewrite
+        original = [i for s in trace.stages if s.kind is StageKind.REWRITE for i in s.items]
+        found_by_original = {g for g, alts in by_group.items() if any(holds(a, original) for a in alts)}
+        for s in trace.stages:
+            if s.kind is StageKind.REWRITE:
+                presence[s.name] = {"groups_present": sorted(found_by_original), "kind": s.kind.value}
         # the ranked stages: retrieval channels together, then each later stage
         retrieval = [s for s in trace.stages if s.kind is StageKind.RETRIEVAL]
-        later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL,)]
+        later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE)]
         steps: list[tuple[str, list[StageView]]] = []
         if retrieval:
             steps.append(("retrieval", retrieval))
@@ -202,6 +209,10 @@ class Diagnoser:
                         g for g, alts in by_group.items() if any(holds(a, view.items) for a in alts))
             for g in groups:
                 if g in present or g in lost:
+                    continue
+                if name == "retrieval" and g in found_by_original:
+                    lost[g] = Loss(g, "rewrite", "the original question's retrieval found it; the "
+                                   "rewritten question's did not")
                     continue
                 lost[g] = Loss(g, views[0].kind.value if name != "retrieval" else "retrieval",
                                self._why(by_group[g], views, previous, name))
@@ -298,6 +309,8 @@ class Diagnoser:
         what = f"group {loss.group}" + (f" ({alt.doc})" if alt is not None and alt.doc else "")
         reach = {"source": f"If {what} is added to the corpus, it can be retrieved and cited.",
                  "parsing": f"If {what} is parsed and chunked whole, one chunk can carry it to the context.",
+                 "rewrite": f"If the original question is searched (or the rewrite keeps its terms), "
+                            f"{what} is recalled again.",
                  "retrieval": f"If {what} is recalled by a retrieval channel (a larger top_k, another "
                               "channel or a query rewrite), reranking and assembly can keep it.",
                  "fusion": f"If {what} survives fusion (a larger fusion.top_k), the reranker can see it.",
