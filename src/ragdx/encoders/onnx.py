@@ -14,8 +14,9 @@ bytes and the vocabulary, and vectors of the two backends are never compared.
 
 References: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
 EMNLP 2019 (mean pooling); Wang et al., "MiniLM: Deep Self-Attention Distillation for
-Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS 2020 (the model); Wu et al.,
-"Google's Neural Machine Translation System", 2016 (WordPiece).
+Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS 2020 (the model); Devlin et al.,
+"BERT: Pre-training of Deep Bidirectional Transformers for Language Understanding", NAACL 2019
+(the WordPiece tokenizer).
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def build_tokenizer(vocab_path: str | Path) -> Any:
     try:
         vocab = WordPiece.read_file(str(vocab_path))
     except Exception as exc:  # tokenizers raises a bare Exception for an unreadable file
-        raise ConfigError(f"vocab_path: cannot read WordPiece vocabulary {str(vocab_path)!r} ({exc})") from None
+        raise ConfigError(f"{_WHAT}: vocab_path: cannot read WordPiece vocabulary "
+                          f"{str(vocab_path)!r} ({exc})") from None
     missing = [t for t in _SPECIAL if t not in vocab]
     if missing:
-        raise ConfigError(f"vocab_path: {str(vocab_path)!r} lacks the special tokens {', '.join(missing)}")
+        raise ConfigError(f"{_WHAT}: vocab_path: {str(vocab_path)!r} lacks the special tokens "
+                          f"{', '.join(missing)}")
     tokenizer = Tokenizer(WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##",
                                     max_input_chars_per_word=100))
     tokenizer.normalizer = BertNormalizer(clean_text=True, handle_chinese_chars=True,
@@ -81,9 +84,9 @@ def build_tokenizer(vocab_path: str | Path) -> Any:
     return tokenizer
 
 
-def _sha256(path: Path, digest: Any) -> bytes:
+def _read_hashed(path: Path, digest: Any) -> bytes:
+    """The file's bytes, added to ``digest`` after their length (its name does not count)."""
     data = path.read_bytes()
-    digest.update(path.name.encode())
     digest.update(len(data).to_bytes(8, "little"))
     digest.update(data)
     return data
@@ -161,8 +164,8 @@ class OnnxEncoder:
             path = self._onnx_file()
             digest = hashlib.sha256()
             try:
-                data = _sha256(path, digest)
-                _sha256(self.vocab_path, digest)
+                data = _read_hashed(path, digest)
+                _read_hashed(self.vocab_path, digest)
             except OSError as exc:
                 raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
             options = ort.SessionOptions()
@@ -192,7 +195,8 @@ class OnnxEncoder:
             self._session = session
             dim = outputs["last_hidden_state"].shape[-1]
             if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
-                dim = self._forward([[tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]]).shape[-1]
+                empty = [tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]
+                dim = self._forward([empty]).shape[-1]
             self._space = EmbeddingSpace(
                 model_id=self.model_id, weights_hash=digest.hexdigest()[:16], dim=int(dim),
                 normalized=True, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
