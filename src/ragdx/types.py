@@ -12,7 +12,7 @@ import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -89,6 +89,16 @@ class Span:
     def contains(self, other: "Span") -> bool:
         return (self.doc_id == other.doc_id and self.version == other.version
                 and self.start <= other.start and other.end <= self.end)
+
+    def covered_by(self, spans: "Iterable[Span]") -> bool:
+        """Whether these spans together cover this one with no gap (two adjacent chunks can)."""
+        pieces = sorted((max(s.start, self.start), min(s.end, self.end)) for s in spans if s.overlaps(self))
+        reach = self.start
+        for start, end in pieces:
+            if start > reach:
+                return False
+            reach = max(reach, end)
+        return reach >= self.end
 
 
 @dataclass(frozen=True, slots=True)

@@ -157,16 +157,7 @@ def alternative_present(alt: ResolvedAlternative, spans: dict[str, Span]) -> boo
     span cut across two adjacent items counts when both are there)."""
     if alt.status == BY_ID:
         return alt.alternative.id in spans
-    if alt.span is None:
-        return False
-    covered = sorted((max(s.start, alt.span.start), min(s.end, alt.span.end))
-                     for s in spans.values() if s.overlaps(alt.span))
-    reach = alt.span.start
-    for start, end in covered:
-        if start > reach:
-            return False
-        reach = max(reach, end)
-    return reach >= alt.span.end
+    return alt.span is not None and alt.span.covered_by(spans.values())
 
 
 def groups_present(evidence: QueryEvidence, spans: dict[str, Span]) -> set[int]:

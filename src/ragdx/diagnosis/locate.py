@@ -130,16 +130,7 @@ def holds(alt: ResolvedAlternative, items: Sequence[ItemView]) -> bool:
         if any(i.text is not None and (a.doc is None or i.doc in (None, a.doc)) and needle in _compact(i.text)
                for i in items):
             return True
-    if alt.span is None:
-        return False
-    pieces = sorted((max(i.span.start, alt.span.start), min(i.span.end, alt.span.end))
-                    for i in items if i.span is not None and i.span.overlaps(alt.span))
-    reach = alt.span.start
-    for start, end in pieces:
-        if start > reach:
-            return False
-        reach = max(reach, end)
-    return reach >= alt.span.end
+    return alt.span is not None and alt.span.covered_by(i.span for i in items if i.span is not None)
 
 
 def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemView]:
