@@ -40,14 +40,12 @@ def peak_rss_mb() -> float:
 
 
 def machine() -> dict[str, object]:
-    cpu = platform.processor() or platform.machine()
+    fallback = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), fallback)
     return {"nproc": os.cpu_count(), "cpu_model": cpu, "platform": platform.platform(),
             "python": platform.python_version()}
 

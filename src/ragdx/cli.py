@@ -370,7 +370,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 class _UsageError(Exception):
-    pass
+    """Bad usage found after argument parsing (exit 2)."""
 
 
 def _usage_error(message: str) -> _UsageError:

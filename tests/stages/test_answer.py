@@ -221,7 +221,7 @@ class _Server:
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
-                pass
+                """Keep the test output quiet."""
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -243,7 +243,7 @@ class _Server:
                     self.end_headers()
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
-                    pass
+                    return  # the client timed out and hung up
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"

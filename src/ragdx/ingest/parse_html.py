@@ -138,11 +138,10 @@ class _Handler(HTMLParser):
                 depth = self._skip[1] - 1
                 self._skip = (tag, depth) if depth else None
             return
-        if tag in self._stack:  # tolerate unclosed children: pop up to the matching tag
-            while self._stack and self._stack.pop() != tag:
-                pass
-        else:
+        if tag not in self._stack:
             return
+        while self._stack.pop() != tag:  # tolerate unclosed children: pop up to the matching tag
+            continue
         if self._pre is not None:
             if tag == "pre":
                 self._pre_depth -= 1
