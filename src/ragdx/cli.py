@@ -319,6 +319,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ragdx.evaluation.measures import evaluate, mean, parse_measure
+    from ragdx.evaluation.trec import read_qrels, read_run
+    from ragdx.report.terminal import table
+    measures = [parse_measure(m) for m in (args.measure or ["P@10", "R@10", "RR", "nDCG@10", "AP"])]
+    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    values = evaluate(measures, qrels, run)
+    missing = [q for q in qrels if q not in run]
+    if missing:
+        log.warning("%d queries of the qrels have no ranking in the run; they score 0 (e.g. %s)",
+                    len(missing), missing[0])
+    if args.per_query:
+        for qid in qrels:
+            print("\t".join([qid] + [f"{values[str(m)][qid]:.4f}" for m in measures]))
+    print(table(["measure", f"mean over {len(qrels)} queries"],
+                [(str(m), f"{mean(values[str(m)]):.4f}") for m in measures]))
+    return 0
+
+
 def example_dir() -> Path:
     """The bundled example (the refund scenario), shipped inside the package."""
     return Path(__file__).parent / "examples" / "refund"
@@ -448,6 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run", required=True, help="a run folder from 'ragdx run'")
     p.add_argument("--format", choices=["openinference"], default="openinference")
     p.add_argument("--out", help="the output file (default stdout)")
+
+    p = command("eval", cmd_eval, "evaluate a TREC run against TREC qrels")
+    p.add_argument("run", help="a TREC run file (query_id Q0 doc_id rank score tag)")
+    p.add_argument("qrels", help="a TREC qrels file (query_id iteration doc_id relevance)")
+    p.add_argument("--measure", action="append", help="e.g. nDCG@10, P@5, R@100, RR, AP (repeatable)")
+    p.add_argument("--per-query", action="store_true", help="also print each query's values")
 
     p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
     p.add_argument("what", choices=["fusion", "rerank"])
