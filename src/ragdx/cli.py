@@ -136,7 +136,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             return 0 if not problems else 1
         if args.action == "switch":
             if not args.space:
-                raise _usage_error("index switch needs --space ID (see 'ragdx index status')")
+                raise _UsageError("index switch needs --space ID (see 'ragdx index status')")
             index.switch_space(store, args.space, force=args.force)
             print(f"active space: {args.space}")
             return 0
@@ -298,7 +298,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     folder = Path(args.run)
     traces_path, diagnosis_path = folder / "traces.jsonl", folder / "diagnosis.jsonl"
     if not traces_path.exists():
-        raise _usage_error(f"{traces_path} not found: --run must be a run folder from 'ragdx run'")
+        raise _UsageError(f"{traces_path} not found: --run must be a run folder from 'ragdx run'")
     manifest_path = folder / "manifest.json"
     index_version = json.loads(manifest_path.read_text())["index_version"] if manifest_path.exists() else None
     diagnoses = {}
@@ -363,7 +363,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     example = example_dir()
     if out.exists():
         if not (out / "store.db").exists() and any(out.iterdir()):
-            raise _usage_error(f"--out {out} exists and is not a ragdx demo folder; choose another")
+            raise _UsageError(f"--out {out} exists and is not a ragdx demo folder; choose another")
         shutil.rmtree(out)
     out.mkdir(parents=True)
     log.info("ingesting the bundled example %s", example)
@@ -390,10 +390,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 class _UsageError(Exception):
     """Bad usage found after argument parsing (exit 2)."""
-
-
-def _usage_error(message: str) -> _UsageError:
-    return _UsageError(message)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -51,7 +51,7 @@ def manifest(store: SQLiteStore, pipeline: Pipeline, settings: Settings, queries
         "embedding_space": None if space is None else {
             "id": space.id, "model": space.model_id, "weights_hash": space.weights_hash,
             "dim": space.dim, "max_tokens": space.max_tokens},
-        "reranker": dict(getattr(pipeline.reranker, "__dict__", {}).get("weights", {}) or {}) or None,
+        "reranker_weights": getattr(pipeline.reranker, "weights", None),
         "queries": None if queries_path is None else {"path": str(queries_path), "sha256": _sha256(queries_path)},
     }
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -41,7 +40,7 @@ import pytest
 
 from ragdx.config import load_settings
 from ragdx.pipeline import build_ingestor
-from ragdx.stages.bm25 import BM25Retriever, query_terms
+from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, SQLiteStore
 from ragdx.testing.fts5 import fold, fts5_query_tokens, fts5_tokens, reference_bm25
 from ragdx.types import Principal, Query

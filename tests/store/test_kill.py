@@ -1,6 +1,5 @@
 """An ingest killed with SIGKILL in the middle of its write leaves the store as it was."""
 
-import json
 import os
 import signal
 import subprocess

@@ -148,15 +148,8 @@ def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemVi
 
 
 class Diagnoser:
-    """Diagnoses a query from its resolved evidence and its trace view.
-
-    Args:
-        order: the stage kinds in pipeline order (CONTRACTS.md).
-    """
-
-    ORDER = (StageKind.SOURCE, StageKind.PARSING, StageKind.REWRITE, StageKind.RETRIEVAL,
-             StageKind.FUSION, StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT,
-             StageKind.GENERATION, StageKind.CITATION)
+    """Diagnoses a query from its resolved evidence and its trace view; stages are ordered as
+    :class:`~ragdx.types.StageKind` lists them (CONTRACTS.md)."""
 
     def run(self, query: Query, evidence: QueryEvidence, trace: TraceView,
             restricted: QueryEvidence | None = None) -> Diagnosis:
@@ -211,7 +204,7 @@ class Diagnoser:
 
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
         answer = trace.answer
-        outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost, trace)
+        outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost)
         if extra is not None:
             lost.setdefault(extra.group, extra)
         losses = tuple(sorted(lost.values(), key=lambda l: (self._order(l.stage), l.group)))
@@ -219,14 +212,12 @@ class Diagnoser:
         if outcome not in (SUPPORTED, CORRECT_ABSTENTION):
             stages = [l.stage for l in losses] + ([failed_at] if failed_at else [])
             first_failure = min(stages, key=self._order) if stages else None
-        hypothesis = self._hypothesis(outcome, first_failure, losses, by_group, query, context)
+        hypothesis = self._hypothesis(outcome, first_failure, losses, by_group)
         return Diagnosis(query.id, outcome, first_failure, losses, presence, hypothesis)
 
-    def _order(self, stage: str) -> int:
-        for i, kind in enumerate(self.ORDER):
-            if kind.value == stage:
-                return i
-        return len(self.ORDER)
+    @staticmethod
+    def _order(stage: str) -> int:
+        return StageKind(stage).order
 
     def _why(self, alts: Sequence[ResolvedAlternative], views: list[StageView],
              previous: list[StageView], name: str) -> str:
@@ -246,7 +237,7 @@ class Diagnoser:
         return f"{views[0].name} did not keep it{where}"
 
     def _outcome(self, query: Query, by_group, context: StageView | None, answer: AnswerView | None,
-                 lost: dict[int, Loss], trace: TraceView):
+                 lost: dict[int, Loss]):
         units = list(context.items) if context else []
         cited_ids = {c for claim in (answer.claims if answer else ()) for c in claim.citations}
         cited = [u for u in units if u.id in cited_ids]
@@ -277,8 +268,7 @@ class Diagnoser:
                                                       "does not cite it")
         return SUPPORTED, None, None
 
-    def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group,
-                    query: Query, context: StageView | None) -> str:
+    def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group) -> str:
         if outcome == SUPPORTED:
             return "Nothing was lost: every required group reached the context and the answer is supported."
         if outcome == CORRECT_ABSTENTION:

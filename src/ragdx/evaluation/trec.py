@@ -21,42 +21,34 @@ def _lines(path: Path, what: str):
             yield number, line.split()
 
 
+def _read_table(path: Path, what: str, columns: str, value_at: int, convert, value_name: str) -> dict[str, dict]:
+    """Whitespace-separated rows of the named columns: the query is the first, the document the
+    third, the value at ``value_at`` (converted). A document twice for one query is an error."""
+    width = len(columns.split())
+    table: dict[str, dict] = {}
+    for number, parts in _lines(path, what):
+        if len(parts) != width:
+            raise InputError(f"expected {width} fields '{columns}', got {len(parts)}", file=str(path), line=number)
+        qid, doc, raw = parts[0], parts[2], parts[value_at]
+        try:
+            value = convert(raw)
+        except ValueError:
+            kind = "a number" if convert is float else "an integer"
+            raise InputError(f"{value_name} {raw!r} is not {kind}", file=str(path), line=number) from None
+        if doc in table.setdefault(qid, {}):
+            raise InputError(f"document {doc!r} is listed twice for query {qid!r}", file=str(path), line=number)
+        table[qid][doc] = value
+    return table
+
+
 def read_run(path: str | Path) -> dict[str, dict[str, float]]:
     """Read a TREC run file: ``query_id Q0 doc_id rank score tag``."""
-    path = Path(path)
-    run: dict[str, dict[str, float]] = {}
-    for number, parts in _lines(path, "run file"):
-        if len(parts) != 6:
-            raise InputError(f"expected 6 fields 'query_id Q0 doc_id rank score tag', got {len(parts)}",
-                             file=str(path), line=number)
-        qid, _, doc, _, score, _ = parts
-        try:
-            value = float(score)
-        except ValueError:
-            raise InputError(f"score {score!r} is not a number", file=str(path), line=number) from None
-        if doc in run.setdefault(qid, {}):
-            raise InputError(f"document {doc!r} is listed twice for query {qid!r}", file=str(path), line=number)
-        run[qid][doc] = value
-    return run
+    return _read_table(Path(path), "run file", "query_id Q0 doc_id rank score tag", 4, float, "score")
 
 
 def read_qrels(path: str | Path) -> dict[str, dict[str, int]]:
     """Read a TREC qrels file: ``query_id iteration doc_id relevance``."""
-    path = Path(path)
-    qrels: dict[str, dict[str, int]] = {}
-    for number, parts in _lines(path, "qrels file"):
-        if len(parts) != 4:
-            raise InputError(f"expected 4 fields 'query_id iteration doc_id relevance', got {len(parts)}",
-                             file=str(path), line=number)
-        qid, _, doc, rel = parts
-        try:
-            value = int(rel)
-        except ValueError:
-            raise InputError(f"relevance {rel!r} is not an integer", file=str(path), line=number) from None
-        if doc in qrels.setdefault(qid, {}):
-            raise InputError(f"document {doc!r} is judged twice for query {qid!r}", file=str(path), line=number)
-        qrels[qid][doc] = value
-    return qrels
+    return _read_table(Path(path), "qrels file", "query_id iteration doc_id relevance", 3, int, "relevance")
 
 
 def write_run(run: Run, path: str | Path, tag: str = "ragdx") -> None:

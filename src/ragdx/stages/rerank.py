@@ -57,7 +57,7 @@ def features(question: str, chunk: Chunk, fused_rank: int) -> dict[str, float]:
     terms = content_terms(question)
     body = set(content_terms(chunk.text))
     heads = set(content_terms(chunk.prefix + " " + " ".join(chunk.heading_path)))
-    exact = [t for t in _EXACT.findall(question)]
+    exact = _EXACT.findall(question)
     return {
         "fused_rank": 1.0 / math.log2(1 + fused_rank),
         "term_coverage": sum(t in body for t in terms) / len(terms) if terms else 0.0,
