@@ -238,10 +238,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
+def _queries(args: argparse.Namespace) -> list:
+    """The query set of --queries; with --strict, every quote must resolve (else exit 2)."""
     from ragdx.queryset import load_queries
-    from ragdx.runfolder import run, summary
-    settings = _settings(args)
     queries = load_queries(Path(args.queries))
     if args.strict:
         from ragdx.diagnosis.evidence import EvidenceResolver
@@ -249,10 +248,31 @@ def cmd_run(args: argparse.Namespace) -> int:
             resolver = EvidenceResolver(store)
             for query in queries:
                 resolver.run(query, strict=True)
+    return queries
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ragdx.runfolder import run, summary
+    settings = _settings(args)
+    queries = _queries(args)
     with _store(args) as store:
         result = run(store, settings, queries, Path(args.out), Path(args.queries), oracle=args.oracle)
-    print(summary(result.diagnoses))
-    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries, {result.seconds:.1f} s)")
+    print(summary(result.diagnoses, result.metrics))
+    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries, {result.seconds:.1f} s); "
+          f"open {result.folder / 'report.html'}")
+    return 0
+
+
+def cmd_ablate(args: argparse.Namespace) -> int:
+    from ragdx.runfolder import ablate, ablation_summary
+    settings = _settings(args)
+    queries = _queries(args)
+    with _store(args) as store:
+        result = ablate(store, settings, queries, args.variant or [], Path(args.out), force=args.force,
+                        queries_path=Path(args.queries), latency_budget_ms=args.latency_budget_ms)
+    print(ablation_summary(result))
+    print(f"\nablation folder: {result.folder} ({len(queries)} queries x {1 + len(result.variants)} "
+          f"configurations, {result.seconds:.1f} s); open {result.folder / 'report.html'}")
     return 0
 
 
@@ -261,7 +281,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from ragdx.diagnosis.imports import read_traces, resolve_offline
     from ragdx.diagnosis.locate import Diagnoser, Diagnosis
     from ragdx.queryset import load_queries
-    from ragdx.runfolder import summary
+    from ragdx.runfolder import imported_metrics, summary
     queries = {q.id: q for q in load_queries(Path(args.queries))}
     traces, bad = read_traces(Path(args.traces))
     for message in bad:
@@ -286,10 +306,12 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     with open(out / "diagnosis.jsonl", "w", encoding="utf-8") as fh:
         for diagnosis in diagnoses:
             fh.write(json.dumps(diagnosis.to_dict()) + "\n")
+    metrics = imported_metrics(out, queries, diagnoses, {v.query_id: v for _, v in traces}, resolver, store)
     if store is not None:
         store.close()
-    print(summary(diagnoses))
-    print(f"\n{len(traces)} traces diagnosed, {len(bad)} malformed lines skipped; {out / 'diagnosis.jsonl'}")
+    print(summary(diagnoses, metrics))
+    print(f"\n{len(traces)} traces diagnosed, {len(bad)} malformed lines skipped; {out / 'diagnosis.jsonl'}, "
+          f"{out / 'metrics.json'}; open {out / 'report.html'}")
     return 0
 
 
@@ -383,8 +405,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"{whole} of {len(records)} required quotes lie whole inside one chunk "
           f"(details: {out / 'evidence.jsonl'}).\n")
     print(f"Ran {len(queries)} questions through the pipeline and diagnosed each:\n")
-    print(summary(result.diagnoses))
-    print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl)")
+    print(summary(result.diagnoses, result.metrics))
+    print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl, metrics.json)")
+    print(f"Open the report: {(result.folder / 'report.html').resolve().as_uri()}")
     return 0
 
 
@@ -453,10 +476,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "same generator, and say which queries flip")
     configurable(p)
 
+    p = command("ablate", cmd_ablate, "run single-setting variants against a baseline and compare them "
+                "with paired tests")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--out", required=True, help="the ablation folder to write")
+    p.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                   help="a named variant, e.g. no-dense:retrieval.dense.enabled=false (repeatable)")
+    p.add_argument("--force", action="store_true", help="run a variant that changes more than one stage")
+    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    p.add_argument("--latency-budget-ms", type=float, help="the mean latency a configuration may take; "
+                   "above it, a better variant is proposed for routing only")
+    configurable(p)
+
     p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
     p.add_argument("--traces", required=True, help="the traces (JSONL, see docs/diagnosis.md)")
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
-    p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl")
+    p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl, metrics.json and report.html")
     p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
 
     p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")

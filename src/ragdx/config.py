@@ -237,6 +237,15 @@ def load_settings(path: str | Path | None = None, overrides: Sequence[str] = ())
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         settings = _apply(settings, data, "")
+    return with_overrides(settings, overrides)
+
+
+def with_overrides(settings: Settings, overrides: Sequence[str]) -> Settings:
+    """``settings`` with ``key=value`` overrides applied, each validated.
+
+    Raises:
+        ConfigError: an unknown key, a bad type or value (naming the key and the valid values).
+    """
     for text in overrides:
         key, value = parse_override(text)
         settings = _apply(settings, _nest(key, value), "")

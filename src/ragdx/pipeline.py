@@ -25,7 +25,7 @@ from ragdx.stages.govern import Governance
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 from ragdx.store.sqlite import SQLiteStore
-from ragdx.types import Answer, Context, Query, Ranked, Verification
+from ragdx.types import Answer, Context, Query, Ranked, StageKind, Verification
 
 StageOutput = Ranked | Context | Answer | Verification
 
@@ -119,7 +119,7 @@ class Pipeline:
     """
 
     def __init__(self, store: SQLiteStore, settings: Settings | None = None, *,
-                 encoder: Encoder | None = None) -> None:
+                 encoder: Encoder | None = None, context_counter: TokenCounter | None = None) -> None:
         self.store = store
         self.settings = settings = settings or Settings()
         r = settings.retrieval
@@ -150,9 +150,9 @@ class Pipeline:
 
         self.governance = Governance(store, allow_superseded=settings.governance.allow_superseded)
         c = settings.context
-        counter = self.encoder if self.encoder is not None and c.tokenizer in ("auto", "encoder") \
-            else RegexTokenCounter()
-        if c.tokenizer == "encoder" and self.encoder is None:
+        counter = context_counter or (self.encoder if self.encoder is not None and c.tokenizer in
+                                      ("auto", "encoder") else RegexTokenCounter())
+        if c.tokenizer == "encoder" and self.encoder is None and context_counter is None:
             raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")
         self.assembler = ContextAssembler(store, counter, budget_tokens=c.budget_tokens,  # type: ignore[arg-type]
                                           expand=c.expand, min_tokens=c.min_tokens)
@@ -173,6 +173,15 @@ class Pipeline:
         elif v.method == "llm" and client is not None:
             checker = LlmJudge(client)
         self.verifier = ClaimVerifier(store, checker)
+
+    def warm_up(self) -> None:
+        """Load every model now (the encoder's, the cross-encoder's), so that no query's latency
+        includes a model load."""
+        if self.encoder is not None:
+            self.encoder.encode(["warm up"], kind="query")
+        load = getattr(self.reranker, "warm_up", None)
+        if load is not None:
+            load()
 
     def retrieve(self, query: Query) -> list[Ranked]:
         """Each channel's ranked list."""
@@ -200,3 +209,39 @@ class Pipeline:
         stages: list[StageOutput] = list(self.rank(query))
         stages += self.answer(query, stages[-1])  # type: ignore[arg-type]
         return Trace(query, tuple(stages), time.perf_counter() - started)
+
+    def resume(self, base: Trace, start: StageKind) -> Trace:
+        """Run from stage ``start`` on, reusing ``base``'s output of every earlier stage (and of
+        any retrieval channel whose name and config are unchanged). A reused output keeps its
+        recorded time, so the trace's ``seconds`` is what the whole pipeline would take.
+
+        Used by ablations: a context-budget variant does not recompute retrieval.
+        """
+        query = base.query
+        stages: list[StageOutput] = [s for s in base.stages if s.kind.order < start.order]
+        reused = [s.stage for s in stages]
+        if start.order <= StageKind.RETRIEVAL.order:
+            previous = {s.stage: s for s in base.ranked if s.kind is StageKind.RETRIEVAL}
+            for channel in self.channels:
+                old = previous.get(channel.name)
+                if old is not None and dict(old.config) == channel.config:
+                    stages.append(old)
+                    reused.append(old.stage)
+                else:
+                    stages.append(channel.run(query))
+        if start.order <= StageKind.FUSION.order:
+            stages.append(self.fusion.run([s for s in stages if s.kind is StageKind.RETRIEVAL]))
+        if start.order <= StageKind.RERANK.order and self.reranker is not None:
+            stages.append(self.reranker.run(query, stages[-1]))
+        if start.order <= StageKind.GOVERNANCE.order:
+            stages.append(self.governance.run(query, stages[-1]))
+        if start.order <= StageKind.CONTEXT.order:
+            stages += self.answer(query, stages[-1])  # type: ignore[arg-type]
+        elif start.order <= StageKind.GENERATION.order:
+            context = base.context
+            answer = self.generator.run(query, context)
+            stages += [answer, self.verifier.run(query, context, answer)]
+        elif start.order <= StageKind.CITATION.order:
+            stages.append(self.verifier.run(query, base.context, base.answer))
+        note = f"reused from the baseline: {', '.join(reused)}" if reused else ""
+        return Trace(query, tuple(stages), sum(s.seconds for s in stages), base.notes + ((note,) if note else ()))

@@ -40,15 +40,26 @@ def test_parsing():
             parse_measure(bad)
 
 
+def random_judged_runs(seed: int, queries: int, *, ties: bool) -> tuple[dict, dict]:
+    """Random graded qrels and runs over 40 documents; ``ties=False`` draws distinct scores (so no
+    tie order is argued about) and at least one relevant document per query."""
+    rng = random.Random(seed)
+    qrels, run = {}, {}
+    for q in range(queries):
+        docs = [f"d{i}" for i in range(40)]
+        if ties:
+            qrels[f"q{q}"] = {d: rng.choice([0, 0, 1, 2, 3]) for d in rng.sample(docs, 15)}
+            run[f"q{q}"] = {d: float(rng.randint(0, 30)) for d in rng.sample(docs, rng.randint(0, 30))}
+        else:
+            qrels[f"q{q}"] = {d: rng.choice([1, 1, 2, 3]) for d in rng.sample(docs, rng.randint(1, 12))}
+            run[f"q{q}"] = {d: float(s) for d, s in zip(rng.sample(docs, 30), rng.sample(range(1000), 30))}
+    return qrels, run
+
+
 @pytest.mark.parity
 def test_agrees_with_pytrec_eval_on_random_runs():
     pytrec_eval = pytest.importorskip("pytrec_eval")
-    rng = random.Random(7)
-    qrels, run = {}, {}
-    for q in range(60):
-        docs = [f"d{i}" for i in range(40)]
-        qrels[f"q{q}"] = {d: rng.choice([0, 0, 1, 2, 3]) for d in rng.sample(docs, 15)}
-        run[f"q{q}"] = {d: float(rng.randint(0, 30)) for d in rng.sample(docs, rng.randint(0, 30))}
+    qrels, run = random_judged_runs(7, 60, ties=True)
     names = {"P_5": "P@5", "P_10": "P@10", "recall_10": "R@10", "recip_rank": "RR", "map": "AP",
              "ndcg_cut_10": "nDCG@10", "ndcg": "nDCG"}
     theirs = pytrec_eval.RelevanceEvaluator(qrels, set(names)).evaluate(run)
@@ -57,3 +68,16 @@ def test_agrees_with_pytrec_eval_on_random_runs():
         for qid in qrels:
             expected = theirs[qid][trec] if qid in theirs else 0.0
             assert ours[mine][qid] == pytest.approx(expected, abs=1e-9), (trec, qid)
+
+
+@pytest.mark.parity
+def test_agrees_with_ranx_on_random_runs():
+    ranx = pytest.importorskip("ranx")
+    qrels, run = random_judged_runs(9, 50, ties=False)
+    names = {"precision@5": "P@5", "recall@10": "R@10", "mrr": "RR", "ndcg@10": "nDCG@10", "map": "AP",
+             "hit_rate@3": "Hit@3"}
+    theirs = ranx.evaluate(ranx.Qrels(qrels), ranx.Run(run), list(names), return_mean=False, make_comparable=True)
+    ours = evaluate(names.values(), qrels, run)
+    for ranx_name, mine in names.items():
+        for n, qid in enumerate(sorted(qrels)):  # ranx returns queries in sorted order
+            assert ours[mine][qid] == pytest.approx(float(theirs[ranx_name][n]), abs=1e-9), (ranx_name, qid)

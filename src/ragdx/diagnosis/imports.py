@@ -54,6 +54,14 @@ def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
                     current=status == "current")
 
 
+def _seconds(f: Fields, name: str) -> float | None:
+    """An optional non-negative number (a latency or a cost)."""
+    value = f.get(name, (int, float), default=None)
+    if value is not None and (isinstance(value, bool) or value < 0):
+        raise f.error(name, f"expected a non-negative number, got {value!r}")
+    return None if value is None else float(value)
+
+
 def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
     """Validate one imported trace line into a :class:`TraceView`.
 
@@ -80,7 +88,8 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
             item = _item(d, f, f"{where}.dropped[{n}]", n + 1)
             reason = d.get("reason", "dropped") if isinstance(d, dict) else "dropped"
             dropped.append(DroppedView(item, str(reason)))
-        stages.append(StageView(sf.get("name", str, default=kind_name), kind, items, tuple(dropped)))
+        stages.append(StageView(sf.get("name", str, default=kind_name), kind, items, tuple(dropped),
+                                seconds=_seconds(sf, "seconds")))
     answer = None
     raw = f.get("answer", dict, default=None)
     if raw is not None:
@@ -95,8 +104,12 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
                                     cf.get("supported", bool, default=None)))
         if not claims and cited:
             claims.append(ClaimView(af.get("text", str, default=""), cited, None))
+        usage = af.get("usage", dict, default={})
+        uf = Fields(usage, file, line, prefix="answer.usage.")
         answer = AnswerView(af.get("text", str, default=""), af.get("abstained", bool, default=False),
-                            tuple(claims))
+                            tuple(claims), uf.get("prompt_tokens", int, default=0),
+                            uf.get("completion_tokens", int, default=0), _seconds(uf, "cost") or 0.0,
+                            _seconds(af, "seconds"))
     return TraceView(query_id, tuple(stages), answer)
 
 

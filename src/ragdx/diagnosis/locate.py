@@ -44,6 +44,7 @@ class ItemView:
     aliases: tuple[str, ...] = ()  # other ids it answers to (the chunks a context unit holds)
     readable: bool = True          # the principal may read it
     current: bool = True           # its version is in force
+    score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,7 @@ class StageView:
     items: tuple[ItemView, ...]
     dropped: tuple[DroppedView, ...] = ()
     config: dict = field(default_factory=dict)
+    seconds: float | None = None   # the stage's latency, when the trace records it
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +78,11 @@ class AnswerView:
     text: str
     abstained: bool
     claims: tuple[ClaimView, ...]
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    seconds: float | None = None          # generating
+    verify_seconds: float | None = None   # verifying the claims
 
 
 @dataclass(frozen=True, slots=True)

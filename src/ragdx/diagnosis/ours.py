@@ -25,9 +25,9 @@ def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
     for ranked in trace.ranked:
         stages.append(StageView(
             ranked.stage, ranked.kind,
-            tuple(ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id) for c in ranked.items),
+            tuple(ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score) for c in ranked.items),
             tuple(DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
-                  for d in ranked.dropped), dict(ranked.config)))
+                  for d in ranked.dropped), dict(ranked.config), ranked.seconds))
     context, answer, verification = trace.context, trace.answer, trace.verification
     if context is not None:
         units = []
@@ -39,7 +39,7 @@ def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
                                   current=stored is not None and stored.document.status is DocStatus.CURRENT))
         stages.append(StageView(context.stage, context.kind, tuple(units), tuple(
             DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
-            for d in context.dropped), dict(context.config)))
+            for d in context.dropped), dict(context.config) | {"tokens": context.tokens}, context.seconds))
     view_answer = None
     if answer is not None:
         checks = {id(c.claim): c for c in verification.checks} if verification else {}
@@ -49,7 +49,9 @@ def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
             claims.append(ClaimView(claim.text, claim.citations,
                                     None if check is None else check.verdict is Verdict.SUPPORTED,
                                     check.reason if check else ""))
-        view_answer = AnswerView(answer.text, answer.abstained, tuple(claims))
+        view_answer = AnswerView(answer.text, answer.abstained, tuple(claims), answer.usage.prompt_tokens,
+                                 answer.usage.completion_tokens, answer.usage.cost, answer.seconds,
+                                 verification.seconds if verification else None)
     return TraceView(trace.query.id, tuple(stages), view_answer)
 
 
@@ -91,12 +93,14 @@ def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence,
     return reason
 
 
-def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver | None = None) -> Diagnosis:
-    """Diagnose one of ragdx's own traces, with the store's extra evidence for retrieval misses."""
-    resolver = resolver or EvidenceResolver(pipeline.store)
+def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver | None = None, *,
+                   evidence: QueryEvidence | None = None, view: TraceView | None = None) -> Diagnosis:
+    """Diagnose one of ragdx's own traces, with the store's extra evidence for retrieval misses
+    (``evidence`` and ``view``: already resolved, to save resolving them twice)."""
     query = trace.query
-    evidence = resolver.run(query)
-    diagnosis = Diagnoser().run(query, evidence, view_of(trace, pipeline.store))
+    if evidence is None:
+        evidence = (resolver or EvidenceResolver(pipeline.store)).run(query)
+    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store))
     lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
                  if l.stage == "retrieval" else l for l in diagnosis.lost)
     return replace(diagnosis, lost=lost)

@@ -130,6 +130,10 @@ class CrossEncoderReranker:
         self.store, self.model_id, self.top_n, self.batch_size, self.name = store, model, top_n, batch_size, name
         self._model: Any = None
 
+    def warm_up(self) -> None:
+        """Load the model now rather than on the first query."""
+        self._load()
+
     def _load(self) -> Any:
         if self._model is None:
             try:

@@ -1,0 +1,308 @@
+"""Layered metrics: one value per query for each measure of each stage, then aggregated overall
+and per tag (``metrics.json`` of a run folder).
+
+What is measured (a :class:`Metric`: its name, layer, kind and direction) is kept apart from how
+a query's value is computed (:func:`query_values`) and how values are aggregated
+(:func:`aggregate`). The layers, in pipeline order:
+
+- ``evidence``: ``complete@STAGE`` — 1 when every required group of an answerable query is
+  present at that stage (source, parsing, each retrieval channel and their union, fusion,
+  rerank, governance, context). A stage a pipeline does not have (no reranker, say) loses
+  nothing: it carries the previous stage's value, so variants stay comparable.
+- ``ranking``: ranking measures (``R@10``, ``nDCG@10``, ``RR``, ...; :mod:`.measures`) of each
+  ranked stage's list, against the chunks that hold some part of a required span.
+- ``answer``: ``success`` (supported, or a correct abstention), ``supported`` (answerable
+  questions answered with support), ``answered`` (did not abstain), ``faithfulness`` (supported
+  claims over all claims), ``citation_support`` (over claims that cite something, the share whose
+  citations support them).
+- ``abstention``: ``correct_abstention``, ``wrong_abstention``, ``hallucination``, ``leak`` and
+  ``stale``, each counted separately, so answering more cannot pass for being more reliable.
+- ``latency``: milliseconds per stage and in total, reported as p50 and p95.
+- ``cost``: prompt, completion and context tokens, and money.
+
+A value is ``None`` where a measure does not apply to a query (faithfulness without claims,
+ranking without relevant chunks); every aggregate names its denominator ``n``. A query without a
+trace still counts: it fails every pass/fail measure. No aggregate is ever NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from ragdx.diagnosis.evidence import QueryEvidence
+from ragdx.diagnosis.locate import (
+    CORRECT_ABSTENTION, HALLUCINATION, LEAK, STALE, SUPPORTED, WRONG_ABSTENTION, Diagnosis, TraceView,
+    touching,
+)
+from ragdx.evaluation.measures import Measure, evaluate, parse_measure
+from ragdx.types import Query, StageKind
+
+DEFAULT_MEASURES = ("R@10", "nDCG@10", "RR")
+FUNNEL = ("source", "parsing", "rewrite", "retrieval", "fusion", "rerank", "governance", "context")
+ABSTENTION = (CORRECT_ABSTENTION, WRONG_ABSTENTION, HALLUCINATION, LEAK, STALE)
+PASS, GRADED, LATENCY, AMOUNT = "pass", "graded", "latency", "amount"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """What is measured: a name, its layer, how its per-query values aggregate, and which way is
+    better (+1 higher, -1 lower)."""
+
+    name: str
+    layer: str
+    kind: str
+    better: int
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueryValues:
+    """One query's value for each metric (``None``: does not apply), and what the report needs."""
+
+    id: str
+    tags: tuple[str, ...]
+    outcome: str
+    first_failure: str | None
+    values: Mapping[str, float | None]
+    stages_run: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """A metric over a set of queries: the mean over the ``n`` queries it applies to, with the
+    sum (pass counts, amounts) and, for latencies, the 50th and 95th percentiles."""
+
+    value: float
+    n: int
+    total: float = 0.0
+    p50: float | None = None
+    p95: float | None = None
+
+    def to_dict(self) -> dict:
+        out: dict = {"value": self.value, "n": self.n, "total": self.total}
+        if self.p50 is not None:
+            out |= {"p50": self.p50, "p95": self.p95}
+        return out
+
+
+def _catalogue(names: Iterable[str]) -> dict[str, Metric]:
+    """The metric definitions for the given names (the names a run produced)."""
+    out = {}
+    for name in names:
+        if name.startswith("complete@"):
+            out[name] = Metric(name, "evidence", PASS, 1, f"every required group present at {name[9:]}")
+        elif name.startswith("latency_ms "):
+            out[name] = Metric(name, "latency", LATENCY, -1, f"milliseconds spent in {name[11:]}")
+        elif name in ABSTENTION:
+            out[name] = Metric(name, "abstention", PASS, 1 if name == CORRECT_ABSTENTION else -1,
+                               f"outcome is {name}")
+        elif name in _ANSWER:
+            out[name] = Metric(name, "answer", *_ANSWER[name])
+        elif name in _COST:
+            out[name] = Metric(name, "cost", AMOUNT, -1, _COST[name])
+        else:  # "MEASURE STAGE"
+            measure, _, stage = name.partition(" ")
+            out[name] = Metric(name, "ranking", GRADED, 1, f"{measure} of the {stage} list")
+    return out
+
+
+_ANSWER = {
+    "success": (PASS, 1, "a supported answer, or a correct abstention"),
+    "supported": (PASS, 1, "an answerable question answered with support"),
+    "answered": (PASS, 0, "did not abstain (neither better nor worse by itself)"),
+    "faithfulness": (GRADED, 1, "supported claims over all claims"),
+    "citation_support": (GRADED, 1, "over claims citing something, the share their citations support"),
+}
+_COST = {"prompt_tokens": "tokens sent to the generator", "completion_tokens": "tokens generated",
+         "context_tokens": "tokens in the assembled context", "cost": "money spent generating"}
+
+
+def metric(name: str) -> Metric:
+    """The definition of one metric name."""
+    return _catalogue([name])[name]
+
+
+def relevant_chunks(evidence: QueryEvidence, view: TraceView | None) -> set[str]:
+    """The chunks that hold some part of a required span: those the store's coverage names, and
+    items of the trace that touch an alternative (ids, spans or quotes)."""
+    out: set[str] = set()
+    for alt in evidence.alternatives:
+        if alt.coverage is not None:
+            out.update(alt.coverage.full + alt.coverage.partial)
+        if alt.alternative.id is not None:
+            out.add(alt.alternative.id)
+    if view is not None:
+        items = [i for s in view.stages if s.kind is not StageKind.CONTEXT for i in s.items]
+        for alt in evidence.alternatives:
+            out.update(i.id for i in touching(alt, items))
+    return out
+
+
+def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evidence: QueryEvidence,
+                 measures: Sequence[Measure | str] = DEFAULT_MEASURES) -> QueryValues:
+    """Every metric's value for one query.
+
+    Args:
+        query: the query, with its tags and required evidence.
+        diagnosis: its diagnosis (outcome, groups present per stage, losses).
+        view: its trace (``None`` when no trace exists: every pass/fail measure fails).
+        evidence: its resolved evidence (the relevance labels of the ranking measures).
+        measures: the ranking measures, as strings or :class:`Measure` values.
+    """
+    values: dict[str, float | None] = {}
+    groups = {a.group for a in evidence.alternatives}
+    stages_run: list[str] = []
+    if query.answerable and groups:
+        lost_at = {l.group: l.stage for l in diagnosis.lost}
+        present = {g for g in groups if lost_at.get(g) != "source"}
+        for stage in FUNNEL:
+            if stage == "parsing":
+                present -= {g for g, where in lost_at.items() if where == "parsing"}
+            elif stage != "source":
+                seen = [s for name, s in diagnosis.stages.items()
+                        if (name == "retrieval" if stage == "retrieval" else s.get("kind") == stage)]
+                if seen:
+                    present = set(seen[-1]["groups_present"])
+                    for channel, held in seen[-1].get("channels", {}).items():
+                        values[f"complete@retrieval:{channel}"] = float(groups <= set(held))
+                elif stage == "rewrite":
+                    continue
+                elif view is None:  # no trace: nothing was retrieved
+                    present = set()
+                else:  # a stage this pipeline does not have loses nothing
+                    values[f"complete@{stage}"] = float(groups <= present)
+                    continue
+            stages_run.append(stage)
+            values[f"complete@{stage}"] = float(groups <= present)
+        channels = [s.name for s in view.stages if s.kind is StageKind.RETRIEVAL] if view else []
+        if len(channels) == 1:  # one channel: its completeness is the retrieval stage's
+            values[f"complete@retrieval:{channels[0]}"] = values["complete@retrieval"]
+    if view is not None:
+        relevant = relevant_chunks(evidence, view)
+        parsed = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
+        for stage in view.stages:
+            if stage.kind in (StageKind.CONTEXT, StageKind.REWRITE):
+                continue
+            run = {stage.name: {i.id: -float(i.rank if i.rank is not None else n + 1)
+                                for n, i in enumerate(stage.items)}}
+            scores = evaluate(parsed, {stage.name: {c: 1 for c in relevant}}, run) if relevant else {}
+            for m in parsed:
+                values[f"{m} {stage.name}"] = scores[str(m)][stage.name] if relevant else None
+    outcome = diagnosis.outcome
+    values["success"] = float(outcome in (SUPPORTED, CORRECT_ABSTENTION))
+    values["supported"] = float(outcome == SUPPORTED) if query.answerable else None
+    answer = view.answer if view is not None else None
+    values["answered"] = float(answer is not None and not answer.abstained)
+    claims = answer.claims if answer is not None and not answer.abstained else ()
+    checked = [c for c in claims if c.supported is not None]
+    values["faithfulness"] = sum(c.supported for c in checked) / len(checked) if checked else None
+    cited = [c for c in checked if c.citations]
+    values["citation_support"] = sum(c.supported for c in cited) / len(cited) if cited else None
+    for name in ABSTENTION:
+        values[name] = float(outcome == name)
+    if view is not None:
+        total = 0.0
+        for stage in view.stages:
+            if stage.seconds is not None:
+                values[f"latency_ms {stage.name}"] = stage.seconds * 1000
+                total += stage.seconds
+        if answer is not None:
+            for name, seconds in (("generation", answer.seconds), ("verification", answer.verify_seconds)):
+                if seconds is not None:
+                    values[f"latency_ms {name}"] = seconds * 1000
+                    total += seconds
+        values["latency_ms total"] = total * 1000
+        context = next((s for s in reversed(view.stages) if s.kind is StageKind.CONTEXT), None)
+        values["context_tokens"] = float(context.config.get("tokens", 0)) if context is not None else 0.0
+        values["prompt_tokens"] = float(answer.prompt_tokens) if answer else 0.0
+        values["completion_tokens"] = float(answer.completion_tokens) if answer else 0.0
+        values["cost"] = float(answer.cost) if answer else 0.0
+    return QueryValues(query.id, query.tags, outcome, diagnosis.first_failure, values, tuple(stages_run))
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile by linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    position = (len(ordered) - 1) * q / 100
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def aggregate(rows: Sequence[QueryValues], name: str) -> Aggregate:
+    """One metric over the queries it applies to."""
+    kind = metric(name).kind
+    values = [v for v in (r.values.get(name) for r in rows) if v is not None]
+    if not values:
+        return Aggregate(0.0, 0)
+    total = float(sum(values))
+    if kind == LATENCY:
+        return Aggregate(total / len(values), len(values), total, percentile(values, 50), percentile(values, 95))
+    return Aggregate(total / len(values), len(values), total)
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """The metrics of a set of queries (all, or one tag's)."""
+
+    queries: int
+    metrics: dict[str, Aggregate]
+    outcomes: dict[str, int]
+    first_failure: dict[str, int]
+
+    def to_dict(self) -> dict:
+        return {"queries": self.queries, "outcomes": self.outcomes, "first_failure": self.first_failure,
+                "metrics": {n: a.to_dict() for n, a in self.metrics.items()}}
+
+
+def _names(rows: Sequence[QueryValues]) -> list[str]:
+    seen: dict[str, None] = {}
+    for r in rows:
+        for n in r.values:
+            seen.setdefault(n, None)
+    order = {"evidence": 0, "ranking": 1, "answer": 2, "abstention": 3, "latency": 4, "cost": 5}
+    catalogue = _catalogue(seen)
+    return sorted(seen, key=lambda n: (order[catalogue[n].layer], list(seen).index(n)))
+
+
+def block(rows: Sequence[QueryValues]) -> Block:
+    return Block(len(rows), {n: aggregate(rows, n) for n in _names(rows)},
+                 dict(Counter(r.outcome for r in rows).most_common()),
+                 dict(Counter(r.first_failure for r in rows if r.first_failure).most_common()))
+
+
+def by_tag(rows: Sequence[QueryValues]) -> dict[str, list[QueryValues]]:
+    """Queries per tag (a query with several tags is in each); untagged ones under ``(untagged)``."""
+    out: dict[str, list[QueryValues]] = {}
+    for r in rows:
+        for tag in r.tags or ("(untagged)",):
+            out.setdefault(tag, []).append(r)
+    return dict(sorted(out.items()))
+
+
+@dataclass(frozen=True, slots=True)
+class Metrics:
+    """A run's layered metrics, overall and per tag, with every query's values kept."""
+
+    overall: Block
+    tags: dict[str, Block]
+    rows: tuple[QueryValues, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        names = list(self.overall.metrics)
+        catalogue = _catalogue(names)
+        return {"format": "ragdx.metrics/1", "overall": self.overall.to_dict(),
+                "by_tag": {t: b.to_dict() for t, b in self.tags.items()},
+                "definitions": {n: {"layer": m.layer, "kind": m.kind, "better": m.better,
+                                    "description": m.description} for n, m in catalogue.items()},
+                "per_query": {r.id: {n: v for n, v in r.values.items()} for r in self.rows}}
+
+
+def layered(rows: Sequence[QueryValues]) -> Metrics:
+    """Aggregate per-query values overall and per tag."""
+    return Metrics(block(rows), {t: block(rs) for t, rs in by_tag(rows).items()}, tuple(rows))

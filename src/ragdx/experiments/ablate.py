@@ -1,0 +1,271 @@
+"""Single-variable ablations: named variants that each change one stage's settings, run on the
+same query set against the same index version, compared with the baseline by paired tests.
+
+A variant is ``NAME:key=value[,key=value]`` (CONTRACTS.md). Each key belongs to one stage
+(``retrieval.*`` to retrieval, ``context.*`` to context, ...); a variant whose keys touch more
+than one stage is refused unless forced, and ``chunking.*`` always is (it changes the index,
+which an ablation holds fixed). Every stage before the first one a variant changes is reused
+from the baseline's traces (:meth:`~ragdx.pipeline.Pipeline.resume`): a context-budget variant
+never recomputes retrieval. A variant that turns the dense channel off keeps the baseline's
+context token counter, so the budget means the same thing in both.
+
+For each variant and metric: both values, the delta, and a paired test on the queries where both
+apply — the exact McNemar test for pass/fail measures, the paired randomization test for graded
+ones, latencies and amounts (:mod:`ragdx.evaluation.significance`), seeded with the settings'
+``seed`` and recorded. :func:`readings` then says in words what the deltas mean.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+from ragdx.config import Settings, parse_override, with_overrides
+from ragdx.errors import ConfigError
+from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, aggregate, metric
+from ragdx.evaluation.significance import PairedTest, bootstrap_ci, mcnemar, randomization
+from ragdx.types import StageKind
+
+ALPHA = 0.05
+MATERIAL = 0.10  # a latency change smaller than this share of the baseline's is not worth a reading
+_SPLIT = re.compile(r",(?=\s*[A-Za-z_][\w.]*\s*=)")
+# the stage each settings section belongs to
+_SECTION_STAGE = {"retrieval": StageKind.RETRIEVAL, "fusion": StageKind.FUSION, "rerank": StageKind.RERANK,
+                  "governance": StageKind.GOVERNANCE, "context": StageKind.CONTEXT,
+                  "generation": StageKind.GENERATION, "verify": StageKind.CITATION}
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """A named change of settings, and the stage it starts at."""
+
+    name: str
+    overrides: tuple[str, ...]
+    stages: tuple[StageKind, ...]
+
+    @property
+    def start(self) -> StageKind:
+        return min(self.stages, key=lambda s: s.order)
+
+
+def parse_variant(text: str, baseline: Settings, *, force: bool = False) -> tuple[Variant, Settings]:
+    """``NAME:key=value[,key=value]`` -> the variant and its settings.
+
+    Raises:
+        ConfigError: a malformed variant, an unknown key or bad value, a key the ablation holds
+            fixed (``chunking.*``), or (unless ``force``) keys of more than one stage.
+    """
+    name, sep, rest = text.partition(":")
+    name = name.strip()
+    if not sep or not name or not rest.strip():
+        raise ConfigError(f"variant {text!r}: expected NAME:key=value[,key=value]")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "baseline":
+        raise ConfigError(f"variant {text!r}: the name {name!r} must be letters, digits, '_', '-' or '.', "
+                          "and not 'baseline'")
+    overrides = tuple(part.strip() for part in _SPLIT.split(rest))
+    stages: dict[StageKind, list[str]] = {}
+    for override in overrides:
+        key, _ = parse_override(override)
+        section = key.split(".")[0]
+        if section == "chunking":
+            raise ConfigError(f"variant {name!r}: {key} changes the chunks, and so the index, which an "
+                              "ablation holds fixed; ingest into a second store and compare the two runs")
+        if section not in _SECTION_STAGE:
+            raise ConfigError(f"variant {name!r}: {key} is not a pipeline stage setting; valid sections: "
+                              + ", ".join(sorted(_SECTION_STAGE)))
+        stages.setdefault(_SECTION_STAGE[section], []).append(key)
+    try:
+        settings = with_overrides(baseline, overrides)
+    except ConfigError as exc:
+        raise ConfigError(f"variant {name!r}: {exc}") from None
+    if settings == baseline:
+        raise ConfigError(f"variant {name!r}: {', '.join(overrides)} leaves every setting as the baseline "
+                          "has it; the variant would change nothing")
+    if len(stages) > 1 and not force:
+        which = "; ".join(f"{s.value} ({', '.join(keys)})" for s, keys in sorted(stages.items(),
+                                                                                  key=lambda kv: kv[0].order))
+        raise ConfigError(f"variant {name!r} changes more than one stage: {which}. An ablation changes one "
+                          "variable at a time, so the difference can be pinned on it; split it into one "
+                          "variant per stage, or pass --force to run it anyway")
+    return Variant(name, overrides, tuple(sorted(stages, key=lambda s: s.order))), settings
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """One metric, baseline against variant."""
+
+    metric: str
+    baseline: float
+    variant: float
+    delta: float
+    test: PairedTest
+    ci: tuple[float, float] | None = None  # bootstrap interval of the mean delta (graded measures)
+
+    @property
+    def significant(self) -> bool:
+        return self.test.p < ALPHA
+
+    def to_dict(self) -> dict:
+        out = {"metric": self.metric, "baseline": self.baseline, "variant": self.variant, "delta": self.delta,
+               "test": self.test.test, "p": self.test.p, "n": self.test.n, "significant": self.significant}
+        if self.test.seed is not None:
+            out |= {"seed": self.test.seed, "trials": self.test.trials}
+        if self.test.detail:
+            out["detail"] = self.test.detail
+        if self.ci is not None:
+            out["ci95"] = list(self.ci)
+        return out
+
+
+def _summary_value(rows: Sequence[QueryValues], name: str) -> float:
+    agg = aggregate(rows, name)
+    return agg.p50 if agg.p50 is not None else agg.value
+
+
+def compare(base: Sequence[QueryValues], variant: Sequence[QueryValues], *, seed: int = 0,
+            trials: int = 10_000) -> list[Comparison]:
+    """Every metric both runs have, with a paired test over the queries where both values apply.
+
+    Latencies compare their medians (the value shown) and test the per-query differences.
+    """
+    by_id = {r.id: r for r in variant}
+    if set(by_id) != {r.id for r in base}:
+        raise ConfigError("a paired comparison needs the same queries on both sides")
+    names = [n for n in base[0].values if any(n in r.values for r in variant)] if base else []
+    seen = set(names)
+    for r in base:
+        for n in r.values:
+            if n not in seen and any(n in v.values for v in variant):
+                names.append(n)
+                seen.add(n)
+    out = []
+    for name in names:
+        kind = metric(name).kind
+        pairs = [(r.values[name], by_id[r.id].values[name]) for r in base
+                 if r.values.get(name) is not None and by_id[r.id].values.get(name) is not None]
+        a = [x for x, _ in pairs]
+        b = [y for _, y in pairs]
+        if kind == PASS:
+            test, ci = mcnemar([x > 0.5 for x in a], [y > 0.5 for y in b]), None
+        else:
+            test = randomization(a, b, seed=seed, trials=trials)
+            ci = bootstrap_ci(a, b, seed=seed, trials=trials) if kind in (GRADED, LATENCY) else None
+        va, vb = _summary_value(base, name), _summary_value(variant, name)
+        out.append(Comparison(name, va, vb, vb - va, test, ci))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class VariantResult:
+    variant: Variant
+    comparisons: tuple[Comparison, ...]
+    readings: tuple[str, ...]
+    metrics: Metrics
+    reused: tuple[str, ...] = ()  # stage outputs taken from the baseline
+    first_failure: Mapping[str, int] = field(default_factory=dict)
+
+    def comparison(self, name: str) -> Comparison | None:
+        return next((c for c in self.comparisons if c.metric == name), None)
+
+    def to_dict(self) -> dict:
+        return {"name": self.variant.name, "overrides": list(self.variant.overrides),
+                "stages": [s.value for s in self.variant.stages], "reused": list(self.reused),
+                "readings": list(self.readings), "first_failure": dict(self.first_failure),
+                "comparisons": [c.to_dict() for c in self.comparisons]}
+
+
+def _fmt(value: float, name: str) -> str:
+    kind = metric(name).kind
+    if kind == LATENCY:
+        return f"{value:.1f} ms"
+    if kind in (PASS, GRADED):
+        return f"{value:.3f}"
+    return f"{value:g}"
+
+
+def _change(c: Comparison) -> str:
+    return f"{c.metric} {_fmt(c.baseline, c.metric)} -> {_fmt(c.variant, c.metric)} (p = {c.test.p:.3g})"
+
+
+def min_flips(alpha: float = ALPHA) -> int:
+    """The fewest discordant queries, all one way, that the exact McNemar test can call significant."""
+    m = 1
+    while 2 * 0.5 ** m >= alpha:
+        m += 1
+    return m
+
+
+def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures: Mapping[str, int],
+             variant_failures: Mapping[str, int], *, latency_budget_ms: float | None = None) -> list[str]:
+    """What the deltas mean, in the words an engineer would use."""
+    by = {c.metric: c for c in comparisons}
+    out: list[str] = []
+    success = by.get("success")
+    latency = by.get("latency_ms total")
+    evidence = [c for c in comparisons if c.metric.startswith("complete@") and ":" not in c.metric
+                and c.delta != 0]
+    gained = [c for c in evidence if c.delta > 0]
+    lost = [c for c in evidence if c.delta < 0]
+    answers_same = success is not None and success.test.n > 0 and success.delta == 0 and \
+        "no query changed" in success.test.detail
+    if lost:
+        first = min(lost, key=lambda c: StageKind(c.metric[9:]).order)
+        out.append(f"The variant loses evidence: {_change(first)}; evidence first goes missing at "
+                   f"{first.metric[9:]}.")
+    if gained and answers_same:
+        last = max(gained, key=lambda c: StageKind(c.metric[9:]).order)
+        out.append(f"Evidence coverage rose ({_change(last)}) but no answer changed: the bottleneck moved "
+                   "downstream, to assembly or generation.")
+    elif gained:
+        last = max(gained, key=lambda c: StageKind(c.metric[9:]).order)
+        out.append(f"Evidence coverage rose: {_change(last)}.")
+    over_budget = latency is not None and (
+        (latency_budget_ms is not None and latency.variant > latency_budget_ms) or
+        (latency_budget_ms is None and latency.delta > 0 and latency.significant and latency.variant > 1.5 * latency.baseline))
+    if success is not None and success.delta > 0:
+        if success.significant and over_budget:
+            out.append(f"Answers improved ({_change(success)}), but latency rose ({_change(latency)}): route "
+                       "this variant only to the query types it helps (see the routing table).")
+        elif success.significant:
+            out.append(f"Answers improved: {_change(success)}.")
+        else:
+            out.append(f"Answers improved ({_change(success)}), but not significantly: {success.test.detail}; "
+                       f"at least {min_flips()} queries would have to flip, all one way, for the exact "
+                       f"McNemar test to call it at alpha {ALPHA}.")
+    elif success is not None and success.delta < 0:
+        out.append(f"Answers got worse: {_change(success)}" + (" — significant." if success.significant else
+                                                             f"; not significant ({success.test.detail})."))
+    moved = {s: variant_failures.get(s, 0) - base_failures.get(s, 0)
+             for s in set(base_failures) | set(variant_failures)}
+    fewer = [s for s, d in moved.items() if d < 0]
+    more = [s for s, d in moved.items() if d > 0]
+    if fewer and more:
+        out.append("First failures moved from " + ", ".join(f"{s} ({-moved[s]})" for s in sorted(fewer))
+                   + " to " + ", ".join(f"{s} (+{moved[s]})" for s in sorted(more)) + ".")
+    elif more:
+        out.append("New first failures at " + ", ".join(f"{s} (+{moved[s]})" for s in sorted(more)) + ".")
+    elif fewer:
+        out.append("Fewer first failures at " + ", ".join(f"{s} ({moved[s]})" for s in sorted(fewer)) + ".")
+    risky = [by[n] for n in ("hallucination", "leak", "stale") if n in by and by[n].delta > 0]
+    if risky:
+        out.append("It also fails in ways abstaining would not: " + "; ".join(_change(c) for c in risky)
+                   + " — answering more is not being more reliable.")
+    # a latency change under MATERIAL of the baseline is no practical difference, however significant
+    material = latency is not None and abs(latency.delta) >= MATERIAL * max(latency.baseline, 1e-9)
+    if material and latency.delta < 0 and latency.significant:
+        cheaper = f"It is faster: {_change(latency)}."
+        if not out or answers_same:
+            cheaper += " With the answers unchanged, the cheaper setting can replace the baseline."
+        out.append(cheaper)
+    elif material and latency.delta > 0 and latency.significant and not over_budget:
+        out.append(f"It is slower: {_change(latency)}.")
+    if not out:
+        out.append("No evidence moved and no answer changed: on this query set the variant cannot be told "
+                   f"apart from the baseline ({variant.name} changes {', '.join(variant.overrides)}).")
+    return out
+
+
+def first_failures(rows: Sequence[QueryValues]) -> dict[str, int]:
+    return dict(Counter(r.first_failure for r in rows if r.first_failure).most_common())

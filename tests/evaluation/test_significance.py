@@ -1,0 +1,76 @@
+"""Paired tests on constructed data with known answers, and parity with scipy."""
+
+import math
+import random
+
+import pytest
+
+from ragdx.evaluation.significance import bootstrap_ci, mcnemar, randomization
+
+
+def test_identical_runs_give_p_one_from_every_test():
+    a = [0.2, 0.5, 1.0, 0.0, 0.7] * 10
+    assert randomization(a, a).p == 1.0
+    assert randomization(a, a, exact_below=0).p == 1.0
+    passes = [True, False, True] * 10
+    assert mcnemar(passes, passes).p == 1.0
+    assert bootstrap_ci(a, a) == (0.0, 0.0)
+
+
+def test_a_large_consistent_gain_is_significant():
+    rng = random.Random(1)
+    a = [rng.random() * 0.5 for _ in range(50)]
+    b = [x + 0.3 + rng.random() * 0.1 for x in a]
+    test = randomization(a, b, seed=7)
+    assert test.p < 0.01 and test.test == "randomization" and test.seed == 7
+    assert test.p == 1 / (test.trials + 1)  # no assignment reaches the observed sum
+    low, high = bootstrap_ci(a, b, seed=7)
+    assert 0.3 < low < high < 0.4
+    assert mcnemar([False] * 20, [True] * 20).p < 0.01
+
+
+def test_exact_randomization_hand_computed():
+    # differences (1, 1, 1): of the 8 sign assignments, |sum| >= 3 for (+,+,+) and (-,-,-)
+    test = randomization([0, 0, 0], [1, 1, 1])
+    assert test.test == "randomization (exact)" and test.p == 2 / 8 and test.delta == 1.0
+    # a zero difference does not flip: (0, 2, -1) -> |±2 ±1| >= 1 always
+    assert randomization([0, 0, 1], [0, 2, 0]).p == 1.0
+
+
+def test_mcnemar_hand_computed():
+    # 5 gained, 0 lost: p = 2 * (1/2)^5
+    test = mcnemar([False] * 5 + [True] * 3, [True] * 8)
+    assert test.p == 2 / 32 and test.delta == 5 / 8 and "5 queries gained, 0 lost" in test.detail
+    # 3 gained, 1 lost: p = 2 * (C(4,0) + C(4,1)) / 16
+    assert mcnemar([False, False, False, True], [True, True, True, False]).p == 2 * 5 / 16
+
+
+def test_randomization_is_reproducible_under_its_seed():
+    rng = random.Random(3)
+    a = [rng.random() for _ in range(40)]
+    b = [x + rng.gauss(0.02, 0.2) for x in a]
+    assert randomization(a, b, seed=5) == randomization(a, b, seed=5)
+    assert 0 < randomization(a, b, seed=5).p <= 1
+
+
+def test_mismatched_lengths_are_refused():
+    from ragdx.errors import ConfigError
+    with pytest.raises(ConfigError, match="3 != 2"):
+        randomization([1, 2, 3], [1, 2])
+
+
+@pytest.mark.parity
+def test_against_scipy():
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(11)
+    a = [rng.random() for _ in range(12)]
+    b = [x + rng.gauss(0.1, 0.2) for x in a]
+    ours = randomization(a, b)
+    ref = scipy_stats.permutation_test(([y - x for x, y in zip(a, b)],), lambda d: sum(d),
+                                       permutation_type="samples", n_resamples=math.inf)
+    assert ours.p == pytest.approx(ref.pvalue, abs=1e-12)
+    x = [rng.random() < 0.5 for _ in range(30)]
+    y = [rng.random() < 0.7 for _ in range(30)]
+    wins = sum(1 for p, q in zip(x, y) if q and not p)
+    losses = sum(1 for p, q in zip(x, y) if p and not q)
+    assert mcnemar(x, y).p == pytest.approx(scipy_stats.binomtest(wins, wins + losses).pvalue, abs=1e-12)

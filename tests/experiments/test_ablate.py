@@ -1,0 +1,178 @@
+"""Ablations on the bundled example: one setting per variant, upstream outputs reused, paired
+tests, readings, routing, and refusals that name the reason."""
+
+import json
+
+import pytest
+
+from ragdx.config import load_settings
+from ragdx.errors import ConfigError
+from ragdx.experiments.ablate import Comparison, Variant, min_flips, parse_variant, readings
+from ragdx.evaluation.significance import PairedTest
+from ragdx.experiments.routing import routing_table
+from ragdx.evaluation.layered import QueryValues
+from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.queryset import load_queries
+from ragdx.runfolder import ablate
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.testing.encoders import HashingEncoder
+from ragdx.types import StageKind
+from tests.conftest import EXAMPLE
+
+VARIANTS = ["no-dense:retrieval.dense.enabled=false", "small-budget:context.budget_tokens=250",
+            "no-rerank:rerank.method=none"]
+
+
+@pytest.fixture(scope="module")
+def dense_example(tmp_path_factory):
+    """The bundled example with dense vectors from the hashing encoder (no model needed)."""
+    settings = load_settings()
+    encoder = HashingEncoder(dim=128)
+    store = SQLiteStore(tmp_path_factory.mktemp("ablate") / "store.db")
+    build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
+    return store, settings, encoder
+
+
+@pytest.fixture(scope="module")
+def ablation(dense_example, tmp_path_factory):
+    store, settings, encoder = dense_example
+    out = tmp_path_factory.mktemp("ablation-out") / "ab"
+    result = ablate(store, settings, load_queries(EXAMPLE / "queries.jsonl"), VARIANTS, out, progress=False,
+                    encoder=encoder)
+    return result, out
+
+
+def test_variants_parse_to_one_stage_each():
+    base = load_settings()
+    variant, settings = parse_variant("small:context.budget_tokens=300", base)
+    assert variant == Variant("small", ("context.budget_tokens=300",), (StageKind.CONTEXT,))
+    assert settings.context.budget_tokens == 300 and base.context.budget_tokens == 1200
+    variant, _ = parse_variant("deep:retrieval.bm25.top_k=200,retrieval.dense.top_k=200", base)
+    assert variant.stages == (StageKind.RETRIEVAL,)  # two keys, one stage
+
+
+@pytest.mark.parametrize("text, message", [
+    ("both:context.budget_tokens=300,rerank.top_n=5", "changes more than one stage: rerank (rerank.top_n); "
+                                                      "context (context.budget_tokens)"),
+    ("chunks:chunking.max_tokens=100", "changes the chunks, and so the index"),
+    ("typo:context.budget=300", "context.budget"),
+    ("same:context.budget_tokens=1200", "would change nothing"),
+    ("baseline:context.budget_tokens=300", "not 'baseline'"),
+    ("no-colon", "expected NAME:key=value"),
+    ("seed:seed=3", "not a pipeline stage setting"),
+])
+def test_bad_variants_are_refused_with_the_reason(text, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_variant(text, load_settings())
+
+
+def test_a_multi_stage_variant_runs_when_forced():
+    variant, _ = parse_variant("both:context.budget_tokens=300,rerank.top_n=5", load_settings(), force=True)
+    assert variant.start is StageKind.RERANK
+
+
+@pytest.mark.parametrize("start", [StageKind.RETRIEVAL, StageKind.FUSION, StageKind.RERANK,
+                                   StageKind.GOVERNANCE, StageKind.CONTEXT, StageKind.GENERATION,
+                                   StageKind.CITATION])
+def test_resuming_with_unchanged_settings_reproduces_the_run(dense_example, start):
+    store, settings, encoder = dense_example
+    pipeline = Pipeline(store, settings, encoder=encoder)
+    query = load_queries(EXAMPLE / "queries.jsonl")[0]
+    base = pipeline.run(query)
+    again = pipeline.resume(base, start)
+    assert [s.stage for s in again.stages] == [s.stage for s in base.stages]
+    assert [c.chunk_id for c in again.final.items] == [c.chunk_id for c in base.final.items]
+    assert [u.id for u in again.context.units] == [u.id for u in base.context.units]
+    assert again.answer.text == base.answer.text
+    reused = [s for s, b in zip(again.stages, base.stages) if s is b]
+    assert all(s.kind.order < start.order or s.kind is StageKind.RETRIEVAL for s in reused)
+
+
+def test_each_variant_reuses_every_upstream_output(ablation):
+    result, _ = ablation
+    by = {v.variant.name: v for v in result.variants}
+    assert by["small-budget"].reused == ("bm25", "dense", "features", "governance", "rrf")
+    assert by["no-rerank"].reused == ("bm25", "dense", "rrf")
+    assert by["no-dense"].reused == ("bm25",)  # the BM25 channel's config is unchanged
+
+
+def test_the_ablation_folder(ablation):
+    result, out = ablation
+    assert sorted(p.name for p in out.iterdir()) == ["baseline", "manifest.json", "metrics.json", "no-dense",
+                                                     "no-rerank", "report.html", "small-budget"]
+    for name in ("baseline", "no-dense"):
+        assert sorted(p.name for p in (out / name).iterdir()) == ["diagnosis.jsonl", "manifest.json",
+                                                                  "metrics.json", "traces.jsonl"]
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["variants"]) == {"no-dense", "small-budget", "no-rerank"}
+    for variant in metrics["variants"].values():
+        assert variant["metrics"]["overall"]["queries"] == 18 and variant["comparisons"]
+    assert metrics["baseline"]["overall"]["queries"] == 18 and metrics["routing"]["routes"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["variants"]["small-budget"] == ["context.budget_tokens=250"]
+    # traces of a variant: no dense stage, and the same queries in the same order
+    traces = [json.loads(line) for line in (out / "no-dense" / "traces.jsonl").read_text().splitlines()]
+    assert len(traces) == 18 and all("dense" not in [s["name"] for s in t["stages"]] for t in traces)
+
+
+def test_comparisons_carry_paired_tests_and_seeds(ablation):
+    result, _ = ablation
+    for v in result.variants:
+        for c in v.comparisons:
+            assert 0 < c.test.p <= 1 and c.test.n > 0
+            if c.test.test.startswith("mcnemar"):
+                assert c.metric.startswith("complete@") or c.metric in (
+                    "success", "supported", "answered", "correct_abstention", "wrong_abstention",
+                    "hallucination", "leak", "stale")
+        # a metric that did not move on any query has p = 1
+        same = [c for c in v.comparisons if c.metric == "complete@source"]
+        assert same and same[0].test.p == 1.0
+
+
+def test_the_smaller_budget_loses_evidence_at_the_context_and_says_so(ablation):
+    result, _ = ablation
+    v = next(v for v in result.variants if v.variant.name == "small-budget")
+    context = v.comparison("complete@context")
+    assert context.delta < 0 and v.comparison("complete@governance").delta == 0
+    assert any(r.startswith("The variant loses evidence: complete@context") for r in v.readings)
+    assert v.first_failure.get("context", 0) > 0
+
+
+def test_readings_for_constructed_deltas():
+    def comp(name, a, b, p, detail=""):
+        return Comparison(name, a, b, b - a, PairedTest("t", 20, b - a, p, detail=detail))
+    variant = Variant("deeper", ("retrieval.bm25.top_k=300",), (StageKind.RETRIEVAL,))
+    coverage_only = [comp("complete@retrieval", 0.6, 0.9, 0.01), comp("complete@context", 0.5, 0.5, 1.0),
+                     comp("success", 0.5, 0.5, 1.0, "no query changed")]
+    text = " ".join(readings(variant, coverage_only, {"retrieval": 6}, {"context": 6}))
+    assert "coverage rose" in text and "bottleneck moved downstream, to assembly or generation" in text
+    assert "First failures moved from retrieval (6) to context (+6)" in text
+    slower = [comp("success", 0.5, 0.9, 0.001, "8 queries gained, 0 lost"),
+              comp("latency_ms total", 100.0, 400.0, 0.001)]
+    text = " ".join(readings(variant, slower, {}, {}))
+    assert "Answers improved" in text and "route this variant only to the query types it helps" in text
+    weak = [comp("success", 0.5, 0.6, 0.25, "2 queries gained, 0 lost")]
+    text = " ".join(readings(variant, weak, {}, {}))
+    assert f"at least {min_flips()} queries would have to flip" in text and min_flips() == 6
+    assert "cannot be told apart" in " ".join(readings(variant, [comp("success", .5, .5, 1.0, "no query changed")],
+                                                        {}, {}))
+
+
+def test_routing_picks_the_cheapest_configuration_that_answers_as_well():
+    def row(qid, tag, success, ms):
+        return QueryValues(qid, (tag,), "supported" if success else "wrong_abstention", None,
+                           {"success": float(success), "latency_ms total": ms, "cost": 0.0})
+    base = [row("a", "easy", 1, 10), row("b", "easy", 1, 10), row("c", "hard", 0, 10), row("d", "hard", 1, 10)]
+    costly = [row("a", "easy", 1, 100), row("b", "easy", 1, 100), row("c", "hard", 1, 100), row("d", "hard", 1, 100)]
+    table = routing_table({"baseline": base, "costly": costly})
+    assert {r.key: r.choice for r in table.routes} == {"easy": "baseline", "hard": "costly"}
+    assert table.routed.success == 1.0 and table.routed.latency_ms == (10 + 10 + 100 + 100) / 4
+    assert table.best_fixed == "costly" and table.latency_saved_ms == 100 - 55
+
+
+def test_the_ablation_report_names_each_variant(ablation):
+    _, out = ablation
+    html = (out / "report.html").read_text()
+    assert 'id="ablation"' in html and "Routing (by a query" in html
+    for name in ("no-dense", "small-budget", "no-rerank"):
+        assert f'<h3 class="variant">{name} ' in html
