@@ -72,6 +72,53 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     manifest = json.loads((out / "run" / "manifest.json").read_text())
     assert manifest["index_version"] == 1 and manifest["settings"]["fusion"]["c"] == 60.0
     assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 18
+    # the whole job: metrics and the report, and where to open it
+    metrics = json.loads((out / "run" / "metrics.json").read_text())
+    assert metrics["overall"]["queries"] == 18 and metrics["overall"]["outcomes"]["correct_abstention"] == 2
+    report = (out / "run" / "report.html").resolve()
+    assert report.is_file() and f"Open the report: {report.as_uri()}" in proc.stdout
+    assert "evidence complete at" in proc.stdout  # the terminal summary
+
+
+def test_ablate_refuses_a_multi_stage_variant_before_running(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL])
+    capsys.readouterr()
+    out = tmp_path / "ab"
+    args = ["ablate", "--store", store, "--queries", str(EXAMPLE / "queries.jsonl"), "--out", str(out), *LEXICAL]
+    assert main([*args, "--variant", "both:context.budget_tokens=300,rerank.top_n=5"]) == 2
+    err = capsys.readouterr().err
+    assert "variant 'both' changes more than one stage: rerank (rerank.top_n); context" in err
+    assert "--force" in err and not out.exists()
+    assert main([*args, "--variant", "small:context.budget_tokens=300", "--variant", "none:rerank.method=none"]) == 0
+    stdout = capsys.readouterr().out
+    assert "variant small (context.budget_tokens=300); reused: bm25, features, governance, rrf" in stdout
+    assert "route (first tag)" in stdout and f"open {out / 'report.html'}" in stdout
+    assert sorted(p.name for p in out.iterdir()) == ["baseline", "manifest.json", "metrics.json", "none",
+                                                     "report.html", "small"]
+
+
+def test_diagnose_imported_traces_writes_metrics_and_report(tmp_path, capsys):
+    traces = write(tmp_path / "t.jsonl", json.dumps({
+        "query_id": "q1", "stages": [
+            {"kind": "retrieval", "name": "vector", "seconds": 0.02,
+             "items": [{"id": "x"}, {"id": "rule"}, {"id": "exception"}]},
+            {"kind": "context", "seconds": 0.001, "items": [{"id": "rule"}]}],
+        "answer": {"text": "Yes.", "citations": ["rule"], "usage": {"prompt_tokens": 900, "cost": 0.01}}}) + "\n")
+    queries = write(tmp_path / "q.jsonl", "\n".join(json.dumps(q) for q in (
+        {"id": "q1", "question": "Refund?", "required": [[{"id": "rule"}], [{"id": "exception"}]], "tags": ["x"]},
+        {"id": "q2", "question": "Other?", "required": [[{"id": "other"}]]})) + "\n")
+    out = tmp_path / "diag"
+    assert main(["diagnose", "--traces", str(traces), "--queries", str(queries), "--out", str(out)]) == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    m = metrics["overall"]["metrics"]
+    assert metrics["overall"]["queries"] == 2  # the query without a trace is counted
+    assert m["complete@retrieval"] == {"value": 0.5, "n": 2, "total": 1.0}
+    assert m["complete@context"]["total"] == 0.0
+    assert m["RR vector"] == {"value": 0.5, "n": 1, "total": 0.5}
+    assert m["latency_ms vector"]["p50"] == 20.0 and m["prompt_tokens"]["total"] == 900
+    assert metrics["overall"]["outcomes"] == {"incomplete": 1, "no_trace": 1}
+    assert (out / "report.html").read_text().count('<details class="q"') == 2
 
 
 def test_usage_error_exits_2():

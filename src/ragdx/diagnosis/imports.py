@@ -51,7 +51,7 @@ def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
     status = i.get("status", str, default="current")
     return ItemView(item_id, Span(doc, version, start, end) if start is not None and doc else None, text,
                     i.get("rank", int, default=n), doc, readable=i.get("readable", bool, default=True),
-                    current=status == "current")
+                    current=status == "current", score=i.get("score", (int, float), default=None))
 
 
 def _seconds(f: Fields, name: str) -> float | None:
