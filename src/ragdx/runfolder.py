@@ -268,7 +268,9 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
         StoreError: the index changed while the ablation ran.
     """
     from ragdx.errors import ConfigError, StoreError
-    from ragdx.experiments.ablate import compare, first_failures, parse_variant, readings, VariantResult
+    from ragdx.experiments.ablate import (
+        VariantResult, changed_outcomes, compare, first_failures, parse_variant, readings,
+    )
     from ragdx.experiments.routing import routing_table
     if not variants:
         raise ConfigError("an ablation needs at least one --variant NAME:key=value")
@@ -305,7 +307,7 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
         failures = first_failures(done.rows)
         results.append(VariantResult(variant, tuple(comparisons), tuple(readings(
             variant, comparisons, first_failures(base.rows), failures, latency_budget_ms=latency_budget_ms)),
-            metrics, tuple(reused), failures))
+            metrics, tuple(reused), failures, changed_outcomes(base.rows, done.rows)))
     if store.index_version != index_version:
         raise StoreError(f"the index changed during the ablation (version {index_version} -> "
                          f"{store.index_version}); the runs are not comparable: run it again")

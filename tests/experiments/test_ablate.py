@@ -176,3 +176,13 @@ def test_the_ablation_report_names_each_variant(ablation):
     assert 'id="ablation"' in html and "Routing (by a query" in html
     for name in ("no-dense", "small-budget", "no-rerank"):
         assert f'<h3 class="variant">{name} ' in html
+
+
+def test_the_queries_that_changed_outcome_are_listed(ablation):
+    result, _ = ablation
+    base = {r.id: r.outcome for r in result.baseline.rows}
+    for v in result.variants:
+        mine = {r.id: r.outcome for r in v.metrics.rows}
+        assert list(v.changed) == [(q, base[q], mine[q]) for q in base if base[q] != mine[q]]
+    small = next(v for v in result.variants if v.variant.name == "small-budget")
+    assert small.changed  # a smaller budget changes some answers on the bundled example

@@ -165,6 +165,7 @@ class VariantResult:
     metrics: Metrics
     reused: tuple[str, ...] = ()  # stage outputs taken from the baseline
     first_failure: Mapping[str, int] = field(default_factory=dict)
+    changed: tuple[tuple[str, str, str], ...] = ()  # (query id, baseline outcome, variant outcome)
 
     def comparison(self, name: str) -> Comparison | None:
         return next((c for c in self.comparisons if c.metric == name), None)
@@ -173,6 +174,7 @@ class VariantResult:
         return {"name": self.variant.name, "overrides": list(self.variant.overrides),
                 "stages": [s.value for s in self.variant.stages], "reused": list(self.reused),
                 "readings": list(self.readings), "first_failure": dict(self.first_failure),
+                "changed": [{"id": q, "baseline": a, "variant": b} for q, a, b in self.changed],
                 "comparisons": [c.to_dict() for c in self.comparisons]}
 
 
@@ -265,6 +267,12 @@ def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures:
         out.append("No evidence moved and no answer changed: on this query set the variant cannot be told "
                    f"apart from the baseline ({variant.name} changes {', '.join(variant.overrides)}).")
     return out
+
+
+def changed_outcomes(base: Sequence[QueryValues], variant: Sequence[QueryValues]) -> tuple[tuple[str, str, str], ...]:
+    """The queries whose outcome differs, with both outcomes, in the baseline's order."""
+    by_id = {r.id: r.outcome for r in variant}
+    return tuple((r.id, r.outcome, by_id[r.id]) for r in base if by_id.get(r.id, r.outcome) != r.outcome)
 
 
 def first_failures(rows: Sequence[QueryValues]) -> dict[str, int]:

@@ -249,6 +249,12 @@ def _ablation(ablation: Any) -> str:
                          _e(c.test.test), _e(c.test.detail or (f"95% CI [{c.ci[0]:+.3f}, {c.ci[1]:+.3f}]"
                                                               if c.ci else ""))])
         out.append(_table(["metric", "baseline", "variant", "delta", "p", "test", ""], rows, (1, 2, 3, 4)))
+        if v.changed:
+            out.append(f"<p class='small'>{len(v.changed)} queries changed outcome:</p>" + _table(
+                ["query", "baseline", "variant"],
+                [[f'<a href="#q-{_e(q)}"><code>{_e(q)}</code></a>', _badge(a), _badge(b)] for q, a, b in v.changed]))
+        else:
+            out.append("<p class='small muted'>No query changed outcome.</p>")
     r = ablation.routing
     rows = []
     for route in r.routes:
