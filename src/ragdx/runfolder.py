@@ -290,8 +290,10 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
     traces = {t.query.id: t for t in base.traces}
     results = []
     for variant, vsettings in parsed:
-        same_dense = vsettings.retrieval.dense == settings.retrieval.dense
-        pipeline = Pipeline(store, vsettings, encoder=base_pipeline.encoder if same_dense else encoder,
+        a, b = settings.retrieval.dense, vsettings.retrieval.dense
+        same_encoder = b.enabled and (a.model, a.backend, a.batch_size, a.query_prefix, a.passage_prefix) == \
+            (b.model, b.backend, b.batch_size, b.query_prefix, b.passage_prefix)
+        pipeline = Pipeline(store, vsettings, encoder=base_pipeline.encoder if same_encoder else encoder,
                             context_counter=base_pipeline.assembler.counter
                             if vsettings.context.tokenizer == settings.context.tokenizer else None)
         done = execute(pipeline, queries, out / variant.name,

@@ -131,3 +131,13 @@ def test_a_query_without_a_trace_is_counted_as_failing_and_nothing_is_nan():
 
 def test_percentile_edges():
     assert percentile([], 50) == 0.0 and percentile([7.0], 95) == 7.0
+
+
+def test_a_trace_without_timings_has_no_latency_rather_than_zero():
+    q = query("a")
+    untimed = TraceView("a", (StageView("bm25", StageKind.RETRIEVAL, items("rule", "exception")),
+                              StageView("ctx", StageKind.CONTEXT, items("rule", "exception"))),
+                        AnswerView("a", False, (ClaimView("c", ("rule",), True),)))
+    row = values(q, untimed)
+    assert not [n for n in row.values if n.startswith("latency_ms")]
+    assert "latency_ms total" not in layered([row]).overall.metrics

@@ -204,17 +204,15 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
     for name in ABSTENTION:
         values[name] = float(outcome == name)
     if view is not None:
-        total = 0.0
-        for stage in view.stages:
-            if stage.seconds is not None:
-                values[f"latency_ms {stage.name}"] = stage.seconds * 1000
-                total += stage.seconds
+        timed = [(s.name, s.seconds) for s in view.stages if s.seconds is not None]
         if answer is not None:
-            for name, seconds in (("generation", answer.seconds), ("verification", answer.verify_seconds)):
-                if seconds is not None:
-                    values[f"latency_ms {name}"] = seconds * 1000
-                    total += seconds
-        values["latency_ms total"] = total * 1000
+            timed += [(name, seconds) for name, seconds in (("generation", answer.seconds),
+                                                            ("verification", answer.verify_seconds))
+                      if seconds is not None]
+        for name, seconds in timed:
+            values[f"latency_ms {name}"] = seconds * 1000
+        if timed:  # a trace without timings has no latency, rather than a latency of 0
+            values["latency_ms total"] = sum(seconds for _, seconds in timed) * 1000
         context = next((s for s in reversed(view.stages) if s.kind is StageKind.CONTEXT), None)
         values["context_tokens"] = float(context.config.get("tokens", 0)) if context is not None else 0.0
         values["prompt_tokens"] = float(answer.prompt_tokens) if answer else 0.0
