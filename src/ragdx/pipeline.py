@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ragdx.config import DenseSettings, Settings
@@ -36,6 +37,11 @@ def build_encoder(dense: DenseSettings) -> Encoder:
     """The encoder the dense settings name (loaded lazily, on first use)."""
     if dense.backend == "onnx":
         from ragdx.encoders.onnx import OnnxEncoder
+        if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it
+            path = Path(dense.model)
+            return OnnxEncoder(path.stem, model_path=path, vocab_path=path.parent / "vocab.txt",
+                               batch_size=dense.batch_size, query_prefix=dense.query_prefix,
+                               passage_prefix=dense.passage_prefix)
         return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
                            batch_size=dense.batch_size, query_prefix=dense.query_prefix,
                            passage_prefix=dense.passage_prefix)

