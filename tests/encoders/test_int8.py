@@ -91,8 +91,13 @@ def test_the_build_of_a_tiny_bert_matches_its_fp32_vectors(tmp_path):
         pooled = (hidden * mask).sum(1) / mask.sum(1)
         want = torch.nn.functional.normalize(pooled, dim=1).numpy()
     cosines = (got * want).sum(axis=1)
-    assert cosines.min() > 0.99, cosines
+    assert cosines.min() > 0.99, cosines  # texts of four lengths: equal-length batches, no padding
     assert encoder.space.model_id == "tiny-int8"
+    assert info["batching"] == "equal-length" and info["attention_masks_dropped"] == 1
+    assert encoder._equal_length
+    assert encoder._batches([0, 1, 2, 3, 4], [9, 9, 9, 7, 7]) == [[0, 1, 2], [3, 4]]
+    encoder.batch_size = 2
+    assert encoder._batches([0, 1, 2, 3, 4], [9, 9, 9, 7, 7]) == [[0, 1], [2], [3, 4]]
 
 
 def test_a_folder_without_a_model_is_refused(tmp_path):

@@ -138,6 +138,7 @@ class OnnxEncoder:
         self._session: Any = None
         self._inputs: tuple[str, ...] = ()
         self._space: EmbeddingSpace | None = None
+        self._equal_length = False
 
     # -- loading ----------------------------------------------------------------------------
     def _onnx_file(self) -> Path:
@@ -193,6 +194,10 @@ class OnnxEncoder:
                                   "expected last_hidden_state")
             self._inputs = inputs
             self._session = session
+            # a model built without padding masks (ragdx.encoders.int8) is right only for batches
+            # of texts of exactly one length
+            meta = session.get_modelmeta().custom_metadata_map
+            self._equal_length = meta.get("ragdx.batching") == "equal-length"
             dim = outputs["last_hidden_state"].shape[-1]
             if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
                 empty = [tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]
@@ -232,10 +237,21 @@ class OnnxEncoder:
         ids = [[cls, *e.ids[:readable], sep] for e in found]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         vectors = np.empty((len(ids), space.dim), np.float32)
-        for start in range(0, len(order), self.batch_size):
-            batch = order[start:start + self.batch_size]
+        for batch in self._batches(order, [len(x) for x in ids]):
             vectors[batch] = self._forward([ids[i] for i in batch])
         return Encoding(space, vectors, ends)
+
+    def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of the length-sorted order, at most ``batch_size`` long; for a model
+        marked for equal-length batching, a run also ends where the length changes."""
+        out: list[list[int]] = []
+        for i in order:
+            if out and len(out[-1]) < self.batch_size and \
+                    (not self._equal_length or lengths[out[-1][0]] == lengths[i]):
+                out[-1].append(i)
+            else:
+                out.append([i])
+        return out
 
     def _forward(self, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled, L2-normalised vectors of token id lists (special tokens included).
