@@ -259,7 +259,8 @@ def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures:
     if material and latency.delta < 0 and latency.significant:
         cheaper = f"It is faster: {_change(latency)}."
         if not out or answers_same:
-            cheaper += " With the answers unchanged, the cheaper setting can replace the baseline."
+            cheaper += (" No answer changed, so on this query set the cheaper setting could replace the baseline;"
+                        " confirm on more queries before relying on it.")
         out.append(cheaper)
     elif material and latency.delta > 0 and latency.significant and not over_budget:
         out.append(f"It is slower: {_change(latency)}.")

@@ -250,7 +250,8 @@ def _ablation(ablation: Any) -> str:
                                                               if c.ci else ""))])
         out.append(_table(["metric", "baseline", "variant", "delta", "p", "test", ""], rows, (1, 2, 3, 4)))
         if v.changed:
-            out.append(f"<p class='small'>{len(v.changed)} queries changed outcome:</p>" + _table(
+            out.append(f"<p class='small'>{len(v.changed)} quer{'y' if len(v.changed) == 1 else 'ies'} "
+                       "changed outcome:</p>" + _table(
                 ["query", "baseline", "variant"],
                 [[f'<a href="#q-{_e(q)}"><code>{_e(q)}</code></a>', _badge(a), _badge(b)] for q, a, b in v.changed]))
         else:
