@@ -141,3 +141,16 @@ def test_a_trace_without_timings_has_no_latency_rather_than_zero():
     row = values(q, untimed)
     assert not [n for n in row.values if n.startswith("latency_ms")]
     assert "latency_ms total" not in layered([row]).overall.metrics
+
+
+def test_the_funnel_never_rises_after_parsing():
+    from ragdx.diagnosis.locate import Loss
+    q = query("split")
+    e = evidence(q)
+    v = view("split", ["rule", "exception"], ["rule", "exception"])
+    d = Diagnoser().run(q, e, v)
+    cut = Diagnosis(d.id, "incomplete", "parsing", (Loss(1, "parsing", "the span is cut across 2 chunks"),),
+                    d.stages, d.hypothesis)  # later stages hold both halves of group 1 together
+    row = query_values(q, cut, v, e)
+    assert row.values["complete@parsing"] == 0.0
+    assert row.values["complete@retrieval"] == row.values["complete@context"] == 0.0

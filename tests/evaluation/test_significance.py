@@ -74,3 +74,13 @@ def test_against_scipy():
     wins = sum(1 for p, q in zip(x, y) if q and not p)
     losses = sum(1 for p, q in zip(x, y) if p and not q)
     assert mcnemar(x, y).p == pytest.approx(scipy_stats.binomtest(wins, wins + losses).pvalue, abs=1e-12)
+
+
+def test_large_values_and_many_flips_never_give_p_zero():
+    # latencies in milliseconds: the observed sum must count as reached by itself despite rounding
+    a = [10798.1, 7151.4, 7837.5, 5170.7, 9587.4, 6335.8, 10969.1, 6203.0]
+    b = [round(x * 1.3, 1) for x in a]
+    assert randomization(a, b).p == 2 / 2 ** 8
+    sampled = randomization(a, b, exact_below=0, trials=9999).p  # 2 of 256 sign patterns reach it
+    assert abs(sampled - 2 / 256) < 0.004
+    assert 0 < mcnemar([False] * 1100, [True] * 1100).p < 1e-300

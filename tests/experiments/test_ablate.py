@@ -57,7 +57,9 @@ def test_variants_parse_to_one_stage_each():
     ("chunks:chunking.max_tokens=100", "changes the chunks, and so the index"),
     ("typo:context.budget=300", "context.budget"),
     ("same:context.budget_tokens=1200", "would change nothing"),
-    ("baseline:context.budget_tokens=300", "not 'baseline'"),
+    ("baseline:context.budget_tokens=300", "not be one of baseline"),
+    ("..:context.budget_tokens=300", "must start with a letter or digit"),
+    ("Report.html:context.budget_tokens=300", "not be one of"),
     ("no-colon", "expected NAME:key=value"),
     ("seed:seed=3", "not a pipeline stage setting"),
 ])
@@ -186,3 +188,23 @@ def test_the_queries_that_changed_outcome_are_listed(ablation):
         assert list(v.changed) == [(q, base[q], mine[q]) for q in base if base[q] != mine[q]]
     small = next(v for v in result.variants if v.variant.name == "small-budget")
     assert small.changed  # a smaller budget changes some answers on the bundled example
+
+
+def test_answers_that_change_both_ways_are_not_called_unchanged():
+    variant = Variant("swap", ("generation.min_coverage=0.3",), (StageKind.GENERATION,))
+    success = Comparison("success", 0.5, 0.5, 0.0, PairedTest("mcnemar (exact)", 6, 0.0, 1.0,
+                                                               detail="3 queries gained, 3 lost"))
+    text = " ".join(readings(variant, [success], {}, {}))
+    assert "changed both ways with no net effect (3 queries gained, 3 lost)" in text
+    assert "cannot be told apart" not in text and "no answer changed" not in text.lower()
+
+
+def test_the_values_shown_are_over_the_paired_queries():
+    from ragdx.experiments.ablate import compare
+
+    def row(qid, faith):
+        return QueryValues(qid, (), "supported", None, {"faithfulness": faith})
+    base = [row("a", 1.0), row("b", 1.0), row("c", None), row("d", None)]
+    variant = [row("a", 1.0), row("b", 1.0), row("c", 0.0), row("d", 0.0)]
+    [c] = compare(base, variant)
+    assert (c.baseline, c.variant, c.delta, c.test.n, c.test.p) == (1.0, 1.0, 0.0, 2, 1.0)

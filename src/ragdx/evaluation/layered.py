@@ -22,7 +22,9 @@ a query's value is computed (:func:`query_values`) and how values are aggregated
 
 A value is ``None`` where a measure does not apply to a query (faithfulness without claims,
 ranking without relevant chunks); every aggregate names its denominator ``n``. A query without a
-trace still counts: it fails every pass/fail measure. No aggregate is ever NaN.
+trace still counts: it fails the funnel from retrieval on and every answer measure; the
+per-channel and ranking measures, which name stages it never ran, cover the traced queries (their
+``n`` says how many). No aggregate is ever NaN.
 """
 
 from __future__ import annotations
@@ -158,14 +160,18 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
     if query.answerable and groups:
         lost_at = {l.group: l.stage for l in diagnosis.lost}
         present = {g for g in groups if lost_at.get(g) != "source"}
+        survived = set(present)
         for stage in FUNNEL:
             if stage == "parsing":
                 present -= {g for g, where in lost_at.items() if where == "parsing"}
+                survived = set(present)
             elif stage != "source":
                 seen = [s for name, s in diagnosis.stages.items()
                         if (name == "retrieval" if stage == "retrieval" else s.get("kind") == stage)]
                 if seen:
-                    present = set(seen[-1]["groups_present"])
+                    # after parsing the funnel only narrows: a span cut across chunks (lost at
+                    # parsing) stays lost even where two adjacent chunks together cover it
+                    present = set(seen[-1]["groups_present"]) & survived
                     for channel, held in seen[-1].get("channels", {}).items():
                         values[f"complete@retrieval:{channel}"] = float(groups <= set(held))
                 elif stage == "rewrite":

@@ -24,11 +24,12 @@ from typing import Mapping, Sequence
 
 from ragdx.config import Settings, parse_override, with_overrides
 from ragdx.errors import ConfigError
-from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, aggregate, metric
+from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, metric, percentile
 from ragdx.evaluation.significance import PairedTest, bootstrap_ci, mcnemar, randomization
 from ragdx.types import StageKind
 
 ALPHA = 0.05
+_RESERVED = {"baseline", "manifest.json", "metrics.json", "report.html"}
 MATERIAL = 0.10  # a latency change smaller than this share of the baseline's is not worth a reading
 _SPLIT = re.compile(r",(?=\s*[A-Za-z_][\w.]*\s*=)")
 # the stage each settings section belongs to
@@ -61,9 +62,10 @@ def parse_variant(text: str, baseline: Settings, *, force: bool = False) -> tupl
     name = name.strip()
     if not sep or not name or not rest.strip():
         raise ConfigError(f"variant {text!r}: expected NAME:key=value[,key=value]")
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name) or name == "baseline":
-        raise ConfigError(f"variant {text!r}: the name {name!r} must be letters, digits, '_', '-' or '.', "
-                          "and not 'baseline'")
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) or name.lower() in _RESERVED:
+        raise ConfigError(f"variant {text!r}: the name {name!r} must start with a letter or digit, hold only "
+                          f"letters, digits, '_', '-' or '.', and not be one of {', '.join(sorted(_RESERVED))} "
+                          "(it names the variant's folder in the ablation folder)")
     overrides = tuple(part.strip() for part in _SPLIT.split(rest))
     stages: dict[StageKind, list[str]] = {}
     for override in overrides:
@@ -119,16 +121,12 @@ class Comparison:
         return out
 
 
-def _summary_value(rows: Sequence[QueryValues], name: str) -> float:
-    agg = aggregate(rows, name)
-    return agg.p50 if agg.p50 is not None else agg.value
-
-
 def compare(base: Sequence[QueryValues], variant: Sequence[QueryValues], *, seed: int = 0,
             trials: int = 10_000) -> list[Comparison]:
     """Every metric both runs have, with a paired test over the queries where both values apply.
 
-    Latencies compare their medians (the value shown) and test the per-query differences.
+    The values shown are over those same queries: means, and for latencies medians (the test
+    and the bootstrap interval are on the mean of the per-query differences).
     """
     by_id = {r.id: r for r in variant}
     if set(by_id) != {r.id for r in base}:
@@ -152,7 +150,9 @@ def compare(base: Sequence[QueryValues], variant: Sequence[QueryValues], *, seed
         else:
             test = randomization(a, b, seed=seed, trials=trials)
             ci = bootstrap_ci(a, b, seed=seed, trials=trials) if kind in (GRADED, LATENCY) else None
-        va, vb = _summary_value(base, name), _summary_value(variant, name)
+        # the values shown are over the same paired queries the test saw (medians for latencies)
+        va, vb = (percentile(a, 50), percentile(b, 50)) if kind == LATENCY else \
+            ((sum(a) / len(a), sum(b) / len(b)) if pairs else (0.0, 0.0))
         out.append(Comparison(name, va, vb, vb - va, test, ci))
     return out
 
@@ -236,6 +236,9 @@ def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures:
             out.append(f"Answers improved ({_change(success)}), but not significantly: {success.test.detail}; "
                        f"at least {min_flips()} queries would have to flip, all one way, for the exact "
                        f"McNemar test to call it at alpha {ALPHA}.")
+    elif success is not None and success.delta == 0 and not answers_same and success.test.n:
+        out.append(f"Answers changed both ways with no net effect ({success.test.detail}): look at the queries "
+                   "that changed outcome before choosing.")
     elif success is not None and success.delta < 0:
         out.append(f"Answers got worse: {_change(success)}" + (" — significant." if success.significant else
                                                              f"; not significant ({success.test.detail})."))
@@ -258,15 +261,17 @@ def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures:
     material = latency is not None and abs(latency.delta) >= MATERIAL * max(latency.baseline, 1e-9)
     if material and latency.delta < 0 and latency.significant:
         cheaper = f"It is faster: {_change(latency)}."
-        if not out or answers_same:
+        if answers_same:
             cheaper += (" No answer changed, so on this query set the cheaper setting could replace the baseline;"
                         " confirm on more queries before relying on it.")
         out.append(cheaper)
     elif material and latency.delta > 0 and latency.significant and not over_budget:
         out.append(f"It is slower: {_change(latency)}.")
-    if not out:
-        out.append("No evidence moved and no answer changed: on this query set the variant cannot be told "
-                   f"apart from the baseline ({variant.name} changes {', '.join(variant.overrides)}).")
+    if not out and answers_same:
+        out.append("No evidence measure moved and no answer changed: on this query set the variant cannot be "
+                   f"told apart from the baseline ({variant.name} changes {', '.join(variant.overrides)}).")
+    elif not out:
+        out.append("No difference is significant and no measure moved on average.")
     return out
 
 

@@ -38,11 +38,14 @@ class Totals:
 
 
 def totals(rows: Sequence[QueryValues]) -> Totals:
+    """Success over every query; mean latency over the queries that recorded one (a query without
+    a trace or timings has no latency, and counting it as 0 ms would flatter its configuration)."""
     n = len(rows)
     if not n:
         return Totals(0, 0.0, 0.0, 0.0)
+    latencies = [v for r in rows if (v := r.values.get("latency_ms total")) is not None]
     return Totals(n, sum(r.values.get("success") or 0.0 for r in rows) / n,
-                  sum(r.values.get("latency_ms total") or 0.0 for r in rows) / n,
+                  sum(latencies) / len(latencies) if latencies else 0.0,
                   sum(r.values.get("cost") or 0.0 for r in rows))
 
 

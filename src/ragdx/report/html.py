@@ -246,7 +246,7 @@ def _ablation(ablation: Any) -> str:
             sig = ' <span class="sig">*</span>' if c.significant else ""
             rows.append([f"<code>{_e(c.metric)}</code>", _num(c.baseline, c.metric), _num(c.variant, c.metric),
                          f'<span class="{direction}">{c.delta:+.3f}</span>', f"{c.test.p:.3g}{sig}",
-                         _e(c.test.test), _e(c.test.detail or (f"95% CI [{c.ci[0]:+.3f}, {c.ci[1]:+.3f}]"
+                         _e(c.test.test), _e(c.test.detail or (f"mean Δ 95% CI [{c.ci[0]:+.3f}, {c.ci[1]:+.3f}]"
                                                               if c.ci else ""))])
         out.append(_table(["metric", "baseline", "variant", "delta", "p", "test", ""], rows, (1, 2, 3, 4)))
         if v.changed:
