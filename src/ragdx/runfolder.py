@@ -287,6 +287,7 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
     info = manifest(store, base_pipeline, settings, queries_path)
     write_json(out / "baseline" / "manifest.json", info)
     write_json(out / "baseline" / "metrics.json", base_metrics.to_dict())
+    write_report(out / "baseline", info, queries, base, base_metrics, store)
     traces = {t.query.id: t for t in base.traces}
     results = []
     for variant, vsettings in parsed:
@@ -300,9 +301,10 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
                        lambda q, p=pipeline, v=variant: p.resume(traces[q.id], v.start),
                        progress=progress, label=variant.name)
         metrics = layered(done.rows)
-        write_json(out / variant.name / "manifest.json",
-                   manifest(store, pipeline, vsettings, queries_path) | {"variant": list(variant.overrides)})
+        vinfo = manifest(store, pipeline, vsettings, queries_path) | {"variant": list(variant.overrides)}
+        write_json(out / variant.name / "manifest.json", vinfo)
         write_json(out / variant.name / "metrics.json", metrics.to_dict())
+        write_report(out / variant.name, vinfo, queries, done, metrics, store)  # its own drill-down
         comparisons = compare(base.rows, done.rows, seed=settings.seed)
         reused = sorted({s.stage for t in done.traces for s in t.stages
                          if any(s is b for b in traces[t.query.id].stages)})

@@ -104,7 +104,7 @@ def test_the_ablation_folder(ablation):
                                                      "no-rerank", "report.html", "small-budget"]
     for name in ("baseline", "no-dense"):
         assert sorted(p.name for p in (out / name).iterdir()) == ["diagnosis.jsonl", "manifest.json",
-                                                                  "metrics.json", "traces.jsonl"]
+                                                                  "metrics.json", "report.html", "traces.jsonl"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["variants"]) == {"no-dense", "small-budget", "no-rerank"}
     for variant in metrics["variants"].values():

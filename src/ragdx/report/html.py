@@ -234,6 +234,7 @@ def _ablation(ablation: Any) -> str:
            "wrong_abstention", "hallucination", "faithfulness", "latency_ms total")
     for v in ablation.variants:
         out.append(f'<h3 class="variant">{_e(v.variant.name)} <span class="muted small">'
+                   f'(<a href="{_e(v.variant.name)}/report.html">its report</a>) '
                    f'{_e(", ".join(v.variant.overrides))} — changes {_e(", ".join(s.value for s in v.variant.stages))}'
                    f'; reused from the baseline: {_e(", ".join(v.reused) or "nothing")}</span></h3>')
         out += [f'<p class="reading">{_e(r)}</p>' for r in v.readings]
