@@ -39,7 +39,7 @@ body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0;
 main{max-width:1180px;margin:0 auto;padding:24px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 10px;border-bottom:1px solid #d8dce3;padding-bottom:4px}
 h3{font-size:15px;margin:16px 0 6px}.muted{color:#5f6b7a}.small{font-size:12px}
-section{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:12px 16px;margin:12px 0}
+section{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:12px 16px;margin:12px 0;overflow-x:auto}
 table{border-collapse:collapse;width:100%;margin:6px 0}th,td{text-align:left;padding:3px 8px;border-bottom:1px solid #eceef2;vertical-align:top}
 th{background:#f1f3f6;font-weight:600}td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .cards{display:flex;flex-wrap:wrap;gap:10px}.card{background:#fff;border:1px solid #e1e4ea;border-radius:8px;padding:8px 14px;min-width:120px}
