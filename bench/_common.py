@@ -125,6 +125,12 @@ def missing_pages(html_dir: Path) -> str | None:
     return None
 
 
+def label_table(rows: list[tuple[str, str]]) -> str:
+    """Labels in an aligned column, each followed by its value."""
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}".rstrip() for k, v in rows)
+
+
 def write_result(out: Path, result: dict, table: str) -> None:
     """Write the JSON result, print the table to stdout and where it went to stderr."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,7 @@ from ragdx.config import load_settings
 from ragdx.pipeline import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever, match_expression
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, SQLiteStore
-from ragdx.testing.fts5 import fts5_porter, fts5_query_tokens, fts5_tokens, reference_bm25
+from ragdx.testing.fts5 import fts5_porter, fts5_query_tokens, fts5_tokens, indexed_fields, reference_bm25
 from ragdx.types import Principal, Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -98,18 +98,12 @@ class Rows:
 
 def check_tokenizer(db_path: Path, rows: Rows) -> dict[str, object]:
     """Compare :func:`fts5_tokens` with FTS5's own index (fts5vocab), field by field."""
-    db = sqlite3.connect(str(db_path))
-    db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
-    indexed: dict[tuple[int, str], list[tuple[int, str]]] = {}
-    for term, rowid, column, offset in db.execute("SELECT term, doc, col, offset FROM temp.vocab"):
-        indexed.setdefault((rowid, column), []).append((offset, term))
-    rowids = [r for (r,) in db.execute("SELECT rowid FROM chunks ORDER BY rowid")]
-    db.close()
+    indexed, rowids = indexed_fields(db_path)
     fields = wrong = tokens = 0
     examples = []
     for i, rowid in enumerate(rowids):
         for column, text in (("prefix", rows.prefixes[i]), ("text", rows.texts[i])):
-            theirs = [term for _, term in sorted(indexed.get((rowid, column), []))]
+            theirs = indexed.get((rowid, column), [])
             mine = fts5_tokens(text)
             fields += 1
             tokens += len(theirs)

@@ -52,7 +52,8 @@ from ragdx.types import Chunk
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    DEFAULT_HTML, REPO, Stopwatch, chunk_pages, code_version, html_pages, machine, missing_pages,
+    DEFAULT_HTML, REPO, Stopwatch, chunk_pages, code_version, html_pages, label_table, machine,
+    missing_pages,
 )
 
 DEFAULT_OUT = REPO / "bench" / "results" / "encoder_throughput.json"
@@ -310,8 +311,7 @@ def table(result: dict) -> str:
                            f"top-1 agreement {p['top1_agreement']:.2f}"),
         ("spaces", f"fp32 {result['spaces']['fp32']['id']}, int8 {result['spaces']['int8']['id']}"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}".rstrip() for k, v in rows)
+    return label_table(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

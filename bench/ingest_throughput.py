@@ -48,7 +48,7 @@ from ragdx.types import Document
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    DEFAULT_HTML, MB, REPO, Stopwatch, code_version, html_pages, machine, peak_rss_mb, store_bytes,
+    DEFAULT_HTML, MB, REPO, Stopwatch, code_version, html_pages, label_table, machine, peak_rss_mb, store_bytes,
     write_manifest, write_result,
 )
 
@@ -216,8 +216,7 @@ def table(result: dict) -> str:
                                  f"{r['unchanged']}/{r['of']} unchanged, index_version changed: "
                                  f"{r['index_version_changed']}"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "\n".join(f"{k:<{width}}  {v}".rstrip() for k, v in rows)
+    return label_table(rows)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -79,9 +79,11 @@ class Executed:
 
 
 def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Callable[[Query], Trace],
-            *, oracle: str | None = None, progress: bool = True, label: str = "ragdx run") -> Executed:
+            *, oracle: str | None = None, progress: bool = True, label: str = "ragdx run",
+            evidence: Sequence[QueryEvidence] | None = None) -> Executed:
     """Produce each query's trace, diagnose it and compute its metric values, writing
-    ``traces.jsonl`` and ``diagnosis.jsonl`` to ``out`` as it goes."""
+    ``traces.jsonl`` and ``diagnosis.jsonl`` to ``out`` as it goes. ``evidence``: the queries'
+    evidence already resolved against this store (an ablation resolves it once for every run)."""
     out.mkdir(parents=True, exist_ok=True)
     pipeline.warm_up()
     resolver = EvidenceResolver(pipeline.store)
@@ -90,8 +92,9 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
             open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag:
         for n, query in enumerate(queries, start=1):
             trace = produce(query)
-            evidence, view = resolver.run(query), view_of(trace, pipeline.store)
-            diagnosis = diagnose_trace(pipeline, trace, evidence=evidence, view=view)
+            resolved = evidence[n - 1] if evidence is not None else resolver.run(query)
+            view = view_of(trace, pipeline.store)
+            diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
             if oracle == "context":
                 diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
             trace_file.write(json.dumps(trace_to_dict(trace)) + "\n")
@@ -99,8 +102,8 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
             traces.append(trace)
             diagnoses.append(diagnosis)
             views.append(view)
-            evidences.append(evidence)
-            rows.append(query_values(query, diagnosis, view, evidence))
+            evidences.append(resolved)
+            rows.append(query_values(query, diagnosis, view, resolved))
             if progress:
                 bar = "#" * (30 * n // len(queries))
                 print(f"\r{label} [{bar:<30}] {n}/{len(queries)} {query.id[:40]:<40}", end="",
@@ -245,12 +248,13 @@ class AblationResult:
 
     folder: Path
     baseline: Executed
+    baseline_metrics: Metrics
     variants: tuple[Any, ...]   # experiments.ablate.VariantResult
     routing: Any                # experiments.routing.RoutingTable
     seconds: float
 
     def to_dict(self) -> dict:
-        return {"baseline": layered(self.baseline.rows).to_dict(),
+        return {"baseline": self.baseline_metrics.to_dict(),
                 "variants": {v.variant.name: v.to_dict() | {"metrics": v.metrics.to_dict()} for v in self.variants},
                 "routing": self.routing.to_dict()}
 
@@ -299,7 +303,7 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
                             if vsettings.context.tokenizer == settings.context.tokenizer else None)
         done = execute(pipeline, queries, out / variant.name,
                        lambda q, p=pipeline, v=variant: p.resume(traces[q.id], v.start),
-                       progress=progress, label=variant.name)
+                       progress=progress, label=variant.name, evidence=base.evidence)
         metrics = layered(done.rows)
         vinfo = manifest(store, pipeline, vsettings, queries_path) | {"variant": list(variant.overrides)}
         write_json(out / variant.name / "manifest.json", vinfo)
@@ -316,7 +320,7 @@ def ablate(store: SQLiteStore, settings: Settings, queries: Sequence[Query], var
         raise StoreError(f"the index changed during the ablation (version {index_version} -> "
                          f"{store.index_version}); the runs are not comparable: run it again")
     routing = routing_table({"baseline": base.rows} | {r.variant.name: r.metrics.rows for r in results})
-    result = AblationResult(out, base, tuple(results), routing, time.perf_counter() - started)
+    result = AblationResult(out, base, base_metrics, tuple(results), routing, time.perf_counter() - started)
     write_json(out / "manifest.json", info | {"variants": {r.variant.name: list(r.variant.overrides)
                                                            for r in results},
                                               "latency_budget_ms": latency_budget_ms})

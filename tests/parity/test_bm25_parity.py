@@ -42,7 +42,7 @@ from ragdx.config import load_settings
 from ragdx.pipeline import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, SQLiteStore
-from ragdx.testing.fts5 import fold, fts5_query_tokens, fts5_tokens, reference_bm25
+from ragdx.testing.fts5 import fold, fts5_query_tokens, fts5_tokens, indexed_fields, reference_bm25
 from ragdx.types import Principal, Query
 
 bm25s = pytest.importorskip("bm25s")
@@ -131,17 +131,11 @@ def overlap(a: list, b: list) -> float:
 
 def test_tokenizer_matches_fts5_token_for_token(corpus):
     """Every token of every prefix and text, in order, as FTS5's index holds it (fts5vocab)."""
-    db = sqlite3.connect(str(corpus.store.path))
-    db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
-    indexed: dict[tuple[int, str], list[tuple[int, str]]] = {}
-    for term, rowid, column, offset in db.execute("SELECT term, doc, col, offset FROM temp.vocab"):
-        indexed.setdefault((rowid, column), []).append((offset, term))
-    rowids = [r for (r,) in db.execute("SELECT rowid FROM chunks ORDER BY rowid")]
-    db.close()
+    indexed, rowids = indexed_fields(corpus.store.path)
     wrong, tokens = [], 0
     for i, rowid in enumerate(rowids):
         for column, mine in (("prefix", corpus.prefix_tokens[i]), ("text", corpus.text_tokens[i])):
-            theirs = [term for _, term in sorted(indexed.get((rowid, column), []))]
+            theirs = indexed.get((rowid, column), [])
             tokens += len(theirs)
             if mine != theirs:
                 wrong.append((corpus.ids[i], column, [p for p in zip(mine, theirs) if p[0] != p[1]][:3]))

@@ -16,6 +16,7 @@ Used by the report's browser test; usable for testing any report a user builds o
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -105,20 +106,16 @@ class Browser:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
+        with contextlib.suppress(BrowserError, OSError):  # the browser may be gone already
             self.call("Browser.close")
-        except (BrowserError, OSError):
-            pass
         try:
             self._process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self._process.kill()
             self._process.wait()
         for fd in (self._to_browser, self._from_browser):
-            try:
+            with contextlib.suppress(OSError):  # closed when the browser went away
                 os.close(fd)
-            except OSError:
-                pass
         shutil.rmtree(self._profile, ignore_errors=True)
 
     def _read(self, deadline: float) -> dict:

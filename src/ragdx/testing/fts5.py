@@ -127,6 +127,22 @@ def fts5_query_tokens(question: str) -> list[str]:
     return [token for term in query_terms(question) for token in fts5_tokens(term)]
 
 
+def indexed_fields(db_path: Any) -> tuple[dict[tuple[int, str], list[str]], list[int]]:
+    """FTS5's own tokens of a store's chunks, read from its index (``fts5vocab``): ``(rowid,
+    column) -> terms in order``, and the chunk rowids in order. What :func:`fts5_tokens` must match."""
+    import sqlite3
+    db = sqlite3.connect(str(db_path))
+    try:
+        db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, 'chunks_fts', 'instance')")
+        indexed: dict[tuple[int, str], list[tuple[int, str]]] = {}
+        for term, rowid, column, offset in db.execute("SELECT term, doc, col, offset FROM temp.vocab"):
+            indexed.setdefault((rowid, column), []).append((offset, term))
+        rowids = [r for (r,) in db.execute("SELECT rowid FROM chunks ORDER BY rowid")]
+    finally:
+        db.close()
+    return {key: [term for _, term in sorted(terms)] for key, terms in indexed.items()}, rowids
+
+
 def reference_bm25(dtype: str = "float64", **options: Any) -> Any:
     """bm25s configured as FTS5's bm25(): ATIRE's term-frequency part (with k1 + 1), Robertson's
     idf, k1 = 1.2, b = 0.75. The one formula difference: bm25s sets a negative idf to 0 where
