@@ -53,7 +53,7 @@ class DenseSettings:
     model: str = "all-MiniLM-L6-v2"
     backend: str = _choice("sentence-transformers", "sentence-transformers", "onnx")
     top_k: int = _at_least(100, 1)
-    batch_size: int = _at_least(64, 1)
+    batch_size: int = _at_least(16, 1)
     query_prefix: str = ""
     passage_prefix: str = ""
     with_prefix: bool = True

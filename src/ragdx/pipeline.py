@@ -35,20 +35,17 @@ __all__ = ["Trace", "Pipeline", "build_encoder", "build_ingestor", "chunker_for"
 
 def build_encoder(dense: DenseSettings) -> Encoder:
     """The encoder the dense settings name (loaded lazily, on first use)."""
+    common: dict[str, Any] = {"batch_size": dense.batch_size, "query_prefix": dense.query_prefix,
+                              "passage_prefix": dense.passage_prefix}
     if dense.backend == "onnx":
         from ragdx.encoders.onnx import OnnxEncoder
         if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it
             path = Path(dense.model)
-            return OnnxEncoder(path.stem, model_path=path, vocab_path=path.parent / "vocab.txt",
-                               batch_size=dense.batch_size, query_prefix=dense.query_prefix,
-                               passage_prefix=dense.passage_prefix)
+            return OnnxEncoder(path.stem, model_path=path, vocab_path=path.parent / "vocab.txt", **common)
         return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
-                           batch_size=dense.batch_size, query_prefix=dense.query_prefix,
-                           passage_prefix=dense.passage_prefix)
+                           **common)
     from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
-    return SentenceTransformerEncoder(dense.model, batch_size=dense.batch_size,
-                                      query_prefix=dense.query_prefix,
-                                      passage_prefix=dense.passage_prefix)
+    return SentenceTransformerEncoder(dense.model, **common)
 
 
 def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerConfig, TokenCounter]:

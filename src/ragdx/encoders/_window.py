@@ -20,12 +20,13 @@ def token_offsets(tokenizer: Any, texts: Sequence[str], limit: int) -> list[list
     return [list(map(tuple, o)) for o in out["offset_mapping"]]
 
 
-def window_ends(tokenizer: Any, inputs: Sequence[str], max_tokens: int,
-                prefix_len: int = 0) -> tuple[int | None, ...]:
+def window_ends(tokenizer: Any, inputs: Sequence[str], max_tokens: int, prefix_len: int = 0,
+                offsets: Sequence[Sequence[tuple[int, int]]] | None = None) -> tuple[int | None, ...]:
     """For each input, the offset (in the text after a prefix of ``prefix_len`` characters)
-    where the encoder's window of ``max_tokens`` tokens ends, or ``None`` if it reads it all."""
+    where the encoder's window of ``max_tokens`` tokens ends, or ``None`` if it reads it all.
+    ``offsets``: the inputs' token offsets when the caller has tokenised them already."""
     readable = max_tokens - SPECIAL_TOKENS
     ends: list[int | None] = []
-    for offsets in token_offsets(tokenizer, inputs, readable + 1):
-        ends.append(max(0, offsets[readable - 1][1] - prefix_len) if len(offsets) > readable else None)
+    for found in offsets if offsets is not None else token_offsets(tokenizer, inputs, readable + 1):
+        ends.append(max(0, found[readable - 1][1] - prefix_len) if len(found) > readable else None)
     return tuple(ends)

