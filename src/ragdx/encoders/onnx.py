@@ -148,6 +148,7 @@ class OnnxEncoder:
         self.query_prefix = query_prefix
         self.passage_prefix = passage_prefix
         self._tokenizer: Any = None
+        self._name: str | None = None
         self._session: Any = None
         self._workers: list[Any] = []
         self._lock = threading.Lock()  # sessions are made once, even when threads share the encoder
@@ -226,6 +227,10 @@ class OnnxEncoder:
             return self.threads
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
+    def _session_count(self) -> int:
+        """How many sessions run batches side by side."""
+        return min(self._thread_count(), MAX_SESSIONS)
+
     def _new_session(self, data: bytes, threads: int) -> Any:
         import onnxruntime as ort
         options = ort.SessionOptions()
@@ -254,8 +259,7 @@ class OnnxEncoder:
                 if weights_hash != self._space.weights_hash:
                     raise ConfigError(f"{_WHAT}: {str(self._onnx_file())!r} or its vocabulary changed "
                                       "on disk since the encoder loaded it; make a new encoder")
-                threads = self._thread_count()
-                sessions = min(threads, MAX_SESSIONS)
+                threads, sessions = self._thread_count(), self._session_count()
                 self._workers = [self._new_session(data, threads // sessions + (i < threads % sessions))
                                  for i in range(sessions)]
         return self._workers
@@ -271,7 +275,9 @@ class OnnxEncoder:
     def name(self) -> str:
         """The tokenizer's identity (``wordpiece:`` and a hash of its vocabulary and rules), the
         same as the sentence-transformers backend's on the same vocabulary."""
-        return tokenizer_name(self._tokenizer_loaded(), f"tokenizer:{self.model_id}")
+        if self._name is None:  # hashing the vocabulary takes ~40 ms: once, not per query
+            self._name = tokenizer_name(self._tokenizer_loaded(), f"tokenizer:{self.model_id}")
+        return self._name
 
     def count(self, text: str) -> int:
         return len(self._tokenizer_loaded().encode(text, add_special_tokens=False).ids)
@@ -292,7 +298,7 @@ class OnnxEncoder:
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]), reverse=True)
         vectors = np.empty((len(ids), space.dim), np.float32)
         batches = self._batches(order, [len(x) for x in ids])
-        sessions = min(self._thread_count(), MAX_SESSIONS)
+        sessions = self._session_count()
         # a few batches of unequal sizes would leave threads idle side by side: one session, all threads
         if sessions < 2 or len(batches) < 2 * sessions:
             for batch in batches:

@@ -79,6 +79,7 @@ class SentenceTransformerEncoder:
         self.normalize = normalize
         self._model: Any = None
         self._space: EmbeddingSpace | None = None
+        self._name: str | None = None
 
     def _path(self) -> str:
         bundled = bundled_model_path(self.model_id)
@@ -139,12 +140,14 @@ class SentenceTransformerEncoder:
         """The tokenizer's identity: its model type and a hash of its vocabulary and rules, read
         from the model folder's ``tokenizer.json`` (nothing is loaded); for a model without one
         (a hub id in a cache, a slow tokenizer), ``tokenizer:`` and the model id."""
-        spec = Path(self._path()) / "tokenizer.json"
-        fallback = f"tokenizer:{self.model_id}"
-        try:
-            return tokenizer_name(spec.read_text(encoding="utf-8"), fallback)
-        except OSError:
-            return fallback
+        if self._name is None:  # hashing the vocabulary takes ~40 ms: once, not per query
+            spec = Path(self._path()) / "tokenizer.json"
+            fallback = f"tokenizer:{self.model_id}"
+            try:
+                self._name = tokenizer_name(spec.read_text(encoding="utf-8"), fallback)
+            except OSError:
+                self._name = fallback
+        return self._name
 
     def count(self, text: str) -> int:
         tokenizer = self._load().tokenizer
