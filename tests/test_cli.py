@@ -34,6 +34,12 @@ def test_bad_input_exits_2_and_names_the_line(tmp_path, capsys):
     assert main(["ingest", "--store", str(store), str(manifest)]) == 2
     err = capsys.readouterr().err
     assert f"{manifest}:2 field 'doc_id': expected a string, got 1" in err
+    assert not store.exists()  # the failed ingest left no store behind
+    assert main(["delete", "--store", str(store), "nope"]) == 2
+    assert f"{store}: no store here" in capsys.readouterr().err
+    good = write(tmp_path / "ok.jsonl", '{"doc_id": "a", "path": "a.md"}\n')
+    assert main(["ingest", "--store", str(store), str(good), *LEXICAL]) == 0
+    capsys.readouterr()
     assert main(["delete", "--store", str(store), "nope"]) == 2
     assert "no document 'nope'" in capsys.readouterr().err
 

@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -17,9 +18,10 @@ from typing import Callable, Sequence
 log = logging.getLogger("ragdx")
 
 
-def _store(args: argparse.Namespace):
+def _store(args: argparse.Namespace, mode: str = "read"):
+    """The store, read-only unless the command writes (``write``: it must exist; ``create``)."""
     from ragdx.store.sqlite import SQLiteStore
-    return SQLiteStore(args.store)
+    return SQLiteStore(args.store, mode)
 
 
 def _settings(args: argparse.Namespace):
@@ -36,7 +38,7 @@ def _principal(args: argparse.Namespace):
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.pipeline import build_ingestor
     settings = _settings(args)
-    with _store(args) as store:
+    with _store(args, "create") as store:
         report = build_ingestor(store, settings).run(Path(args.path))
     if args.json:
         print(json.dumps({
@@ -117,7 +119,7 @@ def cmd_build_encoder(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     from ragdx.ingest import index
     from ragdx.report.terminal import table
-    with _store(args) as store:
+    with _store(args, "read" if args.action == "status" else "write") as store:
         if args.action == "status":
             rows = [(s.id, s.model_id, backend, state, count, s.dim, s.weights_hash)
                     for s, backend, state, count in store.spaces()]
@@ -158,7 +160,7 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 def cmd_delete(args: argparse.Namespace) -> int:
     from ragdx.ingest.ingestor import delete_documents
-    with _store(args) as store:
+    with _store(args, "write") as store:
         deleted = delete_documents(store, args.doc_ids)
         for doc_id, versions in deleted.items():
             print(f"deleted {doc_id} ({len(versions)} version{'s' * (len(versions) != 1)})")
@@ -557,6 +559,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except _UsageError as exc:
         print(f"ragdx {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as exc:  # a page found damaged while reading
+        store = getattr(args, "store", None) or "the store"
+        print(f"ragdx {args.command}: error: {store}: cannot read the store: {exc} (it fails "
+              "SQLite's integrity check; restore a copy or ingest into a new store)", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

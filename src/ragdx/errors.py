@@ -12,8 +12,9 @@ which decides the CLI's exit code:
   the ``pip install 'ragdx[EXTRA]'`` to run.
 - :class:`SpaceMismatchError` (exit 2): a query encoded in one embedding space was about to be
   searched against vectors of another (same dimension does not mean same space).
-- :class:`StoreError` (exit 1): the store is in a state ragdx cannot work with (a newer schema,
-  a corrupt file).
+- :class:`StoreError` (exit 2): the store given cannot be used as it is: missing, not a ragdx
+  store, a newer or damaged schema, a file failing its integrity check, or locked by another
+  writer for longer than the wait.
 
 Anything else that escapes is a bug in ragdx (exit 1).
 """
@@ -85,4 +86,7 @@ class SpaceMismatchError(RagdxError):
 
 
 class StoreError(RagdxError):
-    """The store cannot be used as it is (newer schema, corrupt file)."""
+    """The store cannot be used as it is (missing, foreign, newer or damaged, locked); the message
+    names the file."""
+
+    exit_code = 2

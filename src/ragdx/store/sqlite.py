@@ -9,7 +9,9 @@ store's ``index_version``, which caches and run manifests record.
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -20,8 +22,10 @@ from typing import Any, Iterator
 
 from ragdx.errors import InputError, StoreError
 from ragdx.types import (
-    Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, ParsedDocument, Section,
+    ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, ParsedDocument, Section,
 )
+
+log = logging.getLogger("ragdx.store")
 
 SCHEMA_VERSION = 1
 
@@ -171,42 +175,124 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+class OpenMode(ChoiceEnum):
+    """How a store is opened.
+
+    - ``read``: an existing ragdx store, read-only. Nothing is set up or migrated and no lock is
+      taken, so readers work while another process writes (WAL readers see the last commit).
+    - ``write``: an existing ragdx store, for writing; its schema is brought up to date and it
+      must pass SQLite's quick integrity check first.
+    - ``create``: like ``write``, and a missing file becomes a new store.
+    """
+
+    READ = "read"
+    WRITE = "write"
+    CREATE = "create"
+
+
 class SQLiteStore:
     """The authoritative store in one SQLite file.
 
     Args:
-        path: the database file; created with its schema when missing.
+        path: the database file.
+        mode: :class:`OpenMode` (default ``create``: a missing file becomes a new store).
+        wait: how long a write waits for another process's write to finish, in seconds.
+
+    Raises:
+        StoreError: no store at ``path`` (modes ``read`` and ``write``), a file that is not a
+            ragdx store (another SQLite database, a damaged or newer schema), or, opened for
+            writing, a file that fails SQLite's integrity check.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, mode: OpenMode | str = OpenMode.CREATE, *,
+                 wait: float = 30.0) -> None:
         self.path = Path(path)
+        self.mode = OpenMode.parse(mode, what="store mode")
+        self.wait = wait
         if self.path.is_dir():
             raise InputError("the store path is a directory; give a file such as store.db",
                              file=str(self.path))
-        try:
-            self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-            self._db.execute("PRAGMA journal_mode=WAL")
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.execute("PRAGMA synchronous=NORMAL")
+        exists = self.path.exists()
+        if not exists and self.mode is not OpenMode.CREATE:
+            raise StoreError(f"{self.path}: no store here (check the path; 'ragdx ingest' creates "
+                             "a store)")
+        if exists and not self.path.is_file():
+            raise StoreError(f"{self.path}: not a regular file, so not a store")
+        self._created = not exists
         self._lock = threading.RLock()
         self._in_tx = False
         self._readable: dict[tuple[str, ...], tuple[int, frozenset[int]]] = {}
-        self._init_schema()
+        try:
+            if self.mode is OpenMode.READ:
+                self._db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True,
+                                           isolation_level=None, check_same_thread=False)
+            else:
+                self._db = sqlite3.connect(str(self.path), isolation_level=None,
+                                           check_same_thread=False, timeout=1.0)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
+        try:
+            self._db.execute("PRAGMA foreign_keys=ON")
+            self._check_schema()
+            if self.mode is not OpenMode.READ:
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._init_schema()
+        except sqlite3.DatabaseError as exc:
+            self._db.close()
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from None
+        except BaseException:
+            self._db.close()
+            raise
 
     # -- lifecycle --------------------------------------------------------------------------
-    def _init_schema(self) -> None:
-        try:
-            row = self._db.execute(
-                "SELECT value FROM meta WHERE key='schema_version'").fetchone()
-        except sqlite3.OperationalError:
-            row = None
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: not a ragdx store: {exc}") from None
-        if row is not None and int(row[0]) > SCHEMA_VERSION:
-            raise StoreError(f"{self.path}: store schema {row[0]} is newer than this ragdx "
+    def _check_schema(self) -> None:
+        """Refuse anything but a ragdx store of a known schema, whole (no table, column, index or
+        trigger missing); an empty file is a store yet to be set up (unless opened to read)."""
+        found = {(kind, name) for kind, name in self._db.execute(
+            "SELECT type, name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%'")}
+        if not found:
+            if self.mode is not OpenMode.CREATE:
+                raise StoreError(f"{self.path}: an empty file, not a ragdx store")
+            return
+        if ("table", "meta") not in found:
+            tables = sorted(name for kind, name in found if kind == "table")
+            raise StoreError(f"{self.path}: not a ragdx store (a SQLite database with the tables "
+                             f"{', '.join(tables[:6])}{', ...' if len(tables) > 6 else ''}); ragdx "
+                             "neither reads nor adds to it")
+        row = self._db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+        version = row[0] if row else None
+        if not (isinstance(version, str) and version.isdigit() and version.isascii()):
+            raise StoreError(f"{self.path}: damaged store: schema_version is {version!r}, not a "
+                             "number")
+        if int(version) > SCHEMA_VERSION:
+            raise StoreError(f"{self.path}: store schema {version} is newer than this ragdx "
                              f"({SCHEMA_VERSION}); upgrade ragdx")
+        expected = _expected_schema()
+        for kind, name in sorted(set(expected) - found):
+            raise StoreError(f"{self.path}: damaged store: the {kind} {name!r} is missing")
+        for (kind, name), columns in expected.items():
+            if kind != "table":
+                continue
+            have = [r[1] for r in self._db.execute(f'PRAGMA table_info("{name}")')]
+            lost = [c for c in columns if c not in have]
+            if lost:
+                raise StoreError(f"{self.path}: damaged store: table {name!r} has no column "
+                                 f"{lost[0]!r}")
+
+    def _init_schema(self) -> None:
+        """Set up a new store (opened for writing), and check an existing one's integrity."""
+        if self._db.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'meta'").fetchone()[0]:
+            try:
+                problems = [line for r in self._db.execute("PRAGMA quick_check") if r[0] != "ok"
+                            for line in r[0].splitlines() if not line.startswith("***")]
+            except sqlite3.DatabaseError as exc:  # a page too damaged to check
+                problems = [str(exc)]
+            if problems:
+                raise StoreError(f"{self.path}: the store fails SQLite's integrity check "
+                                 f"({'; '.join(problems[:2])}{'; ...' if len(problems) > 2 else ''}); "
+                                 "nothing was written to it: restore a copy or ingest into a new store")
+            return
         with self.transaction():
             # statement by statement: executescript would commit our transaction
             for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
@@ -221,8 +307,20 @@ class SQLiteStore:
     def __enter__(self) -> "SQLiteStore":
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # a store this process created and that a failure left empty is removed: a failed
+        # command leaves no store behind (an ingest whose manifest is missing, say)
+        remove = exc_type is not None and self._created and self._is_empty()
         self.close()
+        if remove:
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def _is_empty(self) -> bool:
+        try:
+            return self.index_version == 0
+        except (sqlite3.DatabaseError, TypeError):
+            return False
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -235,7 +333,7 @@ class SQLiteStore:
             if self._in_tx:
                 yield
                 return
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin()
             self._in_tx = True
             self._changed = False
             try:
@@ -249,6 +347,31 @@ class SQLiteStore:
                 raise
             finally:
                 self._in_tx = False
+
+    def _begin(self) -> None:
+        """Take the write lock; while another process writes, wait up to ``wait`` seconds."""
+        if self.mode is OpenMode.READ:
+            raise StoreError(f"{self.path}: the store was opened read-only; open it with "
+                             "mode='write' to change it")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+        log.warning("%s: another process is writing to this store; waiting up to %g s for it "
+                    "to finish", self.path, self.wait)
+        self._db.execute(f"PRAGMA busy_timeout = {max(0, int(self.wait * 1000))}")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            raise StoreError(f"{self.path}: another process is still writing to this store after "
+                             f"{self.wait:g} s; nothing was written: try again when it has "
+                             "finished") from None
+        finally:
+            self._db.execute("PRAGMA busy_timeout = 1000")
 
     def _write(self, sql: str, args: tuple | list = ()) -> sqlite3.Cursor:
         if not self._in_tx:
@@ -687,6 +810,21 @@ class SQLiteStore:
             "SELECT doc_id, version FROM documents d WHERE NOT EXISTS (SELECT 1 FROM acl a "
             "WHERE a.doc_id = d.doc_id AND a.version = d.version)")]
         return problems
+
+
+@functools.lru_cache(maxsize=1)
+def _expected_schema() -> dict[tuple[str, str], tuple[str, ...]]:
+    """Every table (with its columns), index and trigger a whole store has: the schema as built in
+    memory."""
+    db = sqlite3.connect(":memory:")
+    try:
+        for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
+            db.execute(statement)
+        return {(kind, name): tuple(r[1] for r in db.execute(f'PRAGMA table_info("{name}")'))
+                for kind, name in db.execute("SELECT type, name FROM sqlite_master "
+                                             "WHERE name NOT LIKE 'sqlite_%'").fetchall()}
+    finally:
+        db.close()
 
 
 def _statements(script: str) -> list[str]:
