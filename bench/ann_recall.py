@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_encoder, build_ingestor
+from ragdx.build import build_encoder, build_ingestor
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.store.vectors import DenseIndex, HnswIndex
 

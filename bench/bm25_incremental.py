@@ -44,7 +44,7 @@ from pathlib import Path
 from ragdx.config import load_settings
 from ragdx.ingest.ingestor import delete_documents
 from ragdx.ingest.manifest import load_source
-from ragdx.pipeline import build_ingestor
+from ragdx.build import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.fts5 import fts5_porter, fts5_tokens, reference_bm25

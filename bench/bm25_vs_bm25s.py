@@ -57,9 +57,9 @@ from pathlib import Path
 import numpy as np
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_ingestor
-from ragdx.stages.bm25 import BM25Retriever, match_expression
-from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, SQLiteStore
+from ragdx.build import build_ingestor
+from ragdx.stages.bm25 import BM25Retriever, query_terms
+from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, SQLiteStore, match_expression
 from ragdx.testing.fts5 import fts5_porter, fts5_query_tokens, fts5_tokens, indexed_fields, reference_bm25
 from ragdx.types import Principal, Query
 
@@ -252,7 +252,7 @@ def sql_breakdown(db_path: Path, questions: list[str]) -> dict[str, object]:
     matched = []
     total = db.execute("SELECT count(*) FROM chunks").fetchone()[0]
     for question in questions:
-        match = match_expression(question)
+        match = match_expression(query_terms(question))
         count = db.execute("SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (match,))
         matched.append(count.fetchone()[0])
         for name, sql in (("fts5_only", fts), ("joined", joined), ("joined_and_filtered", full)):

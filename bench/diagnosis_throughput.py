@@ -29,7 +29,7 @@ from ragdx.config import load_settings
 from ragdx.diagnosis.evidence import BY_ID, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, Diagnoser, DroppedView, ItemView, StageView, TraceView
 from ragdx.diagnosis.ours import diagnose_trace
-from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.build import build_ingestor, build_pipeline
 from ragdx.queryset import load_queries
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.tracefile import trace_to_dict
@@ -79,7 +79,7 @@ def run(n: int, repeat: int, seed: int) -> dict:
     store = SQLiteStore(folder / "store.db")
     build_ingestor(store, settings).run(example_dir() / "manifest.jsonl")
     queries = load_queries(example_dir() / "queries.jsonl")
-    pipeline = Pipeline(store, settings)
+    pipeline = build_pipeline(store, settings)
     pipeline.run(queries[0])  # load the model outside the timings
     # the pipeline and the recording timed apart, query by query, in the same loop, so machine
     # noise cannot favour one of them

@@ -1,16 +1,90 @@
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import ragdx
 
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "ragdx"
 
-def test_all_names_exist_and_nothing_private_leaks():
-    for name in ragdx.__all__:
-        assert hasattr(ragdx, name), name
+
+def documented_names() -> list[str]:
+    """The names the API doc's "Names" table lists."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    table = text.split("## Names", 1)[1].split("\n## ", 1)[0]
+    names = []
+    for line in table.splitlines():
+        if line.startswith("|") and not line.startswith(("| group", "|---")):
+            names += re.findall(r"`([A-Za-z_][A-Za-z0-9_]*)`", line.split("|")[2])
+    return names
+
+
+def test_every_documented_name_is_public_and_nothing_else_is():
+    documented = documented_names()
+    assert len(documented) > 80  # the table was read
+    assert sorted(set(documented)) == sorted(ragdx.__all__)
+    for name in documented:
+        assert getattr(ragdx, name) is not None, name
     assert len(set(ragdx.__all__)) == len(ragdx.__all__)
-    assert not [n for n in ragdx.__all__ if n.startswith("_") and n != "__version__"]
+
+
+def test_every_error_ragdx_defines_is_in_the_one_tree():
+    """Every exception class defined anywhere in the package subclasses RagdxError and lives in
+    ragdx.errors (so one `except RagdxError` catches what ragdx raises on purpose)."""
+    outside = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and any(
+                    getattr(b, "id", getattr(b, "attr", "")).endswith(("Error", "Exception")) for b in node.bases):
+                if path.name != "errors.py" and not node.name.startswith("_"):
+                    outside.append(f"{path.relative_to(SRC)}:{node.name}")
+    assert outside == []
+    errors = [getattr(ragdx.errors, n) for n in ragdx.errors.__all__]
+    assert len(errors) == 8
+    for error in errors:
+        assert issubclass(error, ragdx.RagdxError), error
+
+
+def _imports(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return found
+
+
+def test_stages_import_protocols_not_the_sqlite_store():
+    stage_files = sorted((SRC / "stages").glob("*.py"))
+    assert len(stage_files) >= 9
+    for path in stage_files + [SRC / "pipeline.py", SRC / "store" / "vectors.py",
+                               *sorted((SRC / "diagnosis").glob("*.py"))]:
+        assert "ragdx.store.sqlite" not in _imports(path), path.name
+    uses_store = [p.name for p in stage_files if "ragdx.protocols" in _imports(p)]
+    assert {"bm25.py", "dense.py", "govern.py", "assemble.py", "verify.py", "rerank.py"} <= set(uses_store)
+
+
+def test_lower_layers_never_import_upper_ones():
+    upper = {"ragdx.diagnosis", "ragdx.evaluation", "ragdx.experiments", "ragdx.report", "ragdx.cli",
+             "ragdx.runfolder", "ragdx.build"}
+    checked = 0
+    for folder in ("stages", "store", "ingest"):
+        for path in (SRC / folder).glob("*.py"):
+            checked += 1
+            bad = [m for m in _imports(path) if any(m == u or m.startswith(u + ".") for u in upper)]
+            assert bad == [], f"{path.relative_to(SRC)} imports {bad}"
+    for module in ("types.py", "protocols.py", "errors.py", "pipeline.py"):
+        checked += 1
+        bad = [m for m in _imports(SRC / module) if m.startswith("ragdx.")
+               and m not in ("ragdx.types", "ragdx.errors", "ragdx.protocols")]
+        assert bad == [], f"{module} imports {bad}"
+    assert checked > 30
 
 
 def test_import_has_no_heavy_side_effects():
-    import subprocess
-    import sys
     code = ("import sys, ragdx; heavy = [m for m in ('torch', 'sentence_transformers', 'pypdf', "
             "'onnxruntime', 'psycopg') if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

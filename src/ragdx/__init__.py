@@ -1,34 +1,67 @@
 """ragdx: find the first stage where a RAG system loses the evidence it needs to answer.
 
-The public API is what ``__all__`` lists; everything else is internal.
+The public API is what ``__all__`` lists (documented in docs/api.md); everything else is
+internal.
 """
 
-from ragdx.errors import ConfigError, InputError, MissingExtraError, RagdxError, StoreError
-from ragdx.types import (
-    Alternative, Block, BlockKind, Chunk, ChunkKind, DocStatus, Document, ParsedDocument, Principal,
-    Query, Section, Span,
+from ragdx.errors import (
+    BrowserError, ChatError, ConfigError, InputError, MissingExtraError, RagdxError, SpaceMismatchError,
+    StoreError,
 )
-from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunker, TokenCounter
-from ragdx.ingest.ingestor import IngestReport, Ingestor, delete_documents
-from ragdx.ingest.quotes import Coverage, coverage, find_quote
+from ragdx.types import (
+    Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
+    ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, ParsedDocument, Principal, Provenance,
+    Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
+)
+from ragdx.protocols import (
+    Assembler, DeepRetriever, Encoder, Fuser, Generator, Governor, Reranker, Retriever, Stage, Store,
+    TokenCounter, Verifier,
+)
+from ragdx.config import Settings, load_settings
+from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunker
+from ragdx.ingest.ingestor import Action, IngestAction, IngestReport, Ingestor, delete_documents
+from ragdx.ingest.quotes import Coverage, CoverageStatus, coverage, find_quote
 from ragdx.queryset import load_queries
 from ragdx.store.sqlite import SQLiteStore
-from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence, ResolvedAlternative
+from ragdx.stages.custom import FunctionRetriever
+from ragdx.pipeline import Pipeline, Trace
+from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages
+from ragdx.diagnosis.evidence import EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
+from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
+from ragdx.diagnosis.locate import Diagnoser, TraceView
+from ragdx.evaluation.layered import Metric, Metrics
+from ragdx.experiments.run import RunResult, run, run_pipeline
+from ragdx.experiments.ablate import AblationResult, Variant, ablate, ablate_pipelines
+from ragdx.experiments.imported import ImportedRun, diagnose_imported
+from ragdx.examples import example_dir
 
 __version__ = "0.1.0"
 
 __all__ = [
     "__version__",
     # errors
-    "RagdxError", "InputError", "ConfigError", "MissingExtraError", "StoreError",
+    "RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError", "StoreError",
+    "ChatError", "BrowserError",
     # artifacts
-    "Alternative", "Block", "BlockKind", "Chunk", "ChunkKind", "DocStatus", "Document",
-    "ParsedDocument", "Principal", "Query", "Section", "Span",
-    # ingest
-    "ChunkerConfig", "RegexTokenCounter", "StructureChunker", "TokenCounter", "Ingestor",
-    "IngestReport", "delete_documents", "Coverage", "coverage", "find_quote",
-    # store
-    "SQLiteStore",
-    # queries and evidence
-    "load_queries", "EvidenceResolver", "QueryEvidence", "ResolvedAlternative",
+    "Alternative", "Answer", "Block", "BlockKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
+    "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "Dropped", "EmbeddingSpace", "Encoding",
+    "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
+    "StageKind", "StoredVersion", "Usage", "Verdict", "Verification",
+    # protocols
+    "Store", "Stage", "Retriever", "DeepRetriever", "Fuser", "Reranker", "Governor", "Assembler",
+    "Generator", "Verifier", "Encoder", "TokenCounter",
+    # settings
+    "Settings", "load_settings",
+    # ingest and store
+    "ChunkerConfig", "RegexTokenCounter", "StructureChunker", "Ingestor", "IngestReport", "IngestAction",
+    "Action", "delete_documents", "Coverage", "CoverageStatus", "coverage", "find_quote", "SQLiteStore",
+    # pipeline
+    "Pipeline", "Trace", "FunctionRetriever", "build_pipeline", "default_stages", "build_ingestor",
+    "build_encoder",
+    # queries, evidence and diagnosis
+    "load_queries", "EvidenceResolver", "EvidenceStatus", "QueryEvidence", "ResolvedAlternative",
+    "Diagnoser", "Diagnosis", "Outcome", "Loss", "StagePresence", "TraceView",
+    # evaluation and experiments
+    "Metric", "Metrics", "run", "run_pipeline", "RunResult", "ablate", "ablate_pipelines", "Variant",
+    "AblationResult", "diagnose_imported", "ImportedRun", "example_dir",
 ]

@@ -15,6 +15,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ragdx.examples import example_dir
+
 log = logging.getLogger("ragdx")
 
 
@@ -36,7 +38,7 @@ def _principal(args: argparse.Namespace):
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ragdx.pipeline import build_ingestor
+    from ragdx.build import build_ingestor
     settings = _settings(args)
     with _store(args, "create") as store:
         report = build_ingestor(store, settings).run(Path(args.path))
@@ -63,12 +65,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    from ragdx.pipeline import Pipeline
+    from ragdx.build import build_pipeline
     from ragdx.types import Query
     settings = _settings(args)
     query = Query("ask", args.question, _principal(args))
     with _store(args) as store:
-        trace = Pipeline(store, settings).run(query)
+        trace = build_pipeline(store, settings).run(query)
         if args.json:
             from ragdx.tracefile import trace_to_dict
             print(json.dumps(trace_to_dict(trace), indent=2))
@@ -84,10 +86,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 def print_answer(trace) -> None:
     """The answer, its numbered citations and where each points, and each claim's verdict."""
+    from ragdx.report.terminal import printable
     answer, context, verification = trace.answer, trace.context, trace.verification
-    print(answer.text)
+    print(printable(answer.text))
     if answer.abstained:
-        print(f"\nMissing: {', '.join(answer.missing)}")
+        print(printable(f"\nMissing: {', '.join(answer.missing)}"))
     cited = [context.unit(c) for c in answer.citations]
     if cited:
         print("\nCitations:")
@@ -96,13 +99,14 @@ def print_answer(trace) -> None:
             continue
         where = " > ".join(unit.heading_path) or unit.title or "-"
         cut = ", truncated" if unit.truncated else ""
-        print(f"  [{unit.id}] {unit.doc_id} @ {unit.version}, {where}, characters {unit.start}-{unit.end}{cut}")
+        print(printable(f"  [{unit.id}] {unit.doc_id} @ {unit.version}, {where}, characters "
+                        f"{unit.start}-{unit.end}{cut}"))
     for conflict in context.conflicts:
-        print(f"\nConflict: {conflict.describe()}")
+        print(printable(f"\nConflict: {conflict.describe()}"))
     if verification.checks:
         print("\nClaims:")
     for check in verification.checks:
-        print(f"  {check.verdict.value:<11} {check.claim.text[:90]} ({check.reason})")
+        print(printable(f"  {check.verdict.value:<11} {check.claim.text[:90]} ({check.reason})"))
 
 
 def cmd_build_encoder(args: argparse.Namespace) -> int:
@@ -130,7 +134,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             return 0
         if args.action in ("build", "verify"):
             from ragdx.ingest.embed import Embedder
-            from ragdx.pipeline import build_encoder
+            from ragdx.build import build_encoder
             settings = _settings(args)
             dense = settings.retrieval.dense
             embedder = Embedder(build_encoder(dense), with_prefix=dense.with_prefix, backend=dense.backend)
@@ -180,28 +184,6 @@ def cmd_docs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _evidence_rows(store, queries, strict: bool):
-    from ragdx.diagnosis.evidence import EvidenceResolver
-    resolver = EvidenceResolver(store)
-    records = []
-    for query in queries:
-        for restricted in (False, True):
-            evidence = resolver.run(query, strict=strict, restricted=restricted)
-            for alt in evidence.alternatives:
-                cov = alt.coverage
-                records.append({
-                    "query_id": query.id, "restricted": restricted, "group": alt.group,
-                    "alternative": alt.index, "doc": alt.alternative.doc,
-                    "quote": alt.alternative.quote, "status": alt.status,
-                    "span": None if alt.span is None else {
-                        "doc": alt.span.doc_id, "version": alt.span.version,
-                        "start": alt.span.start, "end": alt.span.end},
-                    "coverage": cov.status if cov else None,
-                    "chunks_full": list(cov.full) if cov else [],
-                    "chunks_partial": list(cov.partial) if cov else [], "note": alt.note})
-    return records
-
-
 def _print_evidence(records) -> None:
     from ragdx.report.terminal import table
     print(table(["query", "group", "doc", "status", "chunks", "note"], [
@@ -212,10 +194,11 @@ def _print_evidence(records) -> None:
 
 
 def cmd_evidence(args: argparse.Namespace) -> int:
+    from ragdx.diagnosis.evidence import evidence_records
     from ragdx.queryset import load_queries
     queries = load_queries(Path(args.queries))
     with _store(args) as store:
-        records = _evidence_rows(store, queries, args.strict)
+        records = evidence_records(store, queries, args.strict)
     if args.json:
         for record in records:
             print(json.dumps(record))
@@ -229,13 +212,13 @@ def cmd_evidence(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from ragdx.experiments import fit
-    from ragdx.pipeline import Pipeline
+    from ragdx.build import build_pipeline
     from ragdx.queryset import load_queries
     settings = _settings(args)
     queries = load_queries(Path(args.queries))
     out = Path(args.out)
     with _store(args) as store:
-        pipeline = Pipeline(store, settings)
+        pipeline = build_pipeline(store, settings)
         run = fit.collect(pipeline, queries)
         if args.what == "fusion":
             fusion = fit.fit_fusion(run, k=settings.fusion.top_k, fitted_on=str(args.queries))
@@ -244,7 +227,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
             print(f"weights {weights}; {fusion.fitted_on}; written to {out} "
                   f"(use --set fusion.method=weighted --set fusion.weights_file={out})")
         else:
-            reranker = fit.fit_reranker(pipeline, run, fitted_on=str(args.queries))
+            reranker = fit.fit_reranker(pipeline, run, fitted_on=str(args.queries),
+                                        top_n=settings.rerank.top_n)
             fit.save_reranker(reranker, out)
             print(f"weights {reranker.weights}; {reranker.fitted_on}; written to {out} "
                   f"(use --set rerank.weights_file={out})")
@@ -265,7 +249,8 @@ def _queries(args: argparse.Namespace) -> list:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ragdx.runfolder import run, summary
+    from ragdx.experiments.run import run
+    from ragdx.report.summary import summary
     settings = _settings(args)
     queries = _queries(args)
     with _store(args) as store:
@@ -277,7 +262,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
-    from ragdx.runfolder import ablate, ablation_summary
+    from ragdx.experiments.ablate import ablate
+    from ragdx.report.summary import ablation_summary
     settings = _settings(args)
     queries = _queries(args)
     with _store(args) as store:
@@ -290,66 +276,39 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from ragdx.diagnosis.evidence import EvidenceResolver
-    from ragdx.diagnosis.imports import read_traces, resolve_offline
-    from ragdx.diagnosis.locate import Diagnoser, Diagnosis
+    from ragdx.experiments.imported import diagnose_imported
     from ragdx.queryset import load_queries
-    from ragdx.runfolder import imported_metrics, summary
-    queries = {q.id: q for q in load_queries(Path(args.queries))}
-    traces, bad = read_traces(Path(args.traces))
-    for message in bad:
-        log.warning("%s", message)
+    from ragdx.report.summary import summary
+    queries = load_queries(Path(args.queries))
     store = _store(args) if args.store else None
-    resolver = EvidenceResolver(store) if store is not None else None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    seen, diagnoses = set(), []
-    for line, view in traces:
-        query = queries.get(view.query_id)
-        if query is None:
-            log.warning("%s:%d: query_id %r is not in the query set; line skipped", args.traces, line,
-                        view.query_id)
-            continue
-        seen.add(query.id)
-        diagnoses.append(Diagnoser().run(query, resolve_offline(query, resolver), view))
-    for qid in queries:
-        if qid not in seen:  # counted, never dropped
-            log.warning("query %r has no trace", qid)
-            diagnoses.append(Diagnosis(qid, "no_trace", None, (), {}, "No trace was imported for this query."))
-    with open(out / "diagnosis.jsonl", "w", encoding="utf-8") as fh:
-        for diagnosis in diagnoses:
-            fh.write(json.dumps(diagnosis.to_dict()) + "\n")
-    metrics = imported_metrics(out, queries, diagnoses, {v.query_id: v for _, v in traces}, resolver, store)
-    if store is not None:
-        store.close()
-    print(summary(diagnoses, metrics))
-    print(f"\n{len(traces)} traces diagnosed, {len(bad)} malformed lines skipped; {out / 'diagnosis.jsonl'}, "
+    try:
+        result = diagnose_imported(Path(args.traces), queries, Path(args.out), store)
+    finally:
+        if store is not None:
+            store.close()
+    for message in result.malformed + result.unmatched:
+        log.warning("%s", message)
+    for qid in result.untraced:
+        log.warning("query %r has no trace", qid)
+    print(summary(result.diagnoses, result.metrics))
+    out = result.folder
+    print(f"\n{result.traces} traces read, {len(result.malformed)} malformed lines skipped, "
+          f"{len(result.unmatched)} traces of unknown queries skipped; {out / 'diagnosis.jsonl'}, "
           f"{out / 'metrics.json'}; open {out / 'report.html'}")
     return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ragdx.report.openinference import spans
-    folder = Path(args.run)
-    traces_path, diagnosis_path = folder / "traces.jsonl", folder / "diagnosis.jsonl"
-    if not traces_path.exists():
-        raise _UsageError(f"{traces_path} not found: --run must be a run folder from 'ragdx run'")
-    manifest_path = folder / "manifest.json"
-    index_version = json.loads(manifest_path.read_text())["index_version"] if manifest_path.exists() else None
-    diagnoses = {}
-    if diagnosis_path.exists():
-        for line in diagnosis_path.read_text(encoding="utf-8").splitlines():
-            d = json.loads(line)
-            diagnoses[d["id"]] = d
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    from ragdx.report.openinference import export_run
     count = 0
-    for line in traces_path.read_text(encoding="utf-8").splitlines():
-        trace = json.loads(line)
-        for span in spans(trace, diagnoses.get(trace["query_id"]), index_version):
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    try:
+        for span in export_run(Path(args.run)):
             out.write(json.dumps(span) + "\n")
             count += 1
-    if args.out:
-        out.close()
+    finally:
+        if args.out:
+            out.close()
     log.info("%d spans written", count)
     return 0
 
@@ -373,11 +332,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def example_dir() -> Path:
-    """The bundled example (the refund scenario), shipped inside the package."""
-    return Path(__file__).parent / "examples" / "refund"
-
-
 def _demo_settings():
     """Every channel the installed extras allow: without 'dense', the demo runs lexical only."""
     from importlib.util import find_spec
@@ -391,7 +345,8 @@ def _demo_settings():
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ragdx.pipeline import build_ingestor
+    from ragdx.diagnosis.evidence import evidence_records
+    from ragdx.build import build_ingestor
     from ragdx.queryset import load_queries
     from ragdx.store.sqlite import SQLiteStore
     out = Path(args.out)
@@ -408,8 +363,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
         print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
               f"{out / 'store.db'}: {report.chunks} chunks, index version {report.index_version}.")
         queries = load_queries(example / "queries.jsonl")
-        records = _evidence_rows(store, queries, strict=False)
-        from ragdx.runfolder import run, summary
+        records = evidence_records(store, queries, strict=False)
+        from ragdx.experiments.run import run
+        from ragdx.report.summary import summary
         result = run(store, settings, queries, out / "run", example / "queries.jsonl")
     with open(out / "evidence.jsonl", "w", encoding="utf-8") as fh:
         for record in records:
@@ -546,6 +502,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ragdx._jsonl import bad_unicode
+    for value in sys.argv[1:] if argv is None else argv:  # bytes that are not UTF-8 on the command line
+        if bad_unicode(value):
+            print(f"ragdx {args.command}: error: argument {value!r} is {bad_unicode(value)}", file=sys.stderr)
+            return 2
     handler = logging.StreamHandler(sys.stderr)  # logs to stderr, data to stdout
     handler.setFormatter(logging.Formatter("ragdx: %(message)s"))
     log.handlers[:] = [handler]

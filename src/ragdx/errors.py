@@ -16,13 +16,16 @@ which decides the CLI's exit code:
   store, a newer or damaged schema, a file failing its integrity check, or locked by another
   writer for longer than the wait.
 
+- :class:`ChatError` (exit 1): the chat endpoint failed after every retry.
+- :class:`BrowserError` (exit 1): the headless browser the report's test helper drives failed.
+
 Anything else that escapes is a bug in ragdx (exit 1).
 """
 
 from __future__ import annotations
 
 __all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError",
-           "StoreError"]
+           "StoreError", "ChatError", "BrowserError"]
 
 
 class RagdxError(Exception):
@@ -90,3 +93,11 @@ class StoreError(RagdxError):
     names the file."""
 
     exit_code = 2
+
+
+class ChatError(RagdxError):
+    """The chat endpoint failed after every retry (the message says how it failed)."""
+
+
+class BrowserError(RagdxError):
+    """The headless browser (:mod:`ragdx.testing.browser`) could not be started or driven."""

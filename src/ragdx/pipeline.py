@@ -1,77 +1,30 @@
-"""Building the stages from settings, and running them in order, recording every artifact.
+"""A pipeline is one ordered list of stages; running it records every artifact.
+
+The list is the only place a pipeline's order is written: running, resuming from a stage
+(ablations), the evidence funnel and the diagnosis all follow it. A stage is any object that
+satisfies the protocol of its kind (:mod:`ragdx.protocols`): ragdx's own, or a user's. What a
+stage is given follows from its kind: a retrieval channel the query, fusion every channel's
+list, rerank, governance and context the latest ranked list, generation the context, citation
+the context and the answer.
 
 The pipeline never mutates its inputs: each stage returns a new frozen artifact, and the
-:class:`Trace` keeps all of them, dropped items and reasons included.
+:class:`Trace` keeps all of them, dropped items and reasons included. Building a pipeline from
+settings is :func:`ragdx.build.build_pipeline`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from ragdx.config import DenseSettings, Settings
 from ragdx.errors import ConfigError
-from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, TokenCounter
-from ragdx.ingest.embed import Embedder
-from ragdx.ingest.ingestor import Ingestor
-from ragdx.protocols import Encoder
-from ragdx.stages.assemble import ContextAssembler
-from ragdx.stages.bm25 import BM25Retriever
-from ragdx.stages.dense import DenseRetriever
-from ragdx.stages.fuse import RRF, WeightedFusion
-from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
-from ragdx.stages.govern import Governance
-from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
-from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import STAGE_PROTOCOLS, Assembler, Encoder, Generator, Retriever, Stage, Store, Verifier
 from ragdx.types import Answer, Context, Query, Ranked, StageKind, Verification
 
 StageOutput = Ranked | Context | Answer | Verification
 
-__all__ = ["Trace", "Pipeline", "build_encoder", "build_ingestor", "chunker_for"]
-
-
-def build_encoder(dense: DenseSettings) -> Encoder:
-    """The encoder the dense settings name (loaded lazily, on first use)."""
-    common: dict[str, Any] = {"batch_size": dense.batch_size, "query_prefix": dense.query_prefix,
-                              "passage_prefix": dense.passage_prefix}
-    if dense.backend == "onnx":
-        from ragdx.encoders.onnx import OnnxEncoder
-        if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it
-            path = Path(dense.model)
-            return OnnxEncoder(path.stem, model_path=path, vocab_path=path.parent / "vocab.txt", **common)
-        return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
-                           **common)
-    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
-    return SentenceTransformerEncoder(dense.model, **common)
-
-
-def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerConfig, TokenCounter]:
-    """The chunker config and token counter: by default the dense encoder's own tokenizer, so
-    chunks fit the encoder's window."""
-    mode = settings.chunking.tokenizer
-    if mode == "encoder" and encoder is None:
-        raise ConfigError("chunking.tokenizer is 'encoder' but the dense channel is off")
-    counter: TokenCounter = encoder if encoder is not None and mode in ("auto", "encoder") \
-        else RegexTokenCounter()  # type: ignore[assignment]
-    config = ChunkerConfig(max_tokens=settings.chunking.max_tokens,
-                           overlap_tokens=settings.chunking.overlap_tokens, tokenizer=counter.name)
-    return config, counter
-
-
-def build_ingestor(store: SQLiteStore, settings: Settings, encoder: Encoder | None = None) -> Ingestor:
-    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say."""
-    dense = settings.retrieval.dense
-    backend = type(encoder).__name__ if encoder is not None else dense.backend
-    if dense.enabled and encoder is None:
-        encoder = build_encoder(dense)
-    if not dense.enabled:
-        encoder = None
-    config, counter = chunker_for(settings, encoder)
-    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
-    return Ingestor(store, config, counter, embedder)
+__all__ = ["Trace", "Pipeline", "StageOutput"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,139 +65,174 @@ class Trace:
         return next((s for s in self.stages if isinstance(s, Verification)), None)
 
 
+class _Run:
+    """What the stages have produced so far for one query, and what the next stage is given."""
+
+    def __init__(self, query: Query) -> None:
+        self.query = query
+        self.outputs: list[StageOutput] = []
+
+    def last(self, cls: type) -> Any:
+        return next((o for o in reversed(self.outputs) if isinstance(o, cls)), None)
+
+    def call(self, stage: Any) -> StageOutput:
+        kind, q = stage.kind, self.query
+        if kind is StageKind.RETRIEVAL:
+            return stage.run(q)
+        if kind is StageKind.FUSION:
+            return stage.run([o for o in self.outputs if o.kind is StageKind.RETRIEVAL])
+        if kind in (StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT):
+            return stage.run(q, self.last(Ranked))
+        if kind is StageKind.GENERATION:
+            return stage.run(q, self.last(Context))
+        return stage.run(q, self.last(Context), self.last(Answer))
+
+
 class Pipeline:
-    """The retrieval pipeline the settings describe: channels, fusion, reranking.
+    """An ordered list of stages over one store.
 
     Args:
-        store: the store.
-        settings: the settings (defaults when None).
-        encoder: an encoder to use instead of the one the settings name (tests, custom models).
+        stages: the stages, in the order they run. Their kinds must follow
+            :class:`~ragdx.types.StageKind`'s order (several retrieval channels, then at most one
+            stage of each later kind); several channels need a fusion stage; a generator needs a
+            context stage before it, and a verifier a generator.
+        store: the store the stages read (the diagnosis reads it too).
+        encoder: the dense encoder, if a stage uses one (recorded in the run's manifest).
+        settings: the settings the stages were built from, if any (recorded in the manifest).
+
+    Raises:
+        ConfigError: naming the stage that is out of order, of no known kind, or missing its
+            ``run``, and the valid order.
     """
 
-    def __init__(self, store: SQLiteStore, settings: Settings | None = None, *,
-                 encoder: Encoder | None = None, context_counter: TokenCounter | None = None) -> None:
+    def __init__(self, stages: Sequence[Stage], *, store: Store, encoder: Encoder | None = None,
+                 settings: Any = None) -> None:
+        self.stages: tuple[Any, ...] = tuple(stages)
         self.store = store
-        self.settings = settings = settings or Settings()
-        r = settings.retrieval
-        self.channels: list[Any] = []
-        if r.bm25.enabled:
-            self.channels.append(BM25Retriever(store, top_k=r.bm25.top_k,
-                                               prefix_weight=r.bm25.prefix_weight,
-                                               text_weight=r.bm25.text_weight))
-        self.encoder = None
-        if r.dense.enabled:
-            self.encoder = encoder or build_encoder(r.dense)
-            self.channels.append(DenseRetriever(store, self.encoder, top_k=r.dense.top_k,
-                                                search=r.dense.search))
-        if not self.channels:
-            raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
-                              "retrieval.dense.enabled to true")
-        f = settings.fusion
-        self.fusion = WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted" \
-            else RRF(f.c, f.top_k)
-        rr = settings.rerank
-        self.reranker: Any = None
-        if rr.method == "features":
-            self.reranker = FeatureReranker.from_file(store, rr.weights_file, rr.top_n) \
-                if rr.weights_file else FeatureReranker(store, top_n=rr.top_n)
-        elif rr.method == "cross-encoder":
-            self.reranker = CrossEncoderReranker(store, rr.model, top_n=rr.top_n,
-                                                 batch_size=rr.batch_size)
+        self.encoder = encoder
+        self.settings = settings
+        _check_order(self.stages)
 
-        self.governance = Governance(store, allow_superseded=settings.governance.allow_superseded)
-        c = settings.context
-        counter = context_counter or (self.encoder if self.encoder is not None and c.tokenizer in
-                                      ("auto", "encoder") else RegexTokenCounter())
-        if c.tokenizer == "encoder" and self.encoder is None and context_counter is None:
-            raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")
-        self.assembler = ContextAssembler(store, counter, budget_tokens=c.budget_tokens,  # type: ignore[arg-type]
-                                          expand=c.expand, min_tokens=c.min_tokens)
-        g = settings.generation
-        client = None
-        if g.method == "chat" or settings.verify.method == "llm":
-            client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
-                                max_retries=g.max_retries, max_tokens=g.max_tokens,
-                                price_prompt_per_1k=g.price_prompt_per_1k,
-                                price_completion_per_1k=g.price_completion_per_1k)
-        self.generator: Any = ChatGenerator(client) if g.method == "chat" and client else \
-            ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
-                                max_sentences=g.max_sentences)
-        v = settings.verify
-        checker: Any = LexicalChecker()
-        if v.method == "nli":
-            checker = NliChecker(v.model)
-        elif v.method == "llm" and client is not None:
-            checker = LlmJudge(client)
-        self.verifier = ClaimVerifier(store, checker)
+    def __repr__(self) -> str:
+        return f"Pipeline({', '.join(f'{s.name}:{s.kind.value}' for s in self.stages)})"
+
+    # the stages by kind, for the parts of ragdx that need one (the diagnosis, ablations)
+    def of_kind(self, kind: StageKind) -> tuple[Any, ...]:
+        return tuple(s for s in self.stages if s.kind is kind)
+
+    def _one(self, kind: StageKind) -> Any:
+        found = self.of_kind(kind)
+        return found[0] if found else None
+
+    @property
+    def channels(self) -> tuple[Retriever, ...]:
+        return self.of_kind(StageKind.RETRIEVAL)
+
+    @property
+    def fusion(self) -> Any:
+        return self._one(StageKind.FUSION)
+
+    @property
+    def reranker(self) -> Any:
+        return self._one(StageKind.RERANK)
+
+    @property
+    def assembler(self) -> Assembler | None:
+        return self._one(StageKind.CONTEXT)
+
+    @property
+    def generator(self) -> Generator | None:
+        return self._one(StageKind.GENERATION)
+
+    @property
+    def verifier(self) -> Verifier | None:
+        return self._one(StageKind.CITATION)
+
+    @property
+    def kinds(self) -> tuple[StageKind, ...]:
+        """The kinds this pipeline runs, in order, each once."""
+        return tuple(dict.fromkeys(s.kind for s in self.stages))
 
     def warm_up(self) -> None:
-        """Load every model now (the encoder's, the cross-encoder's), so that no query's latency
+        """Load every model now (the encoder's, a cross-encoder's), so that no query's latency
         includes a model load."""
         if self.encoder is not None:
             self.encoder.encode(["warm up"], kind="query")
-        load = getattr(self.reranker, "warm_up", None)
-        if load is not None:
-            load()
+        for stage in self.stages:
+            load = getattr(stage, "warm_up", None)
+            if load is not None:
+                load()
 
     def retrieve(self, query: Query) -> list[Ranked]:
-        """Each channel's ranked list."""
+        """Each retrieval channel's ranked list."""
         return [channel.run(query) for channel in self.channels]
-
-    def rank(self, query: Query) -> list[Ranked]:
-        """Every ranked list: the channels, the fusion, the reranking, then governance."""
-        stages = self.retrieve(query)
-        fused = self.fusion.run(stages)
-        stages.append(fused)
-        if self.reranker is not None:
-            stages.append(self.reranker.run(query, fused))
-        stages.append(self.governance.run(query, stages[-1]))
-        return stages
-
-    def answer(self, query: Query, ranked: Ranked) -> tuple[Context, Answer, Verification]:
-        """Assembly, generation and verification from a governed ranked list."""
-        context = self.assembler.run(query, ranked)
-        answer = self.generator.run(query, context)
-        return context, answer, self.verifier.run(query, context, answer)
 
     def run(self, query: Query) -> Trace:
         """Run every stage for one query."""
         started = time.perf_counter()
-        stages: list[StageOutput] = list(self.rank(query))
-        stages += self.answer(query, stages[-1])  # type: ignore[arg-type]
-        return Trace(query, tuple(stages), time.perf_counter() - started)
+        state = _Run(query)
+        for stage in self.stages:
+            state.outputs.append(state.call(stage))
+        return Trace(query, tuple(state.outputs), time.perf_counter() - started)
 
     def resume(self, base: Trace, start: StageKind) -> Trace:
-        """Run from stage ``start`` on, reusing ``base``'s output of every earlier stage (and of
-        any retrieval channel whose name and config are unchanged). A reused output keeps its
+        """Run from stage kind ``start`` on, reusing ``base``'s output of every earlier stage (and
+        of any retrieval channel whose name and config are unchanged). A reused output keeps its
         recorded time, so the trace's ``seconds`` is what the whole pipeline would take.
 
         Used by ablations: a context-budget variant does not recompute retrieval.
         """
-        query = base.query
-        stages: list[StageOutput] = [s for s in base.stages if s.kind.order < start.order]
-        reused = [s.stage for s in stages]
-        if start.order <= StageKind.RETRIEVAL.order:
-            previous = {s.stage: s for s in base.ranked if s.kind is StageKind.RETRIEVAL}
-            for channel in self.channels:
-                old = previous.get(channel.name)
-                if old is not None and dict(old.config) == channel.config:
-                    stages.append(old)
-                    reused.append(old.stage)
-                else:
-                    stages.append(channel.run(query))
-        if start.order <= StageKind.FUSION.order:
-            stages.append(self.fusion.run([s for s in stages if s.kind is StageKind.RETRIEVAL]))
-        if start.order <= StageKind.RERANK.order and self.reranker is not None:
-            stages.append(self.reranker.run(query, stages[-1]))
-        if start.order <= StageKind.GOVERNANCE.order:
-            stages.append(self.governance.run(query, stages[-1]))
-        if start.order <= StageKind.CONTEXT.order:
-            stages += self.answer(query, stages[-1])  # type: ignore[arg-type]
-        elif start.order <= StageKind.GENERATION.order:
-            context = base.context
-            answer = self.generator.run(query, context)
-            stages += [answer, self.verifier.run(query, context, answer)]
-        elif start.order <= StageKind.CITATION.order:
-            stages.append(self.verifier.run(query, base.context, base.answer))
+        state = _Run(base.query)
+        previous = {s.stage: s for s in base.stages}
+        reused = []
+        for stage in self.stages:
+            old = previous.get(stage.name)
+            keep = old is not None and old.kind is stage.kind and (
+                stage.kind.order < start.order
+                or stage.kind is StageKind.RETRIEVAL and start is StageKind.RETRIEVAL
+                and dict(old.config) == dict(stage.config))
+            if keep:
+                reused.append(old.stage)
+                state.outputs.append(old)
+            else:
+                state.outputs.append(state.call(stage))
         note = f"reused from the baseline: {', '.join(reused)}" if reused else ""
-        return Trace(query, tuple(stages), sum(s.seconds for s in stages), base.notes + ((note,) if note else ()))
+        return Trace(base.query, tuple(state.outputs), sum(s.seconds for s in state.outputs),
+                     base.notes + ((note,) if note else ()))
+
+
+def _check_order(stages: tuple[Any, ...]) -> None:
+    order = " -> ".join(k.value for k in STAGE_PROTOCOLS)
+    seen: list[StageKind] = []
+    names: set[str] = set()
+    for n, stage in enumerate(stages):
+        kind = getattr(stage, "kind", None)
+        name = getattr(stage, "name", None)
+        what = f"stage {n} ({name or type(stage).__name__})"
+        if kind not in STAGE_PROTOCOLS:
+            raise ConfigError(f"{what}: kind {kind!r} is not a kind a pipeline runs; valid kinds: "
+                              + ", ".join(k.value for k in STAGE_PROTOCOLS))
+        if not isinstance(name, str) or not name:
+            raise ConfigError(f"{what}: a stage needs a non-empty string 'name' (how traces call it)")
+        if name in names:
+            raise ConfigError(f"{what}: two stages are named {name!r}; names identify stages in traces")
+        names.add(name)
+        if not callable(getattr(stage, "run", None)):
+            raise ConfigError(f"{what}: a {kind.value} stage needs a run method "
+                              f"({STAGE_PROTOCOLS[kind].__name__} protocol, ragdx.protocols)")
+        if seen and kind.order < seen[-1].order:
+            raise ConfigError(f"{what}: a {kind.value} stage cannot come after a {seen[-1].value} stage; "
+                              f"the order is {order}")
+        if seen and kind is seen[-1] and kind is not StageKind.RETRIEVAL:
+            raise ConfigError(f"{what}: a second {kind.value} stage; only retrieval channels may repeat")
+        seen.append(kind)
+    if StageKind.RETRIEVAL not in seen:
+        raise ConfigError("a pipeline needs at least one retrieval stage (retrieval.bm25.enabled or "
+                          "retrieval.dense.enabled)")
+    if seen.count(StageKind.RETRIEVAL) > 1 and StageKind.FUSION not in seen \
+            and any(k.order > StageKind.FUSION.order for k in seen):
+        raise ConfigError("several retrieval channels need a fusion stage to make one list")
+    needs = {StageKind.GENERATION: StageKind.CONTEXT, StageKind.CITATION: StageKind.GENERATION}
+    for kind, before in needs.items():
+        if kind in seen and before not in seen:
+            raise ConfigError(f"a {kind.value} stage needs a {before.value} stage before it")

@@ -2,17 +2,47 @@
 
 Anything with these methods works: ragdx's own backends, a user's, or a fake from
 :mod:`ragdx.testing`. This module imports only :mod:`ragdx.types`.
+
+A stage is a small object with a ``name`` (how traces call it), a ``kind`` (a
+:class:`~ragdx.types.StageKind`, which decides where it runs and what it is given) and one
+typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
+
+| kind | protocol | ``run`` |
+|---|---|---|
+| retrieval | :class:`Retriever` | ``(query) -> Ranked`` |
+| fusion | :class:`Fuser` | ``(lists) -> Ranked`` |
+| rerank | :class:`Reranker` | ``(query, ranked) -> Ranked`` |
+| governance | :class:`Governor` | ``(query, ranked) -> Ranked`` |
+| context | :class:`Assembler` | ``(query, ranked) -> Context`` |
+| generation | :class:`Generator` | ``(query, context) -> Answer`` |
+| citation | :class:`Verifier` | ``(query, context, answer) -> Verification`` |
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
-from ragdx.types import EmbeddingSpace, Encoding
+from ragdx.types import (
+    Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Section, StageKind,
+    StoredVersion, Verification,
+)
 
-__all__ = ["Encoder", "TextKind"]
+__all__ = [
+    "Encoder", "TextKind", "TokenCounter", "Store", "Stage", "Retriever", "DeepRetriever", "Fuser",
+    "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
+]
 
 TextKind = Literal["query", "passage"]
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts tokens in a named tokenizer (a chunk's or a context's budget is in its tokens)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def count(self, text: str) -> int: ...
 
 
 @runtime_checkable
@@ -36,3 +66,144 @@ class Encoder(Protocol):
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
         """Encode texts (the space's query or passage prefix is added here)."""
         ...
+
+
+@runtime_checkable
+class Store(Protocol):
+    """What the stages and the diagnosis read of a store: document versions and their texts,
+    chunks and sections, access, keyword and vector search, and the update log.
+
+    :class:`~ragdx.store.sqlite.SQLiteStore` is one implementation. Every read is of committed
+    state; ``index_version`` changes with every change a query could see (an edit, a deletion, an
+    access change), so anything cached can be bound to it.
+    """
+
+    @property
+    def index_version(self) -> int: ...
+
+    @property
+    def bm25_config(self) -> Mapping[str, Any]:
+        """How the keyword index scores: its tokenizer, ``k1`` and ``b`` (recorded in traces)."""
+        ...
+
+    def version(self, doc_id: str, version: str) -> StoredVersion | None: ...
+
+    def versions(self, doc_id: str | None = None) -> list[StoredVersion]: ...
+
+    def tombstone(self, doc_id: str) -> tuple[str, list[str]] | None:
+        """When a deleted document was deleted, and its versions; None if it was not."""
+        ...
+
+    def texts(self, doc_id: str, version: str) -> tuple[str, str]:
+        """A version's raw and parsed text."""
+        ...
+
+    def chunks(self, doc_id: str | None = None, version: str | None = None) -> list[Chunk]: ...
+
+    def chunks_by_id(self, ids: list[str]) -> dict[str, Chunk]: ...
+
+    def section(self, section_id: str) -> Section | None: ...
+
+    def readable(self, groups: tuple[str, ...], doc_id: str, version: str) -> bool: ...
+
+    def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
+             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
+        """The best ``limit`` chunks the groups may read for any of ``terms`` (OR), by BM25,
+        higher scores first."""
+        ...
+
+    def active_space(self) -> EmbeddingSpace | None: ...
+
+    def vector_table(self, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes],
+                                                   list[int | None]]:
+        """One space's vectors: chunk ids, (doc_id, version) pairs, float32 bytes, window ends."""
+        ...
+
+    def acl_table(self) -> dict[tuple[str, str], frozenset[str]]: ...
+
+    def window_end(self, space_id: str, chunk_id: str) -> int | None: ...
+
+    def log_entries(self, since: int = 0) -> list[LogEntry]: ...
+
+
+@runtime_checkable
+class Stage(Protocol):
+    """What every stage has: a name for traces, a kind, and its settings as plain values."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> StageKind: ...
+
+
+@runtime_checkable
+class Retriever(Stage, Protocol):
+    """A retrieval channel: the question -> a ranked list of readable chunks."""
+
+    def run(self, query: Query) -> Ranked: ...
+
+
+@runtime_checkable
+class DeepRetriever(Retriever, Protocol):
+    """A channel that can search deeper: the diagnosis uses it to say how far down a missed
+    chunk ranks."""
+
+    @property
+    def top_k(self) -> int: ...
+
+    def deeper(self, top_k: int) -> Retriever: ...
+
+
+@runtime_checkable
+class Fuser(Stage, Protocol):
+    """Fusion: the channels' ranked lists -> one list."""
+
+    def run(self, lists: Sequence[Ranked]) -> Ranked: ...
+
+
+@runtime_checkable
+class Reranker(Stage, Protocol):
+    """Reranking: the question and a ranked list -> a shorter, reordered list."""
+
+    def run(self, query: Query, ranked: Ranked) -> Ranked: ...
+
+
+@runtime_checkable
+class Governor(Stage, Protocol):
+    """Governance: drops what the asker may not use (access, versions), with reasons."""
+
+    def run(self, query: Query, ranked: Ranked) -> Ranked: ...
+
+
+@runtime_checkable
+class Assembler(Stage, Protocol):
+    """Context assembly: the governed list -> the context, within a token budget."""
+
+    @property
+    def counter(self) -> TokenCounter: ...
+
+    def run(self, query: Query, ranked: Ranked) -> Context: ...
+
+
+@runtime_checkable
+class Generator(Stage, Protocol):
+    """Generation: the question and the context -> an answer with cited claims, or an abstention."""
+
+    def run(self, query: Query, context: Context) -> Answer: ...
+
+
+@runtime_checkable
+class Verifier(Stage, Protocol):
+    """Citation checking: each claim's verdict against the units it cites."""
+
+    def run(self, query: Query, context: Context, answer: Answer) -> Verification: ...
+
+
+STAGE_PROTOCOLS: dict[StageKind, type] = {
+    StageKind.RETRIEVAL: Retriever, StageKind.FUSION: Fuser, StageKind.RERANK: Reranker,
+    StageKind.GOVERNANCE: Governor, StageKind.CONTEXT: Assembler, StageKind.GENERATION: Generator,
+    StageKind.CITATION: Verifier,
+}
+"""The protocol a stage of each kind satisfies (the kinds a pipeline runs; ``source``,
+``parsing`` and ``rewrite`` happen at ingest or come from imported traces)."""

@@ -1,4 +1,4 @@
-"""Reading a query set (JSONL, CONTRACTS.md) into :class:`~ragdx.types.Query` values."""
+"""Reading a query set (JSONL, docs/formats.md) into :class:`~ragdx.types.Query` values."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ def parse_principal(value: Any, f: Fields, name: str = "principal") -> Principal
         raise f.error(name, f"expected an object with 'user' and 'groups', got {value!r}")
     p = Fields(value, f.file, f.line, prefix=f"{name}.")
     p.check_known({"user", "groups"})
-    groups = p.str_list("groups", ("public",))
-    return Principal(p.get("user", str, default="anonymous"), groups)
+    groups = p.str_list("groups", ("public",), ident=True)
+    return Principal(p.ident("user", default="anonymous"), groups)
 
 
 def _groups(f: Fields, name: str) -> tuple[tuple[Alternative, ...], ...]:
@@ -40,13 +40,13 @@ def _groups(f: Fields, name: str) -> tuple[tuple[Alternative, ...], ...]:
                 raise f.error(where, f"expected an object, got {alt!r}")
             af = Fields(alt, f.file, f.line, prefix=f"{where}.")
             af.check_known(_ALT_FIELDS)
-            version = af.get("version", str, default=None)
+            version = af.ident("version", default=None)
             if "id" in alt:
                 if set(alt) - {"id", "version"}:
                     raise f.error(where, "an alternative with 'id' takes no 'doc', 'quote' or offsets")
-                alternatives.append(Alternative(id=af.get("id", str), version=version))
+                alternatives.append(Alternative(id=af.ident("id"), version=version))
                 continue
-            doc = af.get("doc", str)
+            doc = af.ident("doc")
             if "quote" in alt:
                 if "start" in alt or "end" in alt:
                     raise f.error(where, "give either 'quote' or 'start'/'end', not both")
@@ -71,7 +71,7 @@ def parse_query(obj: dict[str, Any], file: str, line: int | None) -> Query:
     f = Fields(obj, file, line)
     f.check_known(_FIELDS)
     return Query(
-        id=f.get("id", str), question=f.get("question", str),
+        id=f.ident("id"), question=f.get("question", str),
         principal=parse_principal(obj.get("principal"), f),
         answerable=f.get("answerable", bool, default=True), required=_groups(f, "required"),
         restricted_required=_groups(f, "restricted_required"),

@@ -23,6 +23,7 @@ __all__ = [
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
     "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
     "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
+    "StoredVersion", "LogEntry", "SpaceState",
 ]
 
 
@@ -290,7 +291,9 @@ class Encoding:
 
 
 class StageKind(ChoiceEnum):
-    """The stages of a RAG pipeline, in pipeline order (CONTRACTS.md)."""
+    """The kinds of stage of a RAG pipeline. Their order here is the one pipeline order that
+    every layer derives from (docs/diagnosis.md): a pipeline's stages, the evidence funnel and
+    the diagnosis all follow it."""
 
     SOURCE = "source"
     PARSING = "parsing"
@@ -510,3 +513,39 @@ class Verification:
     @property
     def supported(self) -> bool:
         return bool(self.checks) and all(c.verdict is Verdict.SUPPORTED for c in self.checks)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredVersion:
+    """A document version as a store keeps it, with what produced its chunks."""
+
+    document: Document
+    seq: int
+    parser: str
+    parse_warnings: tuple[str, ...]
+    chunker_config: str
+    ingested_at: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One line of a store's update log."""
+
+    seq: int
+    at: str
+    index_version: int
+    op: str
+    doc_id: str | None
+    version: str | None
+    detail: str
+
+
+class SpaceState(ChoiceEnum):
+    """Where an embedding space is in its life: built beside the live one, verified, switched to
+    (active), or replaced (retired, kept for a rollback)."""
+
+    BUILDING = "building"
+    BUILT = "built"
+    VERIFIED = "verified"
+    ACTIVE = "active"
+    RETIRED = "retired"

@@ -5,9 +5,9 @@ import json
 import pytest
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_ingestor
+from ragdx.build import build_ingestor
 from ragdx.queryset import load_queries
-from ragdx.runfolder import run
+from ragdx.experiments.run import run
 from ragdx.store.sqlite import SQLiteStore
 from tests.conftest import EXAMPLE
 

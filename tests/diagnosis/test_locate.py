@@ -38,8 +38,8 @@ def test_context_holding_only_the_first_ranked_item_fails_at_context():
     d = diagnose(trace(CANDIDATES, RANKED, ["policy-current"]))
     assert (d.outcome, d.first_failure) == ("incomplete", "context")
     assert [(l.group, l.stage) for l in d.lost] == [(1, "context")]
-    assert d.stages["retrieval"]["groups_present"] == [0, 1]
-    assert d.stages["ctx"]["groups_present"] == [0]
+    assert d.stage("retrieval").groups_present == (0, 1)
+    assert d.stage("ctx").groups_present == (0,)
     assert "group 1" in d.hypothesis and "context" in d.hypothesis
 
 
@@ -107,5 +107,5 @@ def test_a_rewrite_that_loses_what_the_original_question_found():
     d = diagnose(TraceView("q1", stages, AnswerView("a", False, (ClaimView("c", ("policy-current",), True),))))
     assert d.first_failure == "rewrite"
     assert d.lost[0].reason == "the original question's retrieval found it; the rewritten question's did not"
-    assert d.stages["original"]["groups_present"] == [0, 1]
+    assert d.stage("original").groups_present == (0, 1)
     assert "original question" in d.hypothesis

@@ -11,9 +11,9 @@ from ragdx.experiments.ablate import Comparison, Variant, min_flips, parse_varia
 from ragdx.evaluation.significance import PairedTest
 from ragdx.experiments.routing import routing_table
 from ragdx.evaluation.layered import QueryValues
-from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.build import build_ingestor, build_pipeline
 from ragdx.queryset import load_queries
-from ragdx.runfolder import ablate
+from ragdx.experiments.ablate import ablate
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder
 from ragdx.types import StageKind
@@ -25,8 +25,9 @@ VARIANTS = ["no-dense:retrieval.dense.enabled=false", "small-budget:context.budg
 
 @pytest.fixture(scope="module")
 def dense_example(tmp_path_factory):
-    """The bundled example with dense vectors from the hashing encoder (no model needed)."""
-    settings = load_settings()
+    """The bundled example with dense vectors from the hashing encoder (no model needed); a seed
+    that is not the default, so a test can tell that the comparisons use it."""
+    settings = load_settings(overrides=["seed=7"])
     encoder = HashingEncoder(dim=128)
     store = SQLiteStore(tmp_path_factory.mktemp("ablate") / "store.db")
     build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
@@ -78,7 +79,7 @@ def test_a_multi_stage_variant_runs_when_forced():
                                    StageKind.CITATION])
 def test_resuming_with_unchanged_settings_reproduces_the_run(dense_example, start):
     store, settings, encoder = dense_example
-    pipeline = Pipeline(store, settings, encoder=encoder)
+    pipeline = build_pipeline(store, settings, encoder=encoder)
     query = load_queries(EXAMPLE / "queries.jsonl")[0]
     base = pipeline.run(query)
     again = pipeline.resume(base, start)
@@ -86,8 +87,10 @@ def test_resuming_with_unchanged_settings_reproduces_the_run(dense_example, star
     assert [c.chunk_id for c in again.final.items] == [c.chunk_id for c in base.final.items]
     assert [u.id for u in again.context.units] == [u.id for u in base.context.units]
     assert again.answer.text == base.answer.text
-    reused = [s for s, b in zip(again.stages, base.stages) if s is b]
-    assert all(s.kind.order < start.order or s.kind is StageKind.RETRIEVAL for s in reused)
+    reused = [s.stage for s, b in zip(again.stages, base.stages) if s is b]
+    # every stage before the start is reused, and so are the channels (their config is unchanged)
+    expected = [s.stage for s in base.stages if s.kind.order < start.order or s.kind is StageKind.RETRIEVAL]
+    assert expected and reused == expected
 
 
 def test_each_variant_reuses_every_upstream_output(ablation):
@@ -117,8 +120,14 @@ def test_the_ablation_folder(ablation):
     assert len(traces) == 18 and all("dense" not in [s["name"] for s in t["stages"]] for t in traces)
 
 
-def test_comparisons_carry_paired_tests_and_seeds(ablation):
-    result, _ = ablation
+def test_comparisons_carry_paired_tests_and_seeds(ablation, dense_example):
+    result, out = ablation
+    seed = dense_example[1].seed
+    sampled = [c for v in result.variants for c in v.comparisons if c.test.test == "randomization"]
+    assert sampled  # latencies differ on every query: more pairs than exact enumeration takes
+    assert {c.test.seed for c in sampled} == {seed} and {c.to_dict()["seed"] for c in sampled} == {seed}
+    written = json.loads((out / "metrics.json").read_text())["variants"]["small-budget"]["comparisons"]
+    assert {c["seed"] for c in written if c["test"] == "randomization"} == {seed}
     for v in result.variants:
         for c in v.comparisons:
             assert 0 < c.test.p <= 1 and c.test.n > 0

@@ -39,7 +39,7 @@ import numpy as np
 import pytest
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_ingestor
+from ragdx.build import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, SQLiteStore
 from ragdx.testing.fts5 import fold, fts5_query_tokens, fts5_tokens, indexed_fields, reference_bm25

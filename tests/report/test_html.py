@@ -7,9 +7,9 @@ import re
 import pytest
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_ingestor
+from ragdx.build import build_ingestor
 from ragdx.queryset import load_queries, parse_query
-from ragdx.runfolder import run
+from ragdx.experiments.run import run
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.browser import Browser, find_chromium
 from ragdx.testing.encoders import HashingEncoder

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ragdx.config import load_settings
-from ragdx.pipeline import build_ingestor
+from ragdx.build import build_ingestor
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder
 from tests.conftest import write

@@ -9,7 +9,7 @@ import pytest
 
 from ragdx.config import load_settings
 from ragdx.ingest.chunk import RegexTokenCounter
-from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.build import build_ingestor, build_pipeline
 from ragdx.stages.assemble import ContextAssembler, find_conflicts, render_prompt
 from ragdx.stages.generate import ChatClient, ChatError, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
@@ -32,7 +32,7 @@ def example(tmp_path_factory):
     encoder = HashingEncoder(dim=256)
     settings = load_settings(overrides=["chunking.tokenizer=regex"])
     build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
-    yield store, Pipeline(store, settings, encoder=encoder)
+    yield store, build_pipeline(store, settings, encoder=encoder)
     store.close()
 
 
@@ -133,7 +133,7 @@ def test_prompt_injection_changes_nothing(example, tmp_path):
     encoder = HashingEncoder(dim=256)
     settings = load_settings(overrides=["chunking.tokenizer=regex"])
     build_ingestor(other, settings, encoder).run(manifest)
-    without = Pipeline(other, settings, encoder=encoder).run(Query("q", question, PUBLIC))
+    without = build_pipeline(other, settings, encoder=encoder).run(Query("q", question, PUBLIC))
     assert [c.text for c in with_review.answer.claims] == [c.text for c in without.answer.claims]
     assert with_review.answer.abstained == without.answer.abstained
     assert "approve every refund" not in with_review.answer.text.lower()

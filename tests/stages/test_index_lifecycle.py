@@ -8,7 +8,7 @@ from ragdx.errors import InputError, SpaceMismatchError
 from ragdx.ingest import index
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import delete_documents
-from ragdx.pipeline import Pipeline, build_ingestor
+from ragdx.build import build_ingestor, build_pipeline
 from ragdx.stages.dense import DenseRetriever
 from ragdx.testing.encoders import HashingEncoder
 from ragdx.types import Principal, Query
@@ -69,5 +69,5 @@ def test_pipeline_runs_after_switch(small):
     new_encoder = HashingEncoder(dim=64, seed=5)
     index.build_space(store, Embedder(new_encoder))
     index.switch_space(store, new_encoder.space.id, force=True)
-    trace = Pipeline(store, settings, encoder=new_encoder).run(Q)
+    trace = build_pipeline(store, settings, encoder=new_encoder).run(Q)
     assert trace.stage("dense").config["space"] == new_encoder.space.id

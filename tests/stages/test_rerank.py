@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragdx.pipeline import Pipeline
+from ragdx.build import build_pipeline
 from ragdx.stages.rerank import PRIOR_WEIGHTS, FeatureReranker, features
 from ragdx.types import Principal, Query
 
@@ -23,7 +23,7 @@ def test_features_by_hand(small):
 
 def test_feature_reranker_cuts_with_reasons_and_keeps_provenance(small):
     store, encoder, settings = small
-    pipeline = Pipeline(store, settings, encoder=encoder)
+    pipeline = build_pipeline(store, settings, encoder=encoder)
     fused = pipeline.fusion.run(pipeline.retrieve(Q))
     reranked = FeatureReranker(store, top_n=2).run(Q, fused)
     assert len(reranked.items) == 2 and len(reranked.dropped) == len(fused.items) - 2
@@ -41,7 +41,7 @@ def test_cross_encoder_path_with_a_tiny_random_model(small, tmp_path):
     folder = tiny_bert(tmp_path / "tiny-ce")
     settings = load_settings(overrides=["rerank.method=cross-encoder", f"rerank.model={folder}",
                                         "rerank.top_n=3"])
-    trace = Pipeline(store, settings, encoder=encoder).run(Q)
+    trace = build_pipeline(store, settings, encoder=encoder).run(Q)
     rerank = trace.stage("cross-encoder")
     assert len(rerank.items) == 3 and rerank.config["model"] == str(folder)
     assert [c.rank for c in rerank.items] == [1, 2, 3]

@@ -4,8 +4,9 @@ import pytest
 
 from ragdx.errors import SpaceMismatchError
 from ragdx.ingest.ingestor import delete_documents
-from ragdx.pipeline import Pipeline, build_ingestor
-from ragdx.stages.bm25 import BM25Retriever, match_expression, query_terms
+from ragdx.build import build_ingestor, build_pipeline
+from ragdx.stages.bm25 import BM25Retriever, query_terms
+from ragdx.store.sqlite import match_expression
 from ragdx.stages.dense import DenseRetriever
 from ragdx.testing.encoders import HashingEncoder
 from ragdx.types import Principal, Query
@@ -22,8 +23,9 @@ def ask(text, principal=PUBLIC):
 def test_match_expression_quotes_every_term():
     assert query_terms('What does "RFD-4021" mean? NEAR(a b) * -x col:val AND') == [
         "what", "does", "rfd", "4021", "mean", "near", "a", "b", "x", "col", "val", "and"]
-    assert match_expression('say "hi"') == '"say" OR "hi"'
-    assert match_expression("?! *") is None
+    assert match_expression(query_terms('say "hi"')) == '"say" OR "hi"'
+    assert match_expression(query_terms("?! *")) is None
+    assert match_expression(['a"b']) == '"a""b"'
 
 
 def test_bm25_or_semantics_and_syntax_never_breaks(small):
@@ -43,7 +45,7 @@ def test_bm25_or_semantics_and_syntax_never_breaks(small):
 
 def test_restricted_chunk_never_reaches_a_public_principal(small):
     store, encoder, settings = small
-    pipeline = Pipeline(store, settings, encoder=encoder)
+    pipeline = build_pipeline(store, settings, encoder=encoder)
     question = "What is the secret override code for refunds above 500 EUR approval?"
     public = pipeline.run(ask(question, PUBLIC))
     for stage in public.ranked:
@@ -103,7 +105,7 @@ def test_chunker_respects_the_encoder_window_by_default(tmp_path):
 
 def test_edit_and_delete_are_visible_to_the_next_query(small, tmp_path):
     store, encoder, settings = small
-    pipeline = Pipeline(store, settings, encoder=encoder)
+    pipeline = build_pipeline(store, settings, encoder=encoder)
     assert pipeline.run(ask("parcels delivered business days")).stage("bm25").items[0].doc_id == "shipping.md"
     dense_before = pipeline.run(ask("parcels delivered business days")).stage("dense").items[0]
     assert dense_before.doc_id == "shipping.md"

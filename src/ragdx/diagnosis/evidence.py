@@ -9,18 +9,28 @@ the source has them and the parser lost them (a ``parsing`` loss).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from ragdx.errors import InputError
 from ragdx.ingest.quotes import Coverage, coverage, find_quote, in_source
-from ragdx.store.sqlite import SQLiteStore
-from ragdx.types import Alternative, DocStatus, Query, Span
+from ragdx.protocols import Store
+from ragdx.types import Alternative, ChoiceEnum, DocStatus, Query, Span
 
-RESOLVED = "resolved"
-BY_ID = "by_id"                  # matched against trace items by id, not against the store
-NOT_STORED = "not_stored"        # no such document (or version) in the store
-DELETED = "deleted"              # the document was deleted
-NOT_IN_SOURCE = "not_in_source"  # the raw source lacks the words: a source loss
-LOST_IN_PARSING = "lost_in_parsing"  # the raw source has them, the parsed text does not
+
+class EvidenceStatus(ChoiceEnum):
+    """What resolving one required alternative against the store found."""
+
+    RESOLVED = "resolved"                # an exact span of a stored version
+    BY_ID = "by_id"                      # matched against trace items by id, not against the store
+    NOT_STORED = "not_stored"            # no such document (or version) in the store
+    DELETED = "deleted"                  # the document was deleted
+    NOT_IN_SOURCE = "not_in_source"      # the raw source lacks the words: a source loss
+    LOST_IN_PARSING = "lost_in_parsing"  # the raw source has them, the parsed text does not
+
+
+RESOLVED, BY_ID, NOT_STORED = EvidenceStatus.RESOLVED, EvidenceStatus.BY_ID, EvidenceStatus.NOT_STORED
+DELETED, NOT_IN_SOURCE, LOST_IN_PARSING = (EvidenceStatus.DELETED, EvidenceStatus.NOT_IN_SOURCE,
+                                           EvidenceStatus.LOST_IN_PARSING)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +40,7 @@ class ResolvedAlternative:
     group: int
     index: int
     alternative: Alternative
-    status: str
+    status: EvidenceStatus
     span: Span | None = None
     coverage: Coverage | None = None
     note: str = ""
@@ -66,7 +76,7 @@ class EvidenceResolver:
         store: the store holding the corpus.
     """
 
-    def __init__(self, store: SQLiteStore) -> None:
+    def __init__(self, store: Store) -> None:
         self.store = store
 
     def run(self, query: Query, *, strict: bool = False,
@@ -168,3 +178,26 @@ def groups_present(evidence: QueryEvidence, spans: dict[str, Span]) -> set[int]:
 def relevant_items(evidence: QueryEvidence, spans: dict[str, Span]) -> set[str]:
     """Items that hold some part of some required alternative: the relevance labels of a query."""
     return {i for a in evidence.alternatives for i in covering_items(a, spans)}
+
+
+def evidence_records(store: Store, queries: Sequence[Query], strict: bool = False) -> list[dict]:
+    """One JSON record per required alternative of each query (and of its restricted evidence):
+    what ``ragdx evidence --json`` prints. With ``strict``, an unresolved quote raises."""
+    resolver = EvidenceResolver(store)
+    records = []
+    for query in queries:
+        for restricted in (False, True):
+            evidence = resolver.run(query, strict=strict, restricted=restricted)
+            for alt in evidence.alternatives:
+                cov = alt.coverage
+                records.append({
+                    "query_id": query.id, "restricted": restricted, "group": alt.group,
+                    "alternative": alt.index, "doc": alt.alternative.doc,
+                    "quote": alt.alternative.quote, "status": alt.status,
+                    "span": None if alt.span is None else {
+                        "doc": alt.span.doc_id, "version": alt.span.version,
+                        "start": alt.span.start, "end": alt.span.end},
+                    "coverage": cov.status if cov else None,
+                    "chunks_full": list(cov.full) if cov else [],
+                    "chunks_partial": list(cov.partial) if cov else [], "note": alt.note})
+    return records

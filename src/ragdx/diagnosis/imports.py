@@ -1,4 +1,4 @@
-"""Traces from any RAG system (CONTRACTS.md, "Imported traces"), read into trace views.
+"""Traces from any RAG system (docs/diagnosis.md, "Imported traces"), read into trace views.
 
 One JSON object per line::
 
@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ragdx._jsonl import Fields
+from ragdx._jsonl import Fields, loads, read_text
 from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
 from ragdx.errors import InputError
@@ -114,23 +114,26 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
 
 
 def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
-    """Every good line of an imported trace file, and one message per bad line (skipped)."""
+    """Every good line of an imported trace file, and one message per bad line (skipped): one
+    that is not strict JSON, not a valid trace, or a second trace of a query (never counted
+    twice)."""
     good, bad = [], []
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"cannot read the traces: {exc}", file=str(path)) from None
+    first: dict[str, int] = {}
+    text = read_text(path, what="traces")
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            obj = json.loads(line)
+            obj = loads(line, file=str(path), line=number)
             if not isinstance(obj, dict):
                 raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=str(path),
                                  line=number)
-            good.append((number, parse_trace(obj, str(path), number)))
-        except json.JSONDecodeError as exc:
-            bad.append(f"{path}:{number}: malformed JSON at column {exc.colno}: {exc.msg}; line skipped")
+            view = parse_trace(obj, str(path), number)
+            if view.query_id in first:
+                raise InputError(f"a second trace of query {view.query_id!r} (the first is on line "
+                                 f"{first[view.query_id]})", file=str(path), line=number, field="query_id")
+            first[view.query_id] = number
+            good.append((number, view))
         except InputError as exc:
             bad.append(f"{exc}; line skipped")
     return good, bad

@@ -22,14 +22,14 @@ from ragdx.diagnosis.evidence import (
     BY_ID, DELETED, LOST_IN_PARSING, NOT_IN_SOURCE, NOT_STORED, RESOLVED, QueryEvidence,
     ResolvedAlternative,
 )
+from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.types import Query, Span, StageKind
 
 _SPACE = re.compile(r"\s+")
 
-# outcomes (CONTRACTS.md)
-SUPPORTED, INCOMPLETE, UNSUPPORTED = "supported", "incomplete", "unsupported"
-WRONG_ABSTENTION, CORRECT_ABSTENTION, HALLUCINATION = "wrong_abstention", "correct_abstention", "hallucination"
-LEAK, STALE = "leak", "stale"
+SUPPORTED, INCOMPLETE, UNSUPPORTED = Outcome.SUPPORTED, Outcome.INCOMPLETE, Outcome.UNSUPPORTED
+WRONG_ABSTENTION, CORRECT_ABSTENTION = Outcome.WRONG_ABSTENTION, Outcome.CORRECT_ABSTENTION
+HALLUCINATION, LEAK, STALE = Outcome.HALLUCINATION, Outcome.LEAK, Outcome.STALE
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,35 +94,6 @@ class TraceView:
     answer: AnswerView | None
 
 
-@dataclass(frozen=True, slots=True)
-class Loss:
-    group: int
-    stage: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """The diagnosis of one query (the diagnosis.jsonl line of CONTRACTS.md)."""
-
-    id: str
-    outcome: str
-    first_failure: str | None
-    lost: tuple[Loss, ...]
-    stages: dict[str, dict]
-    hypothesis: str
-    notes: tuple[str, ...] = ()
-    oracle: dict | None = None  # with ``ragdx run --oracle context``: the gold-context outcome
-
-    def to_dict(self) -> dict:
-        out = {"id": self.id, "outcome": self.outcome, "first_failure": self.first_failure,
-               "lost": [{"group": l.group, "stage": l.stage, "reason": l.reason} for l in self.lost],
-               "stages": self.stages, "hypothesis": self.hypothesis, "notes": list(self.notes)}
-        if self.oracle is not None:
-            out["oracle"] = self.oracle
-        return out
-
-
 def _compact(text: str) -> str:
     return _SPACE.sub("", text)
 
@@ -156,13 +127,13 @@ def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemVi
 
 class Diagnoser:
     """Diagnoses a query from its resolved evidence and its trace view; stages are ordered as
-    :class:`~ragdx.types.StageKind` lists them (CONTRACTS.md)."""
+    :class:`~ragdx.types.StageKind` lists them (docs/diagnosis.md)."""
 
     def run(self, query: Query, evidence: QueryEvidence, trace: TraceView,
             restricted: QueryEvidence | None = None) -> Diagnosis:
         groups = sorted({a.group for a in evidence.alternatives})
         by_group = {g: evidence.group(g) for g in groups}
-        presence: dict[str, dict] = {}
+        presence: list[StagePresence] = []
         lost: dict[int, Loss] = {}
 
         # source and parsing: from the evidence's resolution against the store
@@ -180,7 +151,7 @@ class Diagnoser:
         found_by_original = {g for g, alts in by_group.items() if any(holds(a, original) for a in alts)}
         for s in trace.stages:
             if s.kind is StageKind.REWRITE:
-                presence[s.name] = {"groups_present": sorted(found_by_original), "kind": s.kind.value}
+                presence.append(StagePresence(s.name, s.kind, tuple(sorted(found_by_original))))
         # the ranked stages: retrieval channels together, then each later stage
         retrieval = [s for s in trace.stages if s.kind is StageKind.RETRIEVAL]
         later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE)]
@@ -193,11 +164,10 @@ class Diagnoser:
             items = [i for v in views for i in v.items]
             present = {g for g, alts in by_group.items() if any(holds(a, items) for a in alts)}
             key = "retrieval" if name == "retrieval" else views[0].name
-            presence[key] = {"groups_present": sorted(present), "kind": views[0].kind.value}
-            if name == "retrieval" and len(views) > 1:  # each channel too, beside their union
-                for view in views:
-                    presence[key].setdefault("channels", {})[view.name] = sorted(
-                        g for g, alts in by_group.items() if any(holds(a, view.items) for a in alts))
+            channels = tuple((view.name, tuple(sorted(
+                g for g, alts in by_group.items() if any(holds(a, view.items) for a in alts))))
+                for view in views) if name == "retrieval" and len(views) > 1 else ()  # each channel too
+            presence.append(StagePresence(key, views[0].kind, tuple(sorted(present)), channels))
             for g in groups:
                 if g in present or g in lost:
                     continue
@@ -220,7 +190,7 @@ class Diagnoser:
             stages = [l.stage for l in losses] + ([failed_at] if failed_at else [])
             first_failure = min(stages, key=self._order) if stages else None
         hypothesis = self._hypothesis(outcome, first_failure, losses, by_group)
-        return Diagnosis(query.id, outcome, first_failure, losses, presence, hypothesis)
+        return Diagnosis(query.id, outcome, first_failure, losses, tuple(presence), hypothesis)
 
     @staticmethod
     def _order(stage: str) -> int:

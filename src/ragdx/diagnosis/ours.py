@@ -11,15 +11,13 @@ from ragdx.diagnosis.locate import (
     AnswerView, ClaimView, Diagnoser, Diagnosis, DroppedView, ItemView, Loss, StageView, TraceView,
 )
 from ragdx.pipeline import Pipeline, Trace
-from ragdx.stages.bm25 import BM25Retriever
-from ragdx.stages.dense import DenseRetriever
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import DeepRetriever, Retriever, Store
 from ragdx.types import DocStatus, Query, Verdict
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
 
-def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
+def view_of(trace: Trace, store: Store) -> TraceView:
     """The neutral view of one of ragdx's own traces."""
     stages = []
     for ranked in trace.ranked:
@@ -42,10 +40,11 @@ def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
             for d in context.dropped), dict(context.config) | {"tokens": context.tokens}, context.seconds))
     view_answer = None
     if answer is not None:
-        checks = {id(c.claim): c for c in verification.checks} if verification else {}
+        # a verifier checks the answer's claims in order, one check each
+        checks = verification.checks if verification is not None else ()
         claims = []
-        for claim in answer.claims:
-            check = checks.get(id(claim))
+        for n, claim in enumerate(answer.claims):
+            check = checks[n] if n < len(checks) and checks[n].claim == claim else None
             claims.append(ClaimView(claim.text, claim.citations,
                                     None if check is None else check.verdict is Verdict.SUPPORTED,
                                     check.reason if check else ""))
@@ -55,15 +54,19 @@ def view_of(trace: Trace, store: SQLiteStore) -> TraceView:
     return TraceView(trace.query.id, tuple(stages), view_answer)
 
 
-def _deep_rank(channel, query: Query, chunk_ids: set[str]) -> int | None:
+def _deep_rank(channel: DeepRetriever, query: Query, chunk_ids: set[str]) -> int | None:
     """The rank of the best of these chunks in a deep search of one channel, if found."""
-    deep = BM25Retriever(channel.store, top_k=DEEP, prefix_weight=channel.weights[0],
-                         text_weight=channel.weights[1]) if isinstance(channel, BM25Retriever) else \
-        DenseRetriever(channel.store, channel.encoder, top_k=DEEP)
-    for item in deep.run(query).items:
+    for item in channel.deeper(DEEP).run(query).items:
         if item.chunk_id in chunk_ids:
             return item.rank
     return None
+
+
+def _deep_search(channel: Retriever, query: Query, chunk_ids: set[str]) -> str:
+    if not isinstance(channel, DeepRetriever):
+        return f"{channel.name}: no deep search (it has no 'deeper' method)"
+    rank = _deep_rank(channel, query, chunk_ids)
+    return f"{channel.name} rank {rank} (top_k {channel.top_k})" if rank else f"{channel.name}: not in its top {DEEP}"
 
 
 def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence, loss: Loss) -> str:
@@ -75,10 +78,7 @@ def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence,
         return loss.reason
     parts = []
     for channel in pipeline.channels:
-        rank = _deep_rank(channel, query, chunk_ids)
-        top_k = channel.top_k
-        parts.append(f"{channel.name} rank {rank} (top_k {top_k})" if rank else
-                     f"{channel.name}: not in its top {DEEP}")
+        parts.append(_deep_search(channel, query, chunk_ids))
     reason = f"not recalled by {' or '.join(c.name for c in pipeline.channels)}; " + ", ".join(parts)
     space = pipeline.store.active_space() if pipeline.encoder is not None else None
     if space is not None:

@@ -35,29 +35,33 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import QueryEvidence
-from ragdx.diagnosis.locate import (
-    CORRECT_ABSTENTION, HALLUCINATION, LEAK, STALE, SUPPORTED, WRONG_ABSTENTION, Diagnosis, TraceView,
-    touching,
-)
+from ragdx.diagnosis.locate import TraceView, touching
+from ragdx.diagnosis.records import GOOD_OUTCOMES, Diagnosis, Outcome
 from ragdx.evaluation.measures import Measure, evaluate, parse_measure
 from ragdx.types import Query, StageKind
 
 DEFAULT_MEASURES = ("R@10", "nDCG@10", "RR")
-FUNNEL = ("source", "parsing", "rewrite", "retrieval", "fusion", "rerank", "governance", "context")
-ABSTENTION = (CORRECT_ABSTENTION, WRONG_ABSTENTION, HALLUCINATION, LEAK, STALE)
+# the evidence funnel: every stage kind up to the context, in StageKind's (the one) order
+FUNNEL = tuple(k.value for k in StageKind if k.order <= StageKind.CONTEXT.order)
+ABSTENTION = tuple(o.value for o in (Outcome.CORRECT_ABSTENTION, Outcome.WRONG_ABSTENTION,
+                                     Outcome.HALLUCINATION, Outcome.LEAK, Outcome.STALE))
 PASS, GRADED, LATENCY, AMOUNT = "pass", "graded", "latency", "amount"
 
 
 @dataclass(frozen=True, slots=True)
 class Metric:
     """What is measured: a name, its layer, how its per-query values aggregate, and which way is
-    better (+1 higher, -1 lower)."""
+    better (+1 higher, -1 lower); for the per-stage metrics, the stage (and channel, or ranking
+    measure) they measure, so nothing has to be read back out of the name."""
 
     name: str
     layer: str
     kind: str
     better: int
     description: str
+    stage: str | None = None
+    channel: str | None = None
+    measure: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,25 +94,35 @@ class Aggregate:
         return out
 
 
+def completeness(stage: str, channel: str | None = None) -> Metric:
+    """``complete@STAGE`` (or ``complete@retrieval:CHANNEL``): every required group present."""
+    where = stage if channel is None else f"{stage}:{channel}"
+    return _define(Metric(f"complete@{where}", "evidence", PASS, 1,
+                          f"every required group present at {where}", stage=stage, channel=channel))
+
+
+def ranking(measure: Measure, stage: str) -> Metric:
+    """``MEASURE STAGE``: a ranking measure of one stage's list."""
+    return _define(Metric(f"{measure} {stage}", "ranking", GRADED, 1, f"{measure} of the {stage} list",
+                          stage=stage, measure=str(measure)))
+
+
+def latency(stage: str) -> Metric:
+    """``latency_ms STAGE`` (or ``latency_ms total``)."""
+    return _define(Metric(f"latency_ms {stage}", "latency", LATENCY, -1, f"milliseconds spent in {stage}",
+                          stage=stage))
+
+
+_DEFINED: dict[str, Metric] = {}
+
+
+def _define(m: Metric) -> Metric:
+    return _DEFINED.setdefault(m.name, m)
+
+
 def _catalogue(names: Iterable[str]) -> dict[str, Metric]:
-    """The metric definitions for the given names (the names a run produced)."""
-    out = {}
-    for name in names:
-        if name.startswith("complete@"):
-            out[name] = Metric(name, "evidence", PASS, 1, f"every required group present at {name[9:]}")
-        elif name.startswith("latency_ms "):
-            out[name] = Metric(name, "latency", LATENCY, -1, f"milliseconds spent in {name[11:]}")
-        elif name in ABSTENTION:
-            out[name] = Metric(name, "abstention", PASS, 1 if name == CORRECT_ABSTENTION else -1,
-                               f"outcome is {name}")
-        elif name in _ANSWER:
-            out[name] = Metric(name, "answer", *_ANSWER[name])
-        elif name in _COST:
-            out[name] = Metric(name, "cost", AMOUNT, -1, _COST[name])
-        else:  # "MEASURE STAGE"
-            measure, _, stage = name.partition(" ")
-            out[name] = Metric(name, "ranking", GRADED, 1, f"{measure} of the {stage} list")
-    return out
+    """The definitions of metric names a run produced."""
+    return {name: metric(name) for name in names}
 
 
 _ANSWER = {
@@ -122,9 +136,25 @@ _COST = {"prompt_tokens": "tokens sent to the generator", "completion_tokens": "
          "context_tokens": "tokens in the assembled context", "cost": "money spent generating"}
 
 
+for _name in ABSTENTION:
+    _define(Metric(_name, "abstention", PASS, 1 if _name == Outcome.CORRECT_ABSTENTION else -1,
+                   f"outcome is {_name}"))
+for _name, (_kind, _better, _text) in _ANSWER.items():
+    _define(Metric(_name, "answer", _kind, _better, _text))
+for _name, _text in _COST.items():
+    _define(Metric(_name, "cost", AMOUNT, -1, _text))
+
+
 def metric(name: str) -> Metric:
-    """The definition of one metric name."""
-    return _catalogue([name])[name]
+    """The definition of one metric name (one a run produced).
+
+    Raises:
+        KeyError: naming the metric, when no run defined it.
+    """
+    try:
+        return _DEFINED[name]
+    except KeyError:
+        raise KeyError(f"no metric {name!r} has been defined") from None
 
 
 def relevant_chunks(evidence: QueryEvidence, view: TraceView | None) -> set[str]:
@@ -166,26 +196,26 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
                 present -= {g for g, where in lost_at.items() if where == "parsing"}
                 survived = set(present)
             elif stage != "source":
-                seen = [s for name, s in diagnosis.stages.items()
-                        if (name == "retrieval" if stage == "retrieval" else s.get("kind") == stage)]
+                seen = [s for s in diagnosis.stages
+                        if (s.name == "retrieval" if stage == "retrieval" else s.kind == stage)]
                 if seen:
                     # after parsing the funnel only narrows: a span cut across chunks (lost at
                     # parsing) stays lost even where two adjacent chunks together cover it
-                    present = set(seen[-1]["groups_present"]) & survived
-                    for channel, held in seen[-1].get("channels", {}).items():
-                        values[f"complete@retrieval:{channel}"] = float(groups <= set(held))
+                    present = set(seen[-1].groups_present) & survived
+                    for channel, held in seen[-1].channels:
+                        values[completeness("retrieval", channel).name] = float(groups <= set(held))
                 elif stage == "rewrite":
                     continue
                 elif view is None:  # no trace: nothing was retrieved
                     present = set()
                 else:  # a stage this pipeline does not have loses nothing
-                    values[f"complete@{stage}"] = float(groups <= present)
+                    values[completeness(stage).name] = float(groups <= present)
                     continue
             stages_run.append(stage)
-            values[f"complete@{stage}"] = float(groups <= present)
+            values[completeness(stage).name] = float(groups <= present)
         channels = [s.name for s in view.stages if s.kind is StageKind.RETRIEVAL] if view else []
         if len(channels) == 1:  # one channel: its completeness is the retrieval stage's
-            values[f"complete@retrieval:{channels[0]}"] = values["complete@retrieval"]
+            values[completeness("retrieval", channels[0]).name] = values[completeness("retrieval").name]
     if view is not None:
         relevant = relevant_chunks(evidence, view)
         parsed = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
@@ -196,10 +226,10 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
                                 for n, i in enumerate(stage.items)}}
             scores = evaluate(parsed, {stage.name: {c: 1 for c in relevant}}, run) if relevant else {}
             for m in parsed:
-                values[f"{m} {stage.name}"] = scores[str(m)][stage.name] if relevant else None
+                values[ranking(m, stage.name).name] = scores[str(m)][stage.name] if relevant else None
     outcome = diagnosis.outcome
-    values["success"] = float(outcome in (SUPPORTED, CORRECT_ABSTENTION))
-    values["supported"] = float(outcome == SUPPORTED) if query.answerable else None
+    values["success"] = float(outcome in GOOD_OUTCOMES)
+    values["supported"] = float(outcome is Outcome.SUPPORTED) if query.answerable else None
     answer = view.answer if view is not None else None
     values["answered"] = float(answer is not None and not answer.abstained)
     claims = answer.claims if answer is not None and not answer.abstained else ()
@@ -216,9 +246,9 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
                                                             ("verification", answer.verify_seconds))
                       if seconds is not None]
         for name, seconds in timed:
-            values[f"latency_ms {name}"] = seconds * 1000
+            values[latency(name).name] = seconds * 1000
         if timed:  # a trace without timings has no latency, rather than a latency of 0
-            values["latency_ms total"] = sum(seconds for _, seconds in timed) * 1000
+            values[latency("total").name] = sum(seconds for _, seconds in timed) * 1000
         context = next((s for s in reversed(view.stages) if s.kind is StageKind.CONTEXT), None)
         values["context_tokens"] = float(context.config.get("tokens", 0)) if context is not None else 0.0
         values["prompt_tokens"] = float(answer.prompt_tokens) if answer else 0.0

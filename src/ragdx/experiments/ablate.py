@@ -1,7 +1,7 @@
 """Single-variable ablations: named variants that each change one stage's settings, run on the
 same query set against the same index version, compared with the baseline by paired tests.
 
-A variant is ``NAME:key=value[,key=value]`` (CONTRACTS.md). Each key belongs to one stage
+A variant is ``NAME:key=value[,key=value]`` (docs/evaluation.md). Each key belongs to one stage
 (``retrieval.*`` to retrieval, ``context.*`` to context, ...); a variant whose keys touch more
 than one stage is refused unless forced, and ``chunking.*`` always is (it changes the index,
 which an ablation holds fixed). Every stage before the first one a variant changes is reused
@@ -18,15 +18,23 @@ ones, latencies and amounts (:mod:`ragdx.evaluation.significance`), seeded with 
 from __future__ import annotations
 
 import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
+from ragdx.build import build_pipeline
 from ragdx.config import Settings, parse_override, with_overrides
-from ragdx.errors import ConfigError
-from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, metric, percentile
+from ragdx.errors import ConfigError, StoreError
+from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, layered, metric, percentile
 from ragdx.evaluation.significance import PairedTest, bootstrap_ci, mcnemar, randomization
-from ragdx.types import StageKind
+from ragdx.experiments.routing import routing_table
+from ragdx.experiments.run import execute
+from ragdx.pipeline import Pipeline
+from ragdx.protocols import Store
+from ragdx.runfolder import Executed, manifest, write_json, write_report
+from ragdx.types import Query, StageKind
 
 ALPHA = 0.05
 _RESERVED = {"baseline", "manifest.json", "metrics.json", "report.html"}
@@ -206,22 +214,26 @@ def readings(variant: Variant, comparisons: Sequence[Comparison], base_failures:
     out: list[str] = []
     success = by.get("success")
     latency = by.get("latency_ms total")
-    evidence = [c for c in comparisons if c.metric.startswith("complete@") and ":" not in c.metric
-                and c.delta != 0]
+    evidence = [c for c in comparisons if metric(c.metric).layer == "evidence"
+                and metric(c.metric).channel is None and c.delta != 0]
+
+    def order(c: Comparison) -> int:
+        return StageKind(metric(c.metric).stage).order
+
     gained = [c for c in evidence if c.delta > 0]
     lost = [c for c in evidence if c.delta < 0]
     answers_same = success is not None and success.test.n > 0 and success.delta == 0 and \
         "no query changed" in success.test.detail
     if lost:
-        first = min(lost, key=lambda c: StageKind(c.metric[9:]).order)
+        first = min(lost, key=order)
         out.append(f"The variant loses evidence: {_change(first)}; evidence first goes missing at "
-                   f"{first.metric[9:]}.")
+                   f"{metric(first.metric).stage}.")
     if gained and answers_same:
-        last = max(gained, key=lambda c: StageKind(c.metric[9:]).order)
+        last = max(gained, key=order)
         out.append(f"Evidence coverage rose ({_change(last)}) but no answer changed: the bottleneck moved "
                    "downstream, to assembly or generation.")
     elif gained:
-        last = max(gained, key=lambda c: StageKind(c.metric[9:]).order)
+        last = max(gained, key=order)
         out.append(f"Evidence coverage rose: {_change(last)}.")
     over_budget = latency is not None and (
         (latency_budget_ms is not None and latency.variant > latency_budget_ms) or
@@ -283,3 +295,111 @@ def changed_outcomes(base: Sequence[QueryValues], variant: Sequence[QueryValues]
 
 def first_failures(rows: Sequence[QueryValues]) -> dict[str, int]:
     return dict(Counter(r.first_failure for r in rows if r.first_failure).most_common())
+
+
+@dataclass(frozen=True, slots=True)
+class AblationResult:
+    """An ablation's folder and results: the baseline, each variant against it, the routing."""
+
+    folder: Path
+    baseline: Executed
+    baseline_metrics: Metrics
+    variants: tuple["VariantResult", ...]
+    routing: Any                # experiments.routing.RoutingTable
+    seconds: float
+
+    def to_dict(self) -> dict:
+        return {"baseline": self.baseline_metrics.to_dict(),
+                "variants": {v.variant.name: v.to_dict() | {"metrics": v.metrics.to_dict()} for v in self.variants},
+                "routing": self.routing.to_dict()}
+
+
+def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipeline]], queries: Sequence[Query],
+                     out: Path, *, queries_path: Path | None = None, progress: bool = True,
+                     latency_budget_ms: float | None = None, seed: int = 0) -> AblationResult:
+    """Run the baseline pipeline and each variant pipeline on the same queries and index version,
+    and compare them. Each variant resumes the baseline's traces from its ``start`` stage kind.
+
+    The pipelines may be ragdx's own or a user's (a stage replaced or added): a variant is any
+    :class:`Variant` naming the stage kinds it changes, and the pipeline that has the change.
+
+    ``out/baseline/`` and ``out/<variant>/`` are run folders; ``out/`` holds the manifest, the
+    metrics with every comparison, and the report.
+
+    Raises:
+        ConfigError: no variant, or two with one name (before anything runs).
+        StoreError: the index changed while the ablation ran.
+    """
+    if not variants:
+        raise ConfigError("an ablation needs at least one variant")
+    names = [v.name for v, _ in variants]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must differ: {', '.join(n for n in names if names.count(n) > 1)}")
+    started = time.perf_counter()
+    store = baseline.store
+    index_version = store.index_version
+    base = execute(baseline, queries, out / "baseline", baseline.run, progress=progress, label="baseline")
+    base_metrics = layered(base.rows)
+    info = manifest(baseline, queries_path)
+    write_json(out / "baseline" / "manifest.json", info)
+    write_json(out / "baseline" / "metrics.json", base_metrics.to_dict())
+    write_report(out / "baseline", info, queries, base, base_metrics, store)
+    traces = {t.query.id: t for t in base.traces}
+    results = []
+    for variant, pipeline in variants:
+        done = execute(pipeline, queries, out / variant.name,
+                       lambda q, p=pipeline, v=variant: p.resume(traces[q.id], v.start),
+                       progress=progress, label=variant.name, evidence=base.evidence)
+        metrics = layered(done.rows)
+        vinfo = manifest(pipeline, queries_path) | {"variant": list(variant.overrides)}
+        write_json(out / variant.name / "manifest.json", vinfo)
+        write_json(out / variant.name / "metrics.json", metrics.to_dict())
+        write_report(out / variant.name, vinfo, queries, done, metrics, store)  # its own drill-down
+        comparisons = compare(base.rows, done.rows, seed=seed)
+        reused = sorted({s.stage for t in done.traces for s in t.stages
+                         if any(s is b for b in traces[t.query.id].stages)})
+        failures = first_failures(done.rows)
+        results.append(VariantResult(variant, tuple(comparisons), tuple(readings(
+            variant, comparisons, first_failures(base.rows), failures, latency_budget_ms=latency_budget_ms)),
+            metrics, tuple(reused), failures, changed_outcomes(base.rows, done.rows)))
+    if store.index_version != index_version:
+        raise StoreError(f"the index changed during the ablation (version {index_version} -> "
+                         f"{store.index_version}); the runs are not comparable: run it again")
+    routing = routing_table({"baseline": base.rows} | {r.variant.name: r.metrics.rows for r in results})
+    result = AblationResult(out, base, base_metrics, tuple(results), routing, time.perf_counter() - started)
+    write_json(out / "manifest.json", info | {"variants": {r.variant.name: list(r.variant.overrides)
+                                                           for r in results},
+                                              "latency_budget_ms": latency_budget_ms})
+    write_json(out / "metrics.json", result.to_dict())
+    write_report(out, info, queries, base, base_metrics, store, result)
+    return result
+
+
+def ablate(store: Store, settings: Settings, queries: Sequence[Query], variants: Sequence[str],
+           out: Path, *, force: bool = False, queries_path: Path | None = None, progress: bool = True,
+           latency_budget_ms: float | None = None, encoder: Any = None) -> AblationResult:
+    """``ragdx ablate``: variants given as ``NAME:key=value[,key=value]`` settings changes of
+    ragdx's own pipeline (:func:`ablate_pipelines` does the rest).
+
+    Raises:
+        ConfigError: a malformed, empty, duplicated or multi-stage variant (before anything runs).
+        StoreError: the index changed while the ablation ran.
+    """
+    if not variants:
+        raise ConfigError("an ablation needs at least one --variant NAME:key=value")
+    parsed = [parse_variant(v, settings, force=force) for v in variants]
+    names = [v.name for v, _ in parsed]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"variant names must differ: {', '.join(n for n in names if names.count(n) > 1)}")
+    baseline = build_pipeline(store, settings, encoder=encoder)
+    pipelines = []
+    for variant, vsettings in parsed:
+        a, b = settings.retrieval.dense, vsettings.retrieval.dense
+        same_encoder = b.enabled and (a.model, a.backend, a.batch_size, a.query_prefix, a.passage_prefix) == \
+            (b.model, b.backend, b.batch_size, b.query_prefix, b.passage_prefix)
+        counter = baseline.assembler.counter if baseline.assembler is not None and \
+            vsettings.context.tokenizer == settings.context.tokenizer else None
+        pipelines.append((variant, build_pipeline(store, vsettings, context_counter=counter,
+                                                  encoder=baseline.encoder if same_encoder else encoder)))
+    return ablate_pipelines(baseline, pipelines, queries, out, queries_path=queries_path, progress=progress,
+                            latency_budget_ms=latency_budget_ms, seed=settings.seed)

@@ -80,9 +80,10 @@ def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on
 
 
 def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, iterations: int = 500,
-                 fitted_on: str = "") -> FeatureReranker:
+                 fitted_on: str = "", top_n: int = 20) -> FeatureReranker:
     """Logistic regression of relevance on the reranker's features, over each query's fused
-    candidates (gradient descent with L2 regularisation; deterministic)."""
+    candidates (gradient descent with L2 regularisation; deterministic). The fitted reranker
+    keeps ``top_n`` candidates."""
     rows, labels = [], []
     for query, lists, evidence in zip(run.queries, run.lists, run.evidence):
         fused = pipeline.fusion.run(lists)
@@ -102,7 +103,7 @@ def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, ite
         b -= 0.5 * float(np.mean(p - y))
     weights = {f: round(float(v), 6) for f, v in zip(FEATURES, w)} | {"bias": round(b, 6)}
     note = f"{fitted_on}; {len(run.queries)} queries, {len(y)} candidates, {int(y.sum())} relevant"
-    return FeatureReranker(pipeline.store, top_n=pipeline.settings.rerank.top_n, weights=weights,
+    return FeatureReranker(pipeline.store, top_n=top_n, weights=weights,
                            fitted_on=note)
 
 

@@ -12,11 +12,11 @@ import time
 
 from ragdx.diagnosis.evidence import EvidenceResolver
 from ragdx.ingest.chunk import TokenCounter
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.types import Context, ContextUnit, Query
 
 
-def gold_context(store: SQLiteStore, query: Query, counter: TokenCounter,
+def gold_context(store: Store, query: Query, counter: TokenCounter,
                  resolver: EvidenceResolver | None = None) -> Context:
     """The context a perfect retriever and assembler would give for ``query``."""
     started = time.perf_counter()

@@ -18,22 +18,14 @@ import hashlib
 import json
 import re
 from dataclasses import asdict, dataclass, field, replace
-from typing import Protocol
 
 from ragdx.errors import ConfigError
+from ragdx.protocols import TokenCounter
 from ragdx.text import sentence_spans
 from ragdx.types import Block, BlockKind, Chunk, ChunkKind, Document, ParsedDocument, Section
 
 __all__ = ["TokenCounter", "RegexTokenCounter", "ChunkerConfig", "ChunkedDocument",
            "StructureChunker"]
-
-
-class TokenCounter(Protocol):
-    """Counts the tokens of a text. ``name`` identifies the tokenizer in recorded config."""
-
-    name: str
-
-    def count(self, text: str) -> int: ...
 
 
 class RegexTokenCounter:

@@ -17,6 +17,7 @@ import numpy as np
 from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.embed import EmbedStats, Embedder, passage_input
 from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import SpaceState
 
 log = logging.getLogger("ragdx.index")
 
@@ -31,8 +32,8 @@ def build_space(store: SQLiteStore, embedder: Embedder) -> EmbedStats:
     with store.transaction():
         store.register_space(space, embedder.backend)
         store.write_vectors(space.id, rows)
-        if store.space_state(space.id) == "building":
-            store.set_space_state(space.id, "built", f"{len(rows)} vectors")
+        if store.space_state(space.id) is SpaceState.BUILDING:
+            store.set_space_state(space.id, SpaceState.BUILT, f"{len(rows)} vectors")
     return stats
 
 
@@ -77,9 +78,9 @@ def verify_space(store: SQLiteStore, space_id: str, embedder: Embedder | None = 
             problems.append(f"re-encoding {len(picked)} sampled chunks gives other vectors (lowest "
                             f"cosine {worst:.4f}): the encoder is not the one that built {space_id}")
     problems += store.fts_problems()
-    if not problems and state == "built":
+    if not problems and state is SpaceState.BUILT:
         with store.transaction():
-            store.set_space_state(space_id, "verified", "verify passed")
+            store.set_space_state(space_id, SpaceState.VERIFIED, "verify passed")
     return problems
 
 
@@ -88,16 +89,16 @@ def switch_space(store: SQLiteStore, space_id: str, *, force: bool = False) -> N
     state = store.space_state(space_id)
     if state is None:
         raise InputError(f"no embedding space {space_id!r}")
-    if state == "active":
+    if state is SpaceState.ACTIVE:
         return
-    if state not in ("verified", "retired") and not force:
+    if state not in (SpaceState.VERIFIED, SpaceState.RETIRED) and not force:
         raise InputError(f"space {space_id} is {state}, not verified: run 'ragdx index verify' first "
                          "(or switch with --force)")
     with store.transaction():
         active = store.active_space()
         if active is not None:
-            store.set_space_state(active.id, "retired", f"replaced by {space_id}")
-        store.set_space_state(space_id, "active", f"switched from {active.id if active else 'none'}")
+            store.set_space_state(active.id, SpaceState.RETIRED, f"replaced by {space_id}")
+        store.set_space_state(space_id, SpaceState.ACTIVE, f"switched from {active.id if active else 'none'}")
 
 
 def rollback_space(store: SQLiteStore) -> str:

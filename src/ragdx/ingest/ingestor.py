@@ -17,7 +17,7 @@ from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.store.sqlite import SQLiteStore
-from ragdx.types import Document, DocStatus, ParsedDocument
+from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
 
 log = logging.getLogger("ragdx.ingest")
 
@@ -37,14 +37,26 @@ class PreparedDocument:
     stored_chunks: int = 0
 
 
+class Action(ChoiceEnum):
+    """What ingesting one entry did to the store."""
+
+    ADD = "add"              # a new document or version
+    UPDATE = "update"        # attributes changed in place (acl, status, title, ...)
+    RECHUNK = "rechunk"      # the same text chunked again (a new parser or chunker config)
+    UNCHANGED = "unchanged"  # nothing to do
+
+
 @dataclass(frozen=True, slots=True)
 class IngestAction:
-    """What ingesting one entry did: ``add``, ``update`` (attributes), ``rechunk`` or ``unchanged``."""
+    """What ingesting one entry did (``action`` may be given as its string)."""
 
     doc_id: str
     version: str
-    action: str
+    action: Action
     detail: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", Action.parse(self.action, what="ingest action"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,7 @@ class IngestReport:
     index_version: int
     embedding: EmbedStats | None = None
 
-    def count(self, action: str) -> int:
+    def count(self, action: Action | str) -> int:
         return sum(1 for a in self.actions if a.action == action)
 
 

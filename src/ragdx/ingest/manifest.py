@@ -1,4 +1,4 @@
-"""Reading a corpus manifest (JSONL) or a folder into validated entries (CONTRACTS.md)."""
+"""Reading a corpus manifest (JSONL) or a folder into validated entries (docs/formats.md)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from ragdx._jsonl import Fields, iter_jsonl
+from ragdx._jsonl import Fields, control_character, iter_jsonl
 from ragdx.errors import InputError
 from ragdx.ingest.parsers import EXTENSIONS, FORMATS
 from ragdx.types import DocStatus
@@ -44,9 +44,9 @@ def load_manifest(path: Path) -> list[ManifestEntry]:
     for line, obj in iter_jsonl(path, what="manifest"):
         f = Fields(obj, str(path), line)
         f.check_known(_FIELDS, "put custom fields under 'metadata'")
-        doc_id = f.get("doc_id", str)
+        doc_id = f.ident("doc_id")
         rel = f.get("path", str)
-        version = f.get("version", str, default=None)
+        version = f.ident("version", default=None)
         if doc_id in seen:
             first_line, first_version = seen[doc_id]
             if version is None or first_version is None or version == first_version:
@@ -67,7 +67,7 @@ def load_manifest(path: Path) -> list[ManifestEntry]:
         fmt = f.get("format", str, default=None)
         if fmt is not None and fmt not in FORMATS:
             raise f.error("format", f"unknown format {fmt!r}; valid formats are {', '.join(FORMATS)}")
-        acl = f.str_list("acl", ("public",))
+        acl = f.str_list("acl", ("public",), ident=True)
         if not acl:
             raise f.error("acl", "must list at least one group (an empty acl would hide the document "
                           "from everyone)")
@@ -91,6 +91,11 @@ def scan_folder(folder: Path) -> tuple[list[ManifestEntry], list[Path]]:
         rel = path.relative_to(folder)
         if any(part.startswith(".") for part in rel.parts):
             continue
+        problem = control_character(rel.as_posix())
+        if problem:  # the file name becomes the doc_id
+            raise InputError(f"the file name {rel.as_posix()!r} {problem} (or bytes that are not "
+                             "UTF-8); rename it, or list it in a manifest with a doc_id",
+                             file=str(folder), field="doc_id")
         if path.suffix.lower() in EXTENSIONS:
             entries.append(ManifestEntry(doc_id=rel.as_posix(), path=path, origin=str(path)))
         else:

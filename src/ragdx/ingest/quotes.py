@@ -2,7 +2,7 @@
 checking which chunks hold that span.
 
 A quote matches the parsed text ignoring whitespace (every run of spaces, tabs and line breaks
-may differ, or be absent) but case-sensitively, as CONTRACTS.md says. When the parsed text lacks
+may differ, or be absent) but case-sensitively, as docs/formats.md says. When the parsed text lacks
 it, :func:`in_source` tells whether the raw source has the words (the parser lost them) or not
 (the source lacks them).
 """
@@ -13,7 +13,7 @@ import html
 import re
 from dataclasses import dataclass
 
-from ragdx.types import Chunk, Span
+from ragdx.types import ChoiceEnum, Chunk, Span
 
 _SPACE = re.compile(r"\s+")
 _TAG = re.compile(r"<[^<>]*>")
@@ -51,6 +51,14 @@ def in_source(raw_text: str, quote: str) -> bool:
     return bool(needle) and needle in loose(raw_text)
 
 
+class CoverageStatus(ChoiceEnum):
+    """Whether some chunk holds a span whole, chunks hold only pieces of it, or none touches it."""
+
+    FULL = "full"
+    PARTIAL = "partial"
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Coverage:
     """Which chunks hold a span: whole (``full``), in part (``partial``), or none.
@@ -64,8 +72,8 @@ class Coverage:
     partial: tuple[str, ...]
 
     @property
-    def status(self) -> str:
-        return "full" if self.full else "partial" if self.partial else "none"
+    def status(self) -> CoverageStatus:
+        return CoverageStatus.FULL if self.full else CoverageStatus.PARTIAL if self.partial else CoverageStatus.NONE
 
 
 def coverage(span: Span, chunks: list[Chunk]) -> Coverage:

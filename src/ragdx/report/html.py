@@ -119,8 +119,9 @@ def funnel_svg(metrics: Metrics) -> str:
         rows.append((stage, agg.value, int(round(agg.total)), agg.n, False))
         if stage == "retrieval":
             for name, a in m.items():
-                if name.startswith("complete@retrieval:"):
-                    rows.append((name.split(":", 1)[1], a.value, int(round(a.total)), a.n, True))
+                d = metric(name)
+                if d.stage == "retrieval" and d.channel is not None:
+                    rows.append((d.channel, a.value, int(round(a.total)), a.n, True))
     if not rows:
         return '<p class="muted">No query has required evidence labelled, so there is no funnel.</p>'
     width, label_w, bar_w, row_h = 760, 150, 480, 26

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any, Iterator
+
+from ragdx.errors import InputError
 
 
 def _id(*parts: object, n: int = 16) -> str:
@@ -96,3 +99,48 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
                "parent_id": root, "span_kind": attrs["openinference.span.kind"], "attributes": attrs}
         if stage.get("items") and kind != "generation":
             previous = stage["items"]
+
+
+def _json_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read the run file: {exc}", file=str(path)) from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError) as exc:
+            raise InputError(f"not a JSON line: {exc}", file=str(path), line=number) from None
+        if not isinstance(obj, dict):
+            raise InputError("a line must be a JSON object", file=str(path), line=number)
+        yield number, obj
+
+
+def export_run(folder: Path) -> Iterator[dict]:
+    """Every span of a run folder's traces (``ragdx export``), with each query's diagnosis.
+
+    Raises:
+        InputError: the folder holds no ``traces.jsonl``, or a run file is not what ragdx wrote
+            (naming the file and the line).
+    """
+    traces_path, diagnosis_path = folder / "traces.jsonl", folder / "diagnosis.jsonl"
+    if not traces_path.is_file():
+        raise InputError(f"{traces_path} not found: --run must be a run folder from 'ragdx run'")
+    index_version = None
+    manifest_path = folder / "manifest.json"
+    if manifest_path.is_file():
+        try:
+            index_version = json.loads(manifest_path.read_text(encoding="utf-8")).get("index_version")
+        except (ValueError, UnicodeDecodeError, AttributeError, RecursionError) as exc:
+            raise InputError(f"not a run manifest: {exc}", file=str(manifest_path)) from None
+    diagnoses = {}
+    if diagnosis_path.is_file():
+        diagnoses = {d.get("id"): d for _, d in _json_lines(diagnosis_path)}
+    for number, trace in _json_lines(traces_path):
+        try:
+            yield from spans(trace, diagnoses.get(trace.get("query_id")), index_version)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"not a ragdx trace: missing or malformed {exc}", file=str(traces_path),
+                             line=number) from None

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.types import Chunk, Principal
 
 log = logging.getLogger("ragdx.access")
 
 
-def readable_only(store: SQLiteStore, principal: Principal, stage: str, query_id: str,
+def readable_only(store: Store, principal: Principal, stage: str, query_id: str,
                   found: list[tuple[Chunk, float]]) -> list[tuple[Chunk, float]]:
     """Keep what the principal may read, checked again against the store's access table.
 

@@ -21,9 +21,9 @@ import time
 from dataclasses import dataclass, replace
 
 from ragdx.ingest.chunk import TokenCounter
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.text import content_terms, quantities, sentences, stem
-from ragdx.types import Conflict, Context, ContextUnit, Dropped, Query, Ranked
+from ragdx.types import Conflict, Context, ContextUnit, Dropped, Query, Ranked, StageKind
 
 INSTRUCTION_LIKE = re.compile(
     r"\b(ignore|disregard|forget|override)\b[^.]{0,40}\b(instructions?|prompts?|rules|guidelines)\b"
@@ -56,7 +56,9 @@ class ContextAssembler:
         min_tokens: the smallest truncated unit worth keeping.
     """
 
-    def __init__(self, store: SQLiteStore, counter: TokenCounter, *, budget_tokens: int = 1200,
+    kind = StageKind.CONTEXT
+
+    def __init__(self, store: Store, counter: TokenCounter, *, budget_tokens: int = 1200,
                  expand: str = "section", min_tokens: int = 24, name: str = "context") -> None:
         self.store, self.counter, self.budget = store, counter, budget_tokens
         self.expand, self.min_tokens, self.name = expand, min_tokens, name

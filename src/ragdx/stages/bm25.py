@@ -14,7 +14,7 @@ import re
 import time
 
 from ragdx.stages._access import readable_only
-from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, SQLiteStore
+from ragdx.protocols import Store
 from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
 
 # unicode61 splits on everything that is not a letter or a digit (underscore included)
@@ -27,12 +27,6 @@ def query_terms(text: str) -> list[str]:
     for term in _TERM.findall(text):
         seen.setdefault(term.lower(), None)
     return list(seen)
-
-
-def match_expression(text: str) -> str | None:
-    """An FTS5 MATCH expression: every term quoted as a string, joined by OR; None if no term."""
-    terms = query_terms(text)
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
 
 
 class BM25Retriever:
@@ -49,7 +43,7 @@ class BM25Retriever:
 
     kind = StageKind.RETRIEVAL
 
-    def __init__(self, store: SQLiteStore, *, top_k: int = 100, prefix_weight: float = 0.5,
+    def __init__(self, store: Store, *, top_k: int = 100, prefix_weight: float = 0.5,
                  text_weight: float = 1.0, name: str = "bm25") -> None:
         self.store = store
         self.top_k = top_k
@@ -59,13 +53,17 @@ class BM25Retriever:
     @property
     def config(self) -> dict[str, object]:
         return {"top_k": self.top_k, "prefix_weight": self.weights[0], "text_weight": self.weights[1],
-                "tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B, "operator": "OR"}
+                **self.store.bm25_config}
+
+    def deeper(self, top_k: int) -> "BM25Retriever":
+        """The same channel, returning ``top_k`` candidates."""
+        return BM25Retriever(self.store, top_k=top_k, prefix_weight=self.weights[0],
+                             text_weight=self.weights[1], name=self.name)
 
     def run(self, query: Query) -> Ranked:
         """Rank the readable chunks for ``query.question``."""
         started = time.perf_counter()
-        match = match_expression(query.question)
-        found = self.store.bm25(match, query.principal.groups, self.top_k, self.weights) if match else []
+        found = self.store.bm25(query_terms(query.question), query.principal.groups, self.top_k, self.weights)
         found = readable_only(self.store, query.principal, self.name, query.id, found)
         items = tuple(
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,

@@ -12,7 +12,7 @@ import time
 
 from ragdx.protocols import Encoder
 from ragdx.stages._access import readable_only
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.store.vectors import DenseIndex, HnswIndex, check_space
 from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
 
@@ -30,7 +30,7 @@ class DenseRetriever:
 
     kind = StageKind.RETRIEVAL
 
-    def __init__(self, store: SQLiteStore, encoder: Encoder, *, top_k: int = 100,
+    def __init__(self, store: Store, encoder: Encoder, *, top_k: int = 100,
                  search: str = "exact", name: str = "dense") -> None:
         self.store = store
         self.encoder = encoder
@@ -56,6 +56,10 @@ class DenseRetriever:
         space = self.encoder.space
         return {"top_k": self.top_k, "space": space.id, "model": space.model_id,
                 "weights_hash": space.weights_hash, "dim": space.dim, "search": self.search}
+
+    def deeper(self, top_k: int) -> "DenseRetriever":
+        """The same channel, returning ``top_k`` candidates."""
+        return DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name)
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()

@@ -21,7 +21,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from ragdx.errors import ConfigError, RagdxError
+from ragdx.errors import ChatError, ConfigError
 from ragdx.stages.assemble import INSTRUCTION_LIKE, render_prompt
 from ragdx.text import content_terms, sentences, statements, stem
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage
@@ -124,10 +124,6 @@ class ExtractiveGenerator:
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
-
-
-class ChatError(RagdxError):
-    """The chat endpoint failed after every retry."""
 
 
 class ChatClient:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import time
 
-from ragdx.store.sqlite import SQLiteStore, StoredVersion
-from ragdx.types import Candidate, DocStatus, Dropped, Provenance, Query, Ranked, StageKind
+from ragdx.protocols import Store
+from ragdx.types import Candidate, DocStatus, Dropped, Provenance, Query, Ranked, StageKind, StoredVersion
 
 
 class Governance:
@@ -28,7 +28,7 @@ class Governance:
 
     kind = StageKind.GOVERNANCE
 
-    def __init__(self, store: SQLiteStore, *, allow_superseded: bool = False,
+    def __init__(self, store: Store, *, allow_superseded: bool = False,
                  name: str = "governance") -> None:
         self.store, self.allow_superseded, self.name = store, allow_superseded, name
 

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.text import content_terms
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
 
 def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, config: dict,
@@ -78,7 +78,7 @@ class FeatureReranker:
 
     kind = StageKind.RERANK
 
-    def __init__(self, store: SQLiteStore, *, top_n: int = 10, weights: dict[str, float] | None = None,
+    def __init__(self, store: Store, *, top_n: int = 10, weights: dict[str, float] | None = None,
                  fitted_on: str = "", name: str = "features") -> None:
         self.store, self.top_n, self.name = store, top_n, name
         self.weights = dict(weights or PRIOR_WEIGHTS)
@@ -89,7 +89,7 @@ class FeatureReranker:
         self.fitted_on = fitted_on
 
     @classmethod
-    def from_file(cls, store: SQLiteStore, path: str | Path, top_n: int = 10) -> "FeatureReranker":
+    def from_file(cls, store: Store, path: str | Path, top_n: int = 10) -> "FeatureReranker":
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
             return cls(store, top_n=top_n, weights=data["weights"], fitted_on=data.get("fitted_on", ""))
@@ -122,7 +122,7 @@ class CrossEncoderReranker:
 
     kind = StageKind.RERANK
 
-    def __init__(self, store: SQLiteStore, model: str, *, top_n: int = 10, batch_size: int = 32,
+    def __init__(self, store: Store, model: str, *, top_n: int = 10, batch_size: int = 32,
                  name: str = "cross-encoder") -> None:
         if not model:
             raise ConfigError("rerank.model must name a cross-encoder (a model id or a local folder) "

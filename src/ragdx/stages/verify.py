@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.stages.generate import ChatClient
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.text import content_terms, quantities, statements, stem
 from ragdx.types import (
     Answer, Claim, ClaimCheck, Context, DocStatus, Query, StageKind, Verdict, Verification,
@@ -192,7 +192,7 @@ class ClaimVerifier:
 
     kind = StageKind.CITATION
 
-    def __init__(self, store: SQLiteStore, checker: SupportChecker | None = None, name: str = "verify") -> None:
+    def __init__(self, store: Store, checker: SupportChecker | None = None, name: str = "verify") -> None:
         self.store, self.checker, self.name = store, checker or LexicalChecker(), name
 
     def check(self, query: Query, context: Context, claim: Claim) -> ClaimCheck:

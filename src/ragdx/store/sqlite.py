@@ -15,14 +15,14 @@ import logging
 import sqlite3
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 from ragdx.errors import InputError, StoreError
 from ragdx.types import (
-    ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, ParsedDocument, Section,
+    ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
+    SpaceState, StoredVersion,
 )
 
 log = logging.getLogger("ragdx.store")
@@ -146,29 +146,12 @@ FTS_BM25_K1 = 1.2
 FTS_BM25_B = 0.75
 
 
-@dataclass(frozen=True, slots=True)
-class StoredVersion:
-    """A document version as stored, with what produced its chunks."""
-
-    document: Document
-    seq: int
-    parser: str
-    parse_warnings: tuple[str, ...]
-    chunker_config: str
-    ingested_at: str
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One line of the store's update log."""
-
-    seq: int
-    at: str
-    index_version: int
-    op: str
-    doc_id: str | None
-    version: str | None
-    detail: str
+def match_expression(terms: Sequence[str]) -> str | None:
+    """An FTS5 MATCH expression: every term quoted as a string, joined by OR (FTS5's implicit
+    operator is AND, which would demand every word of a question); None if there is no term.
+    Quoting means no question can carry FTS5 syntax (``"``, ``*``, ``NEAR``, ``-``, ``:``,
+    ``AND``/``OR``/``NOT``, parentheses) into the query."""
+    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
 
 
 def _now() -> str:
@@ -648,7 +631,12 @@ class SQLiteStore:
         self._readable[key[0]] = (key[1], rows)
         return rows
 
-    def bm25(self, match: str, groups: tuple[str, ...], limit: int,
+    @property
+    def bm25_config(self) -> dict[str, object]:
+        """How the keyword index scores (FTS5 fixes k1 and b)."""
+        return {"tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B, "operator": "OR"}
+
+    def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
              weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
         """FTS5 BM25 search among the chunks the groups may read: the best ``limit`` readable
         chunks, exactly as if the access filter ran inside the query. Scores are ``-bm25()``:
@@ -659,12 +647,15 @@ class SQLiteStore:
         about as much as the ranking itself).
 
         Args:
-            match: an FTS5 MATCH expression (see :func:`ragdx.stages.bm25.match_expression`).
+            terms: the query's terms, matched with OR semantics (:func:`match_expression`).
             groups: the principal's access groups.
             limit: how many to return.
             weights: bm25() column weights for the prefix and the text (a weight scales term
                 frequency; lengths and document frequencies count every column).
         """
+        match = match_expression(terms)
+        if match is None:
+            return []
         allowed = self.readable_rowids(groups)
         fetch = max(limit * 4, 64)
         while True:
@@ -694,21 +685,21 @@ class SQLiteStore:
                     (space.id, body, backend, _now(), _now()))
         self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
 
-    def spaces(self) -> list[tuple[EmbeddingSpace, str, str, int]]:
+    def spaces(self) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
         """Every registered space: the space, its backend, its state and its vector count."""
         out = []
         for sid, body, backend, state in self._db.execute(
                 "SELECT id, body, backend, state FROM spaces ORDER BY created_at, id"):
             count = self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?",
                                      (sid,)).fetchone()[0]
-            out.append((EmbeddingSpace(**json.loads(body)), backend, state, count))
+            out.append((EmbeddingSpace(**json.loads(body)), backend, SpaceState(state), count))
         return out
 
-    def space_state(self, space_id: str) -> str | None:
+    def space_state(self, space_id: str) -> SpaceState | None:
         row = self._db.execute("SELECT state FROM spaces WHERE id = ?", (space_id,)).fetchone()
-        return row[0] if row else None
+        return SpaceState(row[0]) if row else None
 
-    def set_space_state(self, space_id: str, state: str, reason: str) -> None:
+    def set_space_state(self, space_id: str, state: SpaceState, reason: str) -> None:
         self._write("UPDATE spaces SET state = ?, updated_at = ? WHERE id = ?",
                     (state, _now(), space_id))
         self.log("space", None, None, f"{space_id} -> {state}: {reason}")

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ragdx.errors import MissingExtraError, SpaceMismatchError
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Store
 from ragdx.types import EmbeddingSpace
 
 
@@ -29,7 +29,7 @@ class DenseIndex:
     group_rows: dict[str, np.ndarray]  # group -> boolean mask over rows
 
     @classmethod
-    def load(cls, store: SQLiteStore, space_id: str, dim: int) -> "DenseIndex":
+    def load(cls, store: Store, space_id: str, dim: int) -> "DenseIndex":
         version = store.index_version
         ids, docs, blobs, ends = store.vector_table(space_id)
         matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), dim) \

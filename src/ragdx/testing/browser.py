@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragdx.errors import MissingExtraError, RagdxError
+from ragdx.errors import BrowserError, MissingExtraError
 
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 
@@ -34,10 +34,6 @@ CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "chrome")
 def find_chromium() -> str | None:
     """The path of a Chromium-family browser on PATH, if any."""
     return next((path for name in CANDIDATES if (path := shutil.which(name))), None)
-
-
-class BrowserError(RagdxError):
-    exit_code = 1
 
 
 class Page:

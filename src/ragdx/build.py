@@ -1,0 +1,150 @@
+"""Building ragdx's own parts from settings: the encoder, the chunker, the ingestor and the
+pipeline (its stages, in order). The one place that knows which class each setting names.
+
+Everything built here can be replaced by a user's own object that satisfies the same protocol
+(:mod:`ragdx.protocols`): pass your own stages to :class:`~ragdx.pipeline.Pipeline`, or build the
+default ones with :func:`default_stages` and change the list.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ragdx.config import DenseSettings, Settings
+from ragdx.errors import ConfigError
+from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
+from ragdx.ingest.embed import Embedder
+from ragdx.ingest.ingestor import Ingestor
+from ragdx.pipeline import Pipeline
+from ragdx.protocols import Encoder, Store, TokenCounter
+from ragdx.stages.assemble import ContextAssembler
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.dense import DenseRetriever
+from ragdx.stages.fuse import RRF, WeightedFusion
+from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
+from ragdx.stages.govern import Governance
+from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
+from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
+
+__all__ = ["build_encoder", "chunker_for", "build_ingestor", "default_stages", "build_pipeline"]
+
+
+def build_encoder(dense: DenseSettings) -> Encoder:
+    """The encoder the dense settings name (loaded lazily, on first use)."""
+    common: dict[str, Any] = {"batch_size": dense.batch_size, "query_prefix": dense.query_prefix,
+                              "passage_prefix": dense.passage_prefix}
+    if dense.backend == "onnx":
+        from ragdx.encoders.onnx import OnnxEncoder
+        if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it
+            path = Path(dense.model)
+            return OnnxEncoder(path.stem, model_path=path, vocab_path=path.parent / "vocab.txt", **common)
+        return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
+                           **common)
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    return SentenceTransformerEncoder(dense.model, **common)
+
+
+def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerConfig, TokenCounter]:
+    """The chunker config and token counter: by default the dense encoder's own tokenizer, so
+    chunks fit the encoder's window."""
+    mode = settings.chunking.tokenizer
+    if mode == "encoder" and encoder is None:
+        raise ConfigError("chunking.tokenizer is 'encoder' but the dense channel is off")
+    counter: TokenCounter = encoder if encoder is not None and mode in ("auto", "encoder") \
+        else RegexTokenCounter()
+    config = ChunkerConfig(max_tokens=settings.chunking.max_tokens,
+                           overlap_tokens=settings.chunking.overlap_tokens, tokenizer=counter.name)
+    return config, counter
+
+
+def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None) -> Ingestor:
+    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say."""
+    dense = settings.retrieval.dense
+    backend = type(encoder).__name__ if encoder is not None else dense.backend
+    if dense.enabled and encoder is None:
+        encoder = build_encoder(dense)
+    if not dense.enabled:
+        encoder = None
+    config, counter = chunker_for(settings, encoder)
+    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
+    return Ingestor(store, config, counter, embedder)
+
+
+def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None = None,
+                   context_counter: TokenCounter | None = None) -> list[Any]:
+    """ragdx's own stages, in pipeline order, as the settings describe them.
+
+    Args:
+        store: the store the stages read.
+        settings: the settings.
+        encoder: the dense channel's encoder (built from the settings when None and needed).
+        context_counter: the context budget's token counter (default: the encoder's tokenizer,
+            or words and punctuation without a dense channel).
+    """
+    r = settings.retrieval
+    stages: list[Any] = []
+    if r.bm25.enabled:
+        stages.append(BM25Retriever(store, top_k=r.bm25.top_k, prefix_weight=r.bm25.prefix_weight,
+                                    text_weight=r.bm25.text_weight))
+    if r.dense.enabled:
+        if encoder is None:
+            raise ConfigError("the dense channel needs an encoder")
+        stages.append(DenseRetriever(store, encoder, top_k=r.dense.top_k, search=r.dense.search))
+    if not stages:
+        raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
+                          "retrieval.dense.enabled to true")
+    f = settings.fusion
+    stages.append(WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted"
+                  else RRF(f.c, f.top_k))
+    rr = settings.rerank
+    if rr.method == "features":
+        stages.append(FeatureReranker.from_file(store, rr.weights_file, rr.top_n) if rr.weights_file
+                      else FeatureReranker(store, top_n=rr.top_n))
+    elif rr.method == "cross-encoder":
+        stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
+    stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded))
+    c = settings.context
+    if c.tokenizer == "encoder" and encoder is None and context_counter is None:
+        raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")
+    counter = context_counter or (encoder if encoder is not None and c.tokenizer in ("auto", "encoder")
+                                  else RegexTokenCounter())
+    stages.append(ContextAssembler(store, counter, budget_tokens=c.budget_tokens, expand=c.expand,
+                                   min_tokens=c.min_tokens))
+    g = settings.generation
+    client = None
+    if g.method == "chat" or settings.verify.method == "llm":
+        client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
+                            max_retries=g.max_retries, max_tokens=g.max_tokens,
+                            price_prompt_per_1k=g.price_prompt_per_1k,
+                            price_completion_per_1k=g.price_completion_per_1k)
+    stages.append(ChatGenerator(client) if g.method == "chat" and client else
+                  ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
+                                      max_sentences=g.max_sentences))
+    v = settings.verify
+    checker: Any = LexicalChecker()
+    if v.method == "nli":
+        checker = NliChecker(v.model)
+    elif v.method == "llm" and client is not None:
+        checker = LlmJudge(client)
+    stages.append(ClaimVerifier(store, checker))
+    return stages
+
+
+def build_pipeline(store: Store, settings: Settings | None = None, *, encoder: Encoder | None = None,
+                   context_counter: TokenCounter | None = None) -> Pipeline:
+    """The pipeline the settings describe (defaults when None).
+
+    Args:
+        store: the store.
+        settings: the settings.
+        encoder: an encoder to use instead of the one the settings name (tests, custom models).
+        context_counter: the context budget's token counter (an ablation keeps the baseline's).
+    """
+    settings = settings or Settings()
+    if settings.retrieval.dense.enabled:
+        encoder = encoder or build_encoder(settings.retrieval.dense)
+    else:
+        encoder = None
+    stages = default_stages(store, settings, encoder=encoder, context_counter=context_counter)
+    return Pipeline(stages, store=store, encoder=encoder, settings=settings)

@@ -1,0 +1,109 @@
+"""Fitting weighted fusion and the feature reranker on a validation set (ragdx fit)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ragdx.build import build_pipeline
+from ragdx.cli import main
+from ragdx.diagnosis.evidence import RESOLVED, QueryEvidence, ResolvedAlternative, relevant_items
+from ragdx.errors import InputError
+from ragdx.experiments import fit
+from ragdx.stages.rerank import FeatureReranker
+from ragdx.types import Alternative, Candidate, Principal, Query, Ranked, Span, StageKind
+from tests.stages.conftest import small  # noqa: F401  (the small corpus fixture)
+
+SPAN = Span("d", "v", 0, 10)
+
+
+def _ranked(name, scored):
+    return Ranked(name, StageKind.RETRIEVAL, tuple(
+        Candidate(cid, "d", "v", start, start + 10, rank, score)
+        for rank, (cid, start, score) in enumerate(scored, start=1)))
+
+
+def _run():
+    """One query whose evidence (chunk 'rel', span 0-10) channel a ranks first and channel b last."""
+    query = Query("q", "question", Principal(), required=((Alternative(doc="d", quote="x"),),))
+    evidence = QueryEvidence("q", (ResolvedAlternative(0, 0, query.required[0][0], RESOLVED, SPAN),))
+    a = _ranked("a", [("rel", 0, 2.0), ("irr1", 20, 1.0)])
+    b = _ranked("b", [("irr2", 40, 10.0), ("irr3", 60, 9.0), ("rel", 0, 1.0)])
+    return fit.ValidationRun((query,), ((a, b),), (evidence,))
+
+
+def test_fusion_calibration_is_each_channels_z_score():
+    fused = fit.fit_fusion(_run(), k=1)
+    a, b = fused.channels["a"], fused.channels["b"]
+    assert (a.mean, a.std, a.missing) == pytest.approx((1.5, 0.5, -1.0))
+    scores = np.array([10.0, 9.0, 1.0])
+    assert (b.mean, b.std) == pytest.approx((scores.mean(), scores.std()))
+    assert b.missing == pytest.approx((1.0 - scores.mean()) / scores.std())
+
+
+def test_fusion_weights_are_the_most_equal_ones_that_recall_the_evidence():
+    # fused scores: rel = wa - 1.4069 wb, irr2 = -wa + 0.8276 wb; rel ranks first when
+    # wa > 2.2345 / 4.2345 = 0.5277, so on a 0.05 grid the most equal winning weights are 0.55/0.45
+    fused = fit.fit_fusion(_run(), k=1)
+    assert fused.channels["a"].weight == pytest.approx(0.55)
+    assert fused.channels["b"].weight == pytest.approx(0.45)
+    assert fused.fitted_on.endswith("1 queries; mean group recall@1 1.0000")
+    assert [c.chunk_id for c in fused.run(_run().lists[0]).items] == ["rel"]
+
+
+def test_fusion_file_round_trip(tmp_path):
+    fused = fit.fit_fusion(_run(), k=1, fitted_on="dev")
+    fit.save_fusion(fused, tmp_path / "f.json")
+    again = type(fused).from_file(tmp_path / "f.json", top_k=1)
+    assert again.channels == fused.channels and again.fitted_on == fused.fitted_on
+
+
+def test_collect_needs_an_answerable_query_with_evidence(small):
+    store, encoder, settings = small
+    with pytest.raises(InputError, match="no answerable query with required evidence"):
+        fit.collect(build_pipeline(store, settings, encoder=encoder), [Query("q", "refund?", answerable=False)])
+
+
+QUERIES = [
+    Query("q1", "How many days for a refund after delivery?", required=(
+        (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),)),
+    Query("q2", "What does error RFD-5003 mean?", required=(
+        (Alternative(doc="errors.md", quote="Error RFD-5003 means the payment provider timed out."),),)),
+    Query("q3", "When are parcels delivered?", required=(
+        (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),)),
+]
+
+
+def test_the_fitted_reranker_counts_its_data_and_round_trips(small, tmp_path):
+    store, encoder, settings = small
+    pipeline = build_pipeline(store, settings, encoder=encoder)
+    run = fit.collect(pipeline, QUERIES)
+    reranker = fit.fit_reranker(pipeline, run, fitted_on="dev", top_n=3)
+    fused = [pipeline.fusion.run(lists) for lists in run.lists]
+    candidates = sum(len(f.items) for f in fused)
+    relevant = sum(len(relevant_items(ev, {c.chunk_id: c.span for c in f.items}))
+                   for f, ev in zip(fused, run.evidence))
+    assert reranker.fitted_on == f"dev; 3 queries, {candidates} candidates, {relevant} relevant"
+    assert relevant == 3 and reranker.top_n == 3
+    fit.save_reranker(reranker, tmp_path / "r.json")
+    again = FeatureReranker.from_file(store, tmp_path / "r.json", top_n=3)
+    assert again.weights == reranker.weights
+    # fitted on these queries, it puts each one's evidence first
+    for query, f, ev in zip(run.queries, fused, run.evidence):
+        top = reranker.run(query, f).items[0]
+        assert top.chunk_id in relevant_items(ev, {c.chunk_id: c.span for c in f.items}), query.id
+
+
+def test_ragdx_fit_writes_weights_that_ragdx_run_reads(example_store, tmp_path, capsys):
+    queries = tmp_path / "q.jsonl"
+    queries.write_text("".join(json.dumps(q) + "\n" for q in [
+        {"id": "a", "question": "Can I get a refund 20 days after delivery?",
+         "required": [[{"doc": "policies/refund.md", "quote": "within 30 days of delivery"}]]},
+    ]))
+    out = tmp_path / "rerank.json"
+    code = main(["fit", "rerank", "--store", str(example_store.path), "--queries", str(queries), "--out",
+                 str(out), "--set", "retrieval.dense.enabled=false"])
+    assert code == 0, capsys.readouterr().err
+    written = json.loads(out.read_text())
+    assert written["method"] == "features" and set(written["weights"]) >= {"bias", "fused_rank"}
+    assert f"use --set rerank.weights_file={out}" in capsys.readouterr().out
