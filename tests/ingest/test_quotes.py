@@ -30,3 +30,17 @@ def test_coverage_full_partial_none():
     assert coverage(Span("d", "v", 51, 75), chunks).full == ("c",)       # the duplicate is ignored
     assert coverage(Span("d", "v", 37, 39), chunks).status == "none"
     assert coverage(Span("d", "other", 0, 36), chunks).status == "none"  # another version
+
+
+def test_a_quote_copied_from_a_rendered_table_resolves_to_the_row():
+    parsed = "Version | Released | End of life\n3.11 | 2022-10-24 | 2027-10\n3.12 | 2023-10-02 | 2028-10"
+    # copied from the browser, the cells are apart by spaces (or tabs); the parser joined them with " | "
+    [(start, end)] = find_quote(parsed, "3.12 2023-10-02 2028-10")
+    assert parsed[start:end] == "3.12 | 2023-10-02 | 2028-10"
+    [(start, end)] = find_quote(parsed, "3.11\t2022-10-24")
+    assert parsed[start:end] == "3.11 | 2022-10-24"
+    # a quote that holds the separator itself must match it
+    assert find_quote(parsed, "3.11 | 2022-10-24") == [(start, end)]
+    assert find_quote(parsed, "3.11 || 2022-10-24") == []
+    # cells are still matched in order, not as a bag of words
+    assert find_quote(parsed, "2022-10-24 3.11") == []

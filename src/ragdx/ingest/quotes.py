@@ -20,14 +20,23 @@ _TAG = re.compile(r"<[^<>]*>")
 _MARKUP = str.maketrans("", "", "*_`#|>[]\\")
 
 
-def _compact(text: str) -> tuple[str, list[int]]:
-    """The text without whitespace, and for each kept character its offset in ``text``."""
-    offsets = [i for i, ch in enumerate(text) if not ch.isspace()]
+#: how the parsers join a table row's cells in the parsed text ("a | b | c")
+CELL_SEPARATOR = "|"
+
+
+def _compact(text: str, drop: str = "") -> tuple[str, list[int]]:
+    """The text without whitespace (and without the characters in ``drop``), and for each kept
+    character its offset in ``text``."""
+    offsets = [i for i, ch in enumerate(text) if not ch.isspace() and ch not in drop]
     return "".join(text[i] for i in offsets), offsets
 
 
 def find_quote(text: str, quote: str) -> list[tuple[int, int]]:
     """Every place ``quote`` occurs in ``text`` ignoring whitespace, as ``(start, end)`` offsets.
+
+    A quote copied from a rendered table has its cells apart by spaces where the parsed text
+    joins them with ``" | "``: when the quote holds no ``|``, the cell separators are ignored
+    too, so it still resolves to the row's span.
 
     The span starts at the quote's first character and ends after its last, so it never
     includes the whitespace around it.
@@ -35,7 +44,7 @@ def find_quote(text: str, quote: str) -> list[tuple[int, int]]:
     needle = _SPACE.sub("", quote)
     if not needle:
         return []
-    compact, offsets = _compact(text)
+    compact, offsets = _compact(text, "" if CELL_SEPARATOR in quote else CELL_SEPARATOR)
     found, pos = [], compact.find(needle)
     while pos >= 0:
         found.append((offsets[pos], offsets[pos + len(needle) - 1] + 1))
