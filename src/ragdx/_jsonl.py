@@ -1,14 +1,93 @@
-"""Reading JSONL input files with errors that name the file, the line and the field."""
+"""Reading JSONL input files with errors that name the file, the line and the field.
+
+Every input is strict JSON that ragdx can store and print: ``NaN`` and ``Infinity`` are refused,
+an integer must fit SQLite's 64 bits, nesting stops at :data:`MAX_DEPTH` levels, and a string
+with a lone surrogate (an escape such as ``"\\ud800"`` that is no character) is refused, each
+naming the file, the line and the field.
+"""
 
 from __future__ import annotations
 
 import json
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
 
 from ragdx.errors import InputError
 
 _MISSING = object()
+
+#: The deepest nesting of arrays and objects an input line may have.
+MAX_DEPTH = 64
+_INT_LIMIT = 2 ** 63  # SQLite's integers are signed 64-bit
+
+
+def _parse_int(text: str) -> int:
+    # checked before converting: int() of a 5,000-digit string is itself an error
+    if len(text.lstrip("-")) > 19 or not -_INT_LIMIT <= int(text) < _INT_LIMIT:
+        raise ValueError(f"the integer {text[:24]}{'...' if len(text) > 24 else ''} is out of range "
+                         f"(at most {_INT_LIMIT - 1})")
+    return int(text)
+
+
+def _refuse_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number (use a number or null)")
+
+
+def loads(text: str, *, file: str, line: int | None = None) -> Any:
+    """Strict JSON (see the module's docstring), its problems reported as :class:`InputError`."""
+    try:
+        value = json.loads(text, parse_int=_parse_int, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", file=file, line=line) from None
+    except RecursionError:
+        raise InputError(f"JSON nested deeper than {MAX_DEPTH} levels", file=file, line=line) from None
+    except ValueError as exc:
+        raise InputError(f"unreadable JSON: {exc}", file=file, line=line) from None
+    check_strings(value, file=file, line=line)
+    return value
+
+
+def bad_unicode(text: str) -> str | None:
+    """What makes ``text`` invalid Unicode (a lone surrogate, where), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"not valid Unicode: a lone surrogate {text[exc.start]!r} at character {exc.start}"
+    return None
+
+
+def check_strings(value: Any, *, file: str, line: int | None = None) -> None:
+    """Refuse nesting deeper than :data:`MAX_DEPTH` and strings (keys too) that are not valid
+    Unicode, naming the field (walked without recursion)."""
+    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    while stack:
+        node, where, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InputError(f"JSON nested deeper than {MAX_DEPTH} levels", file=file, line=line,
+                             field=where or None)
+        if isinstance(node, str):
+            problem = bad_unicode(node)
+            if problem:
+                raise InputError(problem, file=file, line=line, field=where or None)
+        elif isinstance(node, dict):
+            for key, item in node.items():
+                problem = bad_unicode(key)
+                if problem:
+                    raise InputError(f"a field name is {problem}", file=file, line=line,
+                                     field=where or None)
+                stack.append((item, f"{where}.{key}" if where else key, depth + 1))
+        elif isinstance(node, list):
+            stack += [(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(node)]
+
+
+def control_character(text: str) -> str | None:
+    """Where an id holds a control character (NUL, ESC, DEL, ...) or a lone surrogate, in words;
+    None when it holds neither. Such ids cannot be typed, printed or deleted safely."""
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in ("Cc", "Cs"):
+            return f"holds the control character {ch!r} at position {i}"
+    return None
 
 
 def read_text(path: Path, *, what: str = "file") -> str:
@@ -48,11 +127,7 @@ def iter_jsonl(path: Path, *, what: str) -> Iterator[tuple[int, dict[str, Any]]]
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}",
-                             file=str(path), line=number) from None
+        obj = loads(line, file=str(path), line=number)
         if not isinstance(obj, dict):
             raise InputError(f"expected a JSON object, got {type(obj).__name__}",
                              file=str(path), line=number)
@@ -91,12 +166,28 @@ class Fields:
             raise self.error(name, "must not be empty")
         return value
 
-    def str_list(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    def ident(self, name: str, default: Any = _MISSING) -> Any:
+        """A string naming something (a document, a version, a query): no control characters."""
+        value = self.get(name, str, default)
+        if isinstance(value, str):
+            self._check_ident(name, value)
+        return value
+
+    def _check_ident(self, name: str, value: str) -> None:
+        problem = control_character(value)
+        if problem:
+            raise self.error(name, f"{json.dumps(value)} {problem}; an id may not hold one")
+
+    def str_list(self, name: str, default: tuple[str, ...], *, ident: bool = False) -> tuple[str, ...]:
+        """A list of non-empty strings; with ``ident``, each is an id (no control characters)."""
         value = self.get(name, list, default=None)
         if value is None:
             return default
         if not all(isinstance(v, str) and v for v in value):
             raise self.error(name, f"expected a list of non-empty strings, got {json.dumps(value)}")
+        if ident:
+            for i, v in enumerate(value):
+                self._check_ident(f"{name}[{i}]", v)
         return tuple(value)
 
 

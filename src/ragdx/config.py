@@ -1,28 +1,34 @@
 """One typed settings tree, read from TOML and ``--set key=value`` overrides, validated on load.
 
 Every key is a dotted path (``retrieval.dense.enabled``); an unknown key, a value of the wrong
-type, or a value outside its choices is a :class:`~ragdx.errors.ConfigError` that names the key
-and lists what is valid. Candidate count (``fusion.top_k``), post-rerank count
+type, or a value outside its choices or range is a :class:`~ragdx.errors.ConfigError` that names
+the key and lists what is valid. Numbers must be finite (``nan`` and ``inf`` are refused) and an
+integer at most :data:`MAX_INT`. Candidate count (``fusion.top_k``), post-rerank count
 (``rerank.top_n``) and context budget (``context.budget_tokens``) are three separate settings.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragdx.errors import ConfigError
+from ragdx._jsonl import decode_utf8
+from ragdx.errors import ConfigError, InputError
+
+#: The largest integer any setting takes (a count, a size, a budget).
+MAX_INT = 1_000_000_000
 
 
 def _choice(default: str, *choices: str) -> Any:
     return field(default=default, metadata={"choices": choices})
 
 
-def _at_least(default: float, low: float) -> Any:
-    return field(default=default, metadata={"min": low})
+def _at_least(default: float, low: float, high: float | None = None) -> Any:
+    return field(default=default, metadata={"min": low, "max": high})
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +123,7 @@ class GenerationSettings:
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"
-    timeout: float = _at_least(60.0, 0.001)
+    timeout: float = _at_least(60.0, 0.001, 86_400.0)
     max_retries: int = _at_least(3, 0)
     max_tokens: int = _at_least(512, 1)
     price_prompt_per_1k: float = _at_least(0.0, 0.0)
@@ -144,7 +150,7 @@ class Settings:
     context: ContextSettings = ContextSettings()
     generation: GenerationSettings = GenerationSettings()
     verify: VerifySettings = VerifySettings()
-    seed: int = 0
+    seed: int = _at_least(0, 0, 2 ** 32 - 1)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -166,19 +172,31 @@ def _keys(cls: type, prefix: str = "") -> list[str]:
     return out
 
 
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def _check(f: dataclasses.Field, key: str, value: Any) -> Any:
     kind = type(f.default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > 1e300:
+            raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}")
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"setting {key!r} must be {kind.__name__}, not {value!r}")
+        raise ConfigError(f"setting {key!r} must be {kind.__name__}, not {_show(value)}")
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"setting {key!r} must be one of {', '.join(map(repr, choices))}, "
-                          f"not {value!r}")
+                          f"not {_show(value)}")
+    if kind is float and not math.isfinite(value):
+        raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}")
     low = f.metadata.get("min")
     if low is not None and value < low:
-        raise ConfigError(f"setting {key!r} must be at least {low}, not {value!r}")
+        raise ConfigError(f"setting {key!r} must be at least {low}, not {_show(value)}")
+    high = f.metadata.get("max") or (MAX_INT if kind is int else None)
+    if high is not None and value > high:
+        raise ConfigError(f"setting {key!r} must be at most {high}, not {_show(value)}")
     return value
 
 
@@ -189,11 +207,11 @@ def _apply(node: Any, data: dict[str, Any], prefix: str) -> Any:
         key = prefix + name
         if name not in by_name:
             valid = ", ".join(k for k in _keys(Settings) if k.startswith(prefix))
-            raise ConfigError(f"unknown setting {key!r}; valid settings here: {valid}")
+            raise ConfigError(f"unknown setting {_show(key)}; valid settings here: {valid}")
         current = getattr(node, name)
         if is_dataclass(current):
             if not isinstance(value, dict):
-                raise ConfigError(f"setting {key!r} is a table of settings, not {value!r}")
+                raise ConfigError(f"setting {key!r} is a table of settings, not {_show(value)}")
             changes[name] = _apply(current, value, key + ".")
         else:
             changes[name] = _check(by_name[name], key, value)
@@ -203,11 +221,11 @@ def _apply(node: Any, data: dict[str, Any], prefix: str) -> Any:
 def parse_override(text: str) -> tuple[str, Any]:
     """``key=value`` with a TOML value (``5``, ``true``, ``"x"``); a bare word is a string."""
     if "=" not in text:
-        raise ConfigError(f"--set expects key=value, got {text!r}")
+        raise ConfigError(f"--set expects key=value, got {_show(text)}")
     key, raw = (part.strip() for part in text.split("=", 1))
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         value = raw
     return key, value
 
@@ -231,11 +249,19 @@ def load_settings(path: str | Path | None = None, overrides: Sequence[str] = ())
     settings = Settings()
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+            data = tomllib.loads(decode_utf8(Path(path).read_bytes(), str(path)))
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"{path}: is a directory, not a TOML settings file") from None
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read the config file: {exc.strerror}") from None
+        except InputError as exc:  # not UTF-8, as TOML must be
+            raise ConfigError(str(exc)) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
         settings = _apply(settings, data, "")
     return with_overrides(settings, overrides)
 

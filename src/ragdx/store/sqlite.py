@@ -17,7 +17,7 @@ import threading
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ragdx.errors import InputError, StoreError
 from ragdx.types import (
@@ -158,6 +158,21 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def _decoding(table: str) -> Callable[[Callable], Callable]:
+    """A method that decodes rows of ``table``: a row that does not decode (a value outside its
+    choices, JSON that does not parse) is a damaged store, said with a :class:`StoreError`."""
+    def wrap(method: Callable) -> Callable:
+        @functools.wraps(method)
+        def decode(self: "SQLiteStore", *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except (ValueError, TypeError, KeyError) as exc:
+                raise StoreError(f"{self.path}: damaged store: a row of the table {table} cannot be "
+                                 f"read ({exc})") from None
+        return decode
+    return wrap
+
+
 class OpenMode(ChoiceEnum):
     """How a store is opened.
 
@@ -251,6 +266,10 @@ class SQLiteStore:
         if int(version) > SCHEMA_VERSION:
             raise StoreError(f"{self.path}: store schema {version} is newer than this ragdx "
                              f"({SCHEMA_VERSION}); upgrade ragdx")
+        row = self._db.execute("SELECT value FROM meta WHERE key='index_version'").fetchone()
+        if row is None or not (isinstance(row[0], str) and row[0].isdigit() and row[0].isascii()):
+            raise StoreError(f"{self.path}: damaged store: index_version is "
+                             f"{row[0] if row else None!r}, not a number")
         expected = _expected_schema()
         for kind, name in sorted(set(expected) - found):
             raise StoreError(f"{self.path}: damaged store: the {kind} {name!r} is missing")
@@ -481,6 +500,7 @@ class SQLiteStore:
                     "VALUES (?,?,?,?,?,?)", (_now(), self.index_version + 1, op, doc_id, version, detail))
 
     # -- reads ------------------------------------------------------------------------------
+    @_decoding("documents")
     def _version_row(self, row: tuple) -> StoredVersion:
         (doc_id, version, seq, content_hash, path, title, fmt, status, updated_at, metadata,
          parser, warnings, chunker_config, ingested_at) = row
@@ -528,8 +548,8 @@ class SQLiteStore:
                       "prefix, header_start, header_end, token_count, prev_id, next_id, "
                       "duplicate_of, over_limit, config_id")
 
-    @staticmethod
-    def _chunk_row(row: tuple) -> Chunk:
+    @_decoding("chunks")
+    def _chunk_row(self, row: tuple) -> Chunk:
         (cid, doc_id, version, start, end, text, kind, path, section_id, prefix, hs, he, tokens,
          prev_id, next_id, dup, over, config_id) = row
         return Chunk(cid, doc_id, version, start, end, text, ChunkKind(kind), tuple(json.loads(path)),
@@ -564,6 +584,7 @@ class SQLiteStore:
                 out[chunk.id] = chunk
         return out
 
+    @_decoding("sections")
     def section(self, section_id: str) -> Section | None:
         row = self._db.execute("SELECT id, doc_id, version, start, end, heading_path, level, parent_id "
                                "FROM sections WHERE id = ?", (section_id,)).fetchone()
@@ -588,6 +609,7 @@ class SQLiteStore:
             "AND ord BETWEEN ? AND ? ORDER BY ord", (centre.doc_id, centre.version, ords - n, ords + n))
         return [self._chunk_row(r) for r in rows]
 
+    @_decoding("tombstones")
     def tombstone(self, doc_id: str) -> tuple[str, list[str]] | None:
         """When a deleted document was deleted, and which versions it had."""
         row = self._db.execute("SELECT deleted_at, versions FROM tombstones WHERE doc_id = ?",
@@ -685,6 +707,7 @@ class SQLiteStore:
                     (space.id, body, backend, _now(), _now()))
         self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
 
+    @_decoding("spaces")
     def spaces(self) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
         """Every registered space: the space, its backend, its state and its vector count."""
         out = []
@@ -704,6 +727,7 @@ class SQLiteStore:
                     (state, _now(), space_id))
         self.log("space", None, None, f"{space_id} -> {state}: {reason}")
 
+    @_decoding("spaces")
     def active_space(self) -> EmbeddingSpace | None:
         """The space the dense channel searches, if any."""
         row = self._db.execute("SELECT body FROM spaces WHERE state = 'active'").fetchone()
