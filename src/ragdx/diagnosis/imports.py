@@ -18,6 +18,7 @@ skipped; the other lines are still diagnosed.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from ragdx._jsonl import Fields, loads, read_text
 from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
 from ragdx.errors import InputError
+from ragdx.protocols import Store
 from ragdx.types import Query, Span, StageKind
 
 ANY_VERSION = "*"  # a span whose version the trace does not say
@@ -137,6 +139,37 @@ def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
         except InputError as exc:
             bad.append(f"{exc}; line skipped")
     return good, bad
+
+
+def with_access(view: TraceView, query: Query, store: Store) -> TraceView:
+    """The view with every item the query's principal may not read marked ``readable=False``, as
+    the store says: an item known by its chunk id, by its span's document and version, or by a
+    document none of whose stored versions the principal may read. An imported trace that puts
+    such an item in the context leaked it (outcome ``leak``), and no report shows the store's
+    text of it. Items the store does not know keep what the trace says."""
+    items = [i for s in view.stages for i in (*s.items, *(d.item for d in s.dropped))]
+    chunks = store.chunks_by_id(sorted({i.id for i in items}))
+    versions: dict[str, list] = {}
+
+    def unreadable(item: ItemView) -> bool:
+        chunk = chunks.get(item.id)
+        if chunk is not None:
+            doc, version = chunk.doc_id, chunk.version
+        elif item.span is not None and item.span.version != ANY_VERSION:
+            doc, version = item.span.doc_id, item.span.version
+        elif item.doc is not None:
+            stored = versions.setdefault(item.doc, store.versions(item.doc))
+            return bool(stored) and not any(query.principal.may_read(v.document.acl) for v in stored)
+        else:
+            return False
+        stored_version = store.version(doc, version)
+        return stored_version is not None and not query.principal.may_read(stored_version.document.acl)
+
+    def mark(item: ItemView) -> ItemView:
+        return replace(item, readable=False) if item.readable and unreadable(item) else item
+
+    return replace(view, stages=tuple(replace(s, items=tuple(mark(i) for i in s.items), dropped=tuple(
+        replace(d, item=mark(d.item)) for d in s.dropped)) for s in view.stages))
 
 
 def resolve_offline(query: Query, resolver: EvidenceResolver | None = None) -> QueryEvidence:

@@ -333,7 +333,7 @@ def _stage_list(stage: StageView, evidence: QueryEvidence, snippets: dict[str, s
             hidden += 1
             continue
         tags = "".join(_group_tag(g) for g in sorted(whole)) + "".join(_group_tag(g, False) for g in sorted(part))
-        text = snippets.get(item.id) or item.text or ""
+        text = (snippets.get(item.id) if item.readable else None) or item.text or ""
         rows.append((' class="ev"' if whole or part else "", [
             str(item.rank if item.rank is not None else n + 1), f"<code>{_e(item.id)}</code>", _e(item.doc),
             "–" if item.score is None else f"{item.score:.4g}", tags, _e(_snippet(text))]))
@@ -456,7 +456,7 @@ def _snippets(store: Any, views: Sequence[TraceView | None]) -> dict[str, str]:
     if store is None:
         return {}
     ids = sorted({i.id for v in views if v is not None for s in v.stages if s.kind is not StageKind.CONTEXT
-                  for i in list(s.items[:SHOWN]) + [d.item for d in s.dropped]})
+                  for i in list(s.items[:SHOWN]) + [d.item for d in s.dropped] if i.readable})
     out = {}
     for start in range(0, len(ids), 500):
         for cid, chunk in store.chunks_by_id(ids[start:start + 500]).items():
