@@ -276,25 +276,29 @@ def cmd_ablate(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from ragdx.experiments.imported import diagnose_imported
+    from ragdx.diagnosis.spans import parse_stage_map
+    from ragdx.experiments.imported import checker_from, diagnose_imported
     from ragdx.queryset import load_queries
     from ragdx.report.summary import summary
     queries = load_queries(Path(args.queries))
+    stage_map = parse_stage_map(args.stage or ())
+    checker = checker_from(_settings(args))
     store = _store(args) if args.store else None
     try:
-        result = diagnose_imported(Path(args.traces), queries, Path(args.out), store)
+        result = diagnose_imported(Path(args.traces), queries, Path(args.out), store, format=args.format,
+                                   stage_map=stage_map, system=args.system, checker=checker)
     finally:
         if store is not None:
             store.close()
-    for message in result.malformed + result.unmatched:
+    for message in result.malformed + result.unmatched + result.misaligned:
         log.warning("%s", message)
     for qid in result.untraced:
         log.warning("query %r has no trace", qid)
     print(summary(result.diagnoses, result.metrics))
     out = result.folder
-    print(f"\n{result.traces} traces read, {len(result.malformed)} malformed lines skipped, "
-          f"{len(result.unmatched)} traces of unknown queries skipped; {out / 'diagnosis.jsonl'}, "
-          f"{out / 'metrics.json'}; open {out / 'report.html'}")
+    print(f"\n{result.system}: {result.traces} traces diagnosed, {len(result.malformed)} malformed lines or "
+          f"traces skipped, {len(result.unmatched)} traces of unknown queries skipped, {len(result.untraced)} "
+          f"queries without a trace; {out / 'diagnosis.jsonl'}, {out / 'metrics.json'}; open {out / 'report.html'}")
     return 0
 
 
@@ -465,10 +469,17 @@ def build_parser() -> argparse.ArgumentParser:
     configurable(p)
 
     p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
-    p.add_argument("--traces", required=True, help="the traces (JSONL, see docs/diagnosis.md)")
+    p.add_argument("--traces", required=True, help="the traces: imported-trace JSONL (docs/diagnosis.md) or "
+                   "OpenInference spans (Phoenix's JSON, or the OpenTelemetry collector's file exporter)")
     p.add_argument("--queries", required=True, help="the query set (JSONL)")
     p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl, metrics.json and report.html")
     p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
+    p.add_argument("--format", choices=["auto", "trace", "openinference", "otlp"], default="auto",
+                   help="the traces' format (default: detected from the first line)")
+    p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
+                   help="for spans: the stage kind of a component's span, e.g. DocumentJoiner=fusion (repeatable)")
+    p.add_argument("--system", help="the imported system's name, for the report (default: what the traces say)")
+    configurable(p)
 
     p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")
     p.add_argument("--run", required=True, help="a run folder from 'ragdx run'")

@@ -90,3 +90,59 @@ def test_channels_are_reported_beside_their_union(tmp_path, capsys):
     row = json.loads((tmp_path / "o" / "diagnosis.jsonl").read_text())
     assert row["stages"]["retrieval"] == {"groups_present": [0, 1], "kind": "retrieval",
                                           "channels": {"bm25": [0, 1], "dense": [1]}}
+
+
+def _diagnose(tmp_path, lines, queries, *extra):
+    write(tmp_path / "q.jsonl", "\n".join(json.dumps(q) for q in queries) + "\n")
+    write(tmp_path / "t.jsonl", "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n")
+    return main(["diagnose", "--traces", str(tmp_path / "t.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
+                 "--out", str(tmp_path / "o"), *extra])
+
+
+def test_no_readable_line_or_no_known_query_exits_2_and_writes_nothing(tmp_path, capsys):
+    assert _diagnose(tmp_path, ['{"query_id": 3}', "oops"], [QUERY]) == 2
+    err = capsys.readouterr().err
+    assert "t.jsonl: no trace could be read: 2 malformed lines; the first: " in err
+    assert "t.jsonl:1 field 'query_id': expected a string, got 3; line skipped" in err
+    assert not (tmp_path / "o").exists()
+    assert _diagnose(tmp_path, [trace("elsewhere", ["policy-current"])], [QUERY]) == 2
+    assert ("none of the 1 traces names a query of the query set (the first names 'elsewhere'; the query set "
+            "has 'q1')") in capsys.readouterr().err
+
+
+def test_traces_of_unknown_queries_are_not_counted_as_diagnosed(tmp_path, capsys):
+    assert _diagnose(tmp_path, [trace("q1", ["policy-current"]), trace("other", ["policy-current"])],
+                     [QUERY]) == 0
+    out = capsys.readouterr()
+    assert "t.jsonl:2: query_id 'other' is not in the query set; line skipped" in out.err
+    assert ("imported system: 1 traces diagnosed, 0 malformed lines or traces skipped, 1 traces of unknown "
+            "queries skipped, 0 queries without a trace") in out.out
+
+
+def test_with_a_store_imported_lists_are_judged_against_their_own_items_only(tmp_path, capsys, example_store):
+    """ragdx's chunk ids are not relevance labels of another system's list, and spans that do not
+    line up with the stored text are counted and matched by their text instead."""
+    rule = "Refunds are accepted within 30 days of delivery"
+    exception = "Quality defects may be refunded within 90 days"
+    parsed = example_store.texts("policies/refund.md", "2026-03")[1]
+    at = parsed.index(rule)
+    items = [{"id": "a", "doc": "policies/refund.md", "start": at, "end": at + len(rule)},  # lines up, no text
+             {"id": "b", "doc": "policies/quality.md", "start": 0, "end": 40, "text": exception + " of delivery."},
+             {"id": "c", "doc": "policies/shipping.md", "text": "Shipping is free above 50 EUR."}]
+    query = {"id": "q1", "question": "?", "required": [[{"doc": "policies/refund.md", "quote": rule}],
+                                                        [{"doc": "policies/quality.md", "quote": exception}]]}
+    line = {"query_id": "q1", "system": "my-rag", "stages": [
+        {"name": "search", "kind": "retrieval", "items": items},
+        {"name": "ctx", "kind": "context", "items": items[:2]}], "answer": {"text": rule + "."}}
+    assert _diagnose(tmp_path, [line], [query], "--store", str(example_store.path)) == 0
+    err = capsys.readouterr().err
+    assert "1 of 2 item spans do not line up with the stored text; those items are matched by their text" in err
+    assert "item 'b': span 0..40 of policies/quality.md holds 'Quality defect policy" in err
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())["overall"]["metrics"]
+    assert metrics["R@10 search"]["value"] == 1.0  # relevant: a and b only (2 of 2 retrieved)
+    assert metrics["nDCG@10 search"]["value"] == 1.0
+    row = json.loads((tmp_path / "o" / "diagnosis.jsonl").read_text())
+    # the span-only item took the stored text, so the answer could be checked: it uses the rule only
+    assert (row["outcome"], row["first_failure"]) == ("incomplete", "generation")
+    html = (tmp_path / "o" / "report.html").read_text()
+    assert "<title>my-rag: ragdx diagnosis of imported traces</title>" in html

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from ragdx._jsonl import Fields, loads, read_text
 from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvidence, ResolvedAlternative
@@ -112,16 +112,13 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
                             tuple(claims), uf.get("prompt_tokens", int, default=0),
                             uf.get("completion_tokens", int, default=0), _seconds(uf, "cost") or 0.0,
                             _seconds(af, "seconds"))
-    return TraceView(query_id, tuple(stages), answer)
+    return TraceView(query_id, tuple(stages), answer, f.get("system", str, default=None))
 
 
-def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
-    """Every good line of an imported trace file, and one message per bad line (skipped): one
-    that is not strict JSON, not a valid trace, or a second trace of a query (never counted
-    twice)."""
-    good, bad = [], []
-    first: dict[str, int] = {}
-    text = read_text(path, what="traces")
+def json_objects(path: Path, what: str) -> Iterator[tuple[int, dict[str, Any] | InputError]]:
+    """Each non-blank line of a JSONL file: its number and its JSON object, or the error that
+    says why it is not one (the caller reports and skips it)."""
+    text = read_text(path, what=what)
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
@@ -130,6 +127,22 @@ def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
             if not isinstance(obj, dict):
                 raise InputError(f"expected a JSON object, got {type(obj).__name__}", file=str(path),
                                  line=number)
+        except InputError as exc:
+            yield number, exc
+            continue
+        yield number, obj
+
+
+def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
+    """Every good line of an imported trace file, and one message per bad line (skipped): one
+    that is not strict JSON, not a valid trace, or a second trace of a query (never counted
+    twice)."""
+    good, bad = [], []
+    first: dict[str, int] = {}
+    for number, obj in json_objects(path, "traces"):
+        try:
+            if isinstance(obj, InputError):
+                raise obj
             view = parse_trace(obj, str(path), number)
             if view.query_id in first:
                 raise InputError(f"a second trace of query {view.query_id!r} (the first is on line "

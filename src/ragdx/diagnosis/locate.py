@@ -7,16 +7,26 @@ own traces and imported traces (:mod:`ragdx.diagnosis.imports`) both become this
 
 A group (an OR of alternatives) is present at a stage when its items hold one alternative whole:
 by id, by spans that together cover the alternative's span, or by a text containing its quote
-(whitespace-insensitive). Groups are checked stage by stage; a group lost at one stage and seen
-again later (re-found by another channel, say) counts as lost where it first went missing only
-if it never comes back before the context.
+(whitespace-insensitive). A span whose version is ``*`` (a trace that does not say) matches any
+version. Groups are checked stage by stage; a group lost at one stage and seen again later
+(re-found by another channel, say) counts as lost where it first went missing only if it never
+comes back before the context.
+
+When a trace lists the system's own chunks (a stage of kind ``parsing``), a group whose every
+alternative lies in a listed document and is held whole by no single chunk is lost at
+``parsing``: the reason names the chunks that hold its parts.
+
+An answer whose claims carry no verdicts is checked here, with a support checker (ragdx's
+lexical one by default): a claim that cites units against those units, an uncited claim against
+each unit of the context. An answer that cannot be checked (its context has no text) is never
+``supported``: it is ``unverified``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 from ragdx.diagnosis.evidence import (
     BY_ID, DELETED, LOST_IN_PARSING, NOT_IN_SOURCE, NOT_STORED, RESOLVED, QueryEvidence,
@@ -26,10 +36,13 @@ from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.types import Query, Span, StageKind
 
 _SPACE = re.compile(r"\s+")
+ANY_VERSION = "*"  # a span whose version the trace does not say: it matches any version
+MIN_PART = 8  # the fewest (non-space) characters of a quote that count as holding part of it
 
 SUPPORTED, INCOMPLETE, UNSUPPORTED = Outcome.SUPPORTED, Outcome.INCOMPLETE, Outcome.UNSUPPORTED
 WRONG_ABSTENTION, CORRECT_ABSTENTION = Outcome.WRONG_ABSTENTION, Outcome.CORRECT_ABSTENTION
 HALLUCINATION, LEAK, STALE = Outcome.HALLUCINATION, Outcome.LEAK, Outcome.STALE
+UNVERIFIED = Outcome.UNVERIFIED
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +105,18 @@ class TraceView:
     query_id: str
     stages: tuple[StageView, ...]   # pipeline order; the context is the last CONTEXT-kind stage
     answer: AnswerView | None
+    system: str | None = None       # the system that wrote it, when an imported trace says
 
 
 def _compact(text: str) -> str:
     return _SPACE.sub("", text)
+
+
+def _in_version(span: Span, target: Span) -> Span:
+    """``span`` compared in ``target``'s version when either does not say its version."""
+    if span.version != target.version and ANY_VERSION in (span.version, target.version):
+        return replace(span, version=target.version)
+    return span
 
 
 def holds(alt: ResolvedAlternative, items: Sequence[ItemView]) -> bool:
@@ -108,7 +129,37 @@ def holds(alt: ResolvedAlternative, items: Sequence[ItemView]) -> bool:
         if any(i.text is not None and (a.doc is None or i.doc in (None, a.doc)) and needle in _compact(i.text)
                for i in items):
             return True
-    return alt.span is not None and alt.span.covered_by(i.span for i in items if i.span is not None)
+    return alt.span is not None and alt.span.covered_by(
+        _in_version(i.span, alt.span) for i in items if i.span is not None)
+
+
+def part_of(alt: ResolvedAlternative, item: ItemView) -> tuple[float, float] | None:
+    """The share of an alternative an item holds, as ``(from, to)`` fractions of it, when the item
+    holds part of it but not the whole: by an overlapping span, or by a text that ends with the
+    quote's beginning, starts with its end, or lies inside it (at least ``MIN_PART`` characters)."""
+    a = alt.alternative
+    if a.id is not None or holds(alt, [item]):
+        return None
+    if alt.span is not None and item.span is not None:
+        span = _in_version(item.span, alt.span)
+        if span.overlaps(alt.span):
+            size = alt.span.end - alt.span.start
+            return ((max(span.start, alt.span.start) - alt.span.start) / size,
+                    (min(span.end, alt.span.end) - alt.span.start) / size)
+    if a.quote is None or item.text is None or (a.doc is not None and item.doc not in (None, a.doc)):
+        return None
+    quote, text = _compact(a.quote), _compact(item.text)
+    n = len(quote)
+    if len(text) >= MIN_PART and text in quote:
+        at = quote.index(text)
+        return at / n, (at + len(text)) / n
+    head = next((k for k in range(n - 1, MIN_PART - 1, -1) if text.endswith(quote[:k])), None)
+    tail = next((j for j in range(1, n - MIN_PART + 1) if text.startswith(quote[j:])), None)
+    if head is not None and (tail is None or head >= n - tail):
+        return 0.0, head / n
+    if tail is not None:
+        return tail / n, 1.0
+    return None
 
 
 def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemView]:
@@ -118,16 +169,67 @@ def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemVi
     for i in items:
         if a.id is not None and (a.id == i.id or a.id in i.aliases):
             out.append(i)
-        elif alt.span is not None and i.span is not None and i.span.overlaps(alt.span):
+        elif alt.span is not None and i.span is not None and _in_version(i.span, alt.span).overlaps(alt.span):
             out.append(i)
         elif a.quote is not None and i.text is not None and _compact(a.quote) in _compact(i.text):
             out.append(i)
     return out
 
 
+def _covers(parts: Sequence[tuple[float, float]]) -> bool:
+    reach = 0.0
+    for start, end in sorted(parts):
+        if start > reach + 1e-9:
+            return False
+        reach = max(reach, end)
+    return reach >= 1 - 1e-9
+
+
+def _chunk_cut(alts: Sequence[ResolvedAlternative], chunks: Sequence[ItemView]) -> str | None:
+    """Why a group is lost at parsing by the system's own chunks: every alternative lies in a
+    listed document and no single chunk holds it whole (``None`` when one does, or when a
+    document is not listed)."""
+    reasons = []
+    for alt in alts:
+        doc = alt.alternative.doc or (alt.span.doc_id if alt.span else None)
+        listed = [c for c in chunks if c.doc == doc or (c.span is not None and alt.span is not None
+                                                        and c.span.doc_id == alt.span.doc_id)]
+        if alt.alternative.id is not None or not listed or any(holds(alt, [c]) for c in listed):
+            return None
+        parts = [(n, c, part) for n, c in enumerate(listed, start=1) if (part := part_of(alt, c))]
+        if not parts:
+            reasons.append(f"{doc}: none of the system's {len(listed)} chunks of it holds any part of it")
+            continue
+        names = [f"{n} ({c.id})" for n, c, _ in parts]
+        named = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        together = "together hold it" if _covers([p for _, _, p in parts]) else "hold parts of it"
+        reasons.append(f"{doc}: no single chunk holds it whole; chunk{'s' if len(parts) > 1 else ''} "
+                       f"{named} of {len(listed)} {together}")
+    return "; ".join(reasons)
+
+
+def _parts_held(alts: Sequence[ResolvedAlternative], views: Sequence[StageView]) -> str:
+    """``; VIEW returned ID, which holds part of it`` for each item of these stages holding part of
+    an alternative (a quote cut across items, or an item cut short)."""
+    held = [(v.name, i.id, part) for v in views for i in v.items for a in alts if (part := part_of(a, i))]
+    return "".join(f"; {name} returned {item}, which holds {100 * (end - start):.0f}% of it"
+                   for name, item, (start, end) in held[:3])
+
+
 class Diagnoser:
     """Diagnoses a query from its resolved evidence and its trace view; stages are ordered as
-    :class:`~ragdx.types.StageKind` lists them (docs/diagnosis.md)."""
+    :class:`~ragdx.types.StageKind` lists them (docs/diagnosis.md).
+
+    Args:
+        checker: judges the claims a trace left unverified (``judge(claim, evidence) -> (Verdict,
+            reason)``; default ragdx's lexical checker).
+        system: the name of an imported system: its hypotheses then name the trace's own stages
+            rather than ragdx's settings (``None``: ragdx's own pipeline).
+    """
+
+    def __init__(self, checker: Any = None, system: str | None = None) -> None:
+        self.checker = checker
+        self.system = system
 
     def run(self, query: Query, evidence: QueryEvidence, trace: TraceView,
             restricted: QueryEvidence | None = None) -> Diagnosis:
@@ -135,6 +237,7 @@ class Diagnoser:
         by_group = {g: evidence.group(g) for g in groups}
         presence: list[StagePresence] = []
         lost: dict[int, Loss] = {}
+        retrieval = [s for s in trace.stages if s.kind is StageKind.RETRIEVAL]
 
         # source and parsing: from the evidence's resolution against the store
         for g, alts in by_group.items():
@@ -144,6 +247,12 @@ class Diagnoser:
                      and a.coverage.status != "full" for a in alts if a.status != BY_ID) \
                     and not any(a.status == BY_ID for a in alts):
                 lost[g] = Loss(g, "parsing", "; ".join(_parsing_reason(a) for a in alts))
+        # parsing by the system's own chunks, when the trace lists them
+        parsing = [s for s in trace.stages if s.kind is StageKind.PARSING]
+        chunks = [i for s in parsing for i in s.items]
+        for g, alts in by_group.items():
+            if g not in lost and chunks and (cut := _chunk_cut(alts, chunks)) is not None:
+                lost[g] = Loss(g, "parsing", cut + _parts_held(alts, retrieval))
 
         # a rewrite stage holds what the ORIGINAL question retrieved; a group it held that the
         # (rewritten) retrieval lost was lost by the rewrite
@@ -153,8 +262,8 @@ class Diagnoser:
             if s.kind is StageKind.REWRITE:
                 presence.append(StagePresence(s.name, s.kind, tuple(sorted(found_by_original))))
         # the ranked stages: retrieval channels together, then each later stage
-        retrieval = [s for s in trace.stages if s.kind is StageKind.RETRIEVAL]
-        later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE)]
+        later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE,
+                                                           StageKind.PARSING)]
         steps: list[tuple[str, list[StageView]]] = []
         if retrieval:
             steps.append(("retrieval", retrieval))
@@ -180,7 +289,7 @@ class Diagnoser:
             previous = views
 
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
-        answer = trace.answer
+        answer, notes = self._verify(trace.answer, context)
         outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost)
         if extra is not None:
             lost.setdefault(extra.group, extra)
@@ -189,8 +298,8 @@ class Diagnoser:
         if outcome not in (SUPPORTED, CORRECT_ABSTENTION):
             stages = [l.stage for l in losses] + ([failed_at] if failed_at else [])
             first_failure = min(stages, key=self._order) if stages else None
-        hypothesis = self._hypothesis(outcome, first_failure, losses, by_group)
-        return Diagnosis(query.id, outcome, first_failure, losses, tuple(presence), hypothesis)
+        hypothesis = self._hypothesis(outcome, first_failure, losses, by_group, trace)
+        return Diagnosis(query.id, outcome, first_failure, losses, tuple(presence), hypothesis, tuple(notes))
 
     @staticmethod
     def _order(stage: str) -> int:
@@ -207,17 +316,69 @@ class Diagnoser:
                         return f"{view.name}: {d.reason}" + _judge_filter(view.kind, d.reason, alt)
         if name == "retrieval":
             channels = " or ".join(v.name for v in views)
-            return f"not recalled by {channels}"
+            return f"not recalled by {channels}" + _parts_held(alts, views)
         before = [i for v in previous for i in v.items]
         ranks = [i.rank for alt in alts for i in touching(alt, before) if i.rank is not None]
         where = f" (rank {min(ranks)} at {previous[0].name})" if ranks and previous else ""
-        return f"{views[0].name} did not keep it{where}"
+        return f"{views[0].name} did not keep it{where}" + _parts_held(alts, views)
+
+    def _verify(self, answer: AnswerView | None, context: StageView | None) -> tuple[AnswerView | None, list[str]]:
+        """The answer with every claim that carries no verdict checked against the context: a
+        claim citing units against their texts, an uncited one against each unit (it then cites
+        the units that support it). An answer with neither claims nor citations is split into
+        its statements first."""
+        if answer is None or answer.abstained:
+            return answer, []
+        claims = answer.claims or tuple(ClaimView(t, (), None) for t in _statements(answer.text))
+        if all(c.supported is not None for c in claims) and answer.claims:
+            return answer, []
+        everything = list(context.items) if context else []
+        units = [u for u in everything if u.text]
+        checker = self.checker or _lexical()
+        checked, verdicts = [], []
+        for claim in claims:
+            if claim.supported is not None:
+                checked.append(claim)
+                continue
+            if claim.citations:
+                cited = [u for u in everything if u.id in claim.citations or set(claim.citations) & set(u.aliases)]
+                if not cited:
+                    checked.append(replace(claim, supported=False, reason=f"cites {', '.join(claim.citations)}, "
+                                           "which is not in the context"))
+                    verdicts.append(False)
+                elif any(not u.text for u in cited):
+                    checked.append(claim)  # a cited unit without a text: it cannot be checked
+                else:
+                    verdict, reason = checker.judge(claim.text, "\n\n".join(u.text or "" for u in cited))
+                    checked.append(replace(claim, supported=verdict.value == "supported", reason=reason))
+                    verdicts.append(verdict.value == "supported")
+                continue
+            if not units:
+                checked.append(claim)
+                continue
+            support = [u for u in units if checker.judge(claim.text, u.text or "")[0].value == "supported"]
+            if support:
+                checked.append(ClaimView(claim.text, tuple(u.id for u in support), True,
+                                         f"supported by {', '.join(u.id for u in support)}"))
+            else:
+                _, reason = checker.judge(claim.text, "\n\n".join(u.text or "" for u in units))
+                checked.append(ClaimView(claim.text, (), False, reason))
+            verdicts.append(bool(support))
+        name = getattr(checker, "name", type(checker).__name__)
+        if not verdicts:
+            return replace(answer, claims=tuple(checked)), [
+                f"the answer carries no citations or verdicts, and its context has no text: ragdx "
+                f"could not check its {len(checked)} claim{'s' if len(checked) != 1 else ''}"]
+        note = (f"the answer carried no verdicts: ragdx checked {len(verdicts)} claim"
+                f"{'s' if len(verdicts) != 1 else ''} itself with its {name} checker against the context "
+                f"({sum(verdicts)} supported)")
+        return replace(answer, claims=tuple(checked)), [note]
 
     def _outcome(self, query: Query, by_group, context: StageView | None, answer: AnswerView | None,
                  lost: dict[int, Loss]):
         units = list(context.items) if context else []
         cited_ids = {c for claim in (answer.claims if answer else ()) for c in claim.citations}
-        cited = [u for u in units if u.id in cited_ids]
+        cited = [u for u in units if u.id in cited_ids or cited_ids & set(u.aliases)]
         if any(not u.readable for u in units) or any(not u.readable for u in cited):
             return LEAK, "governance", None
         if answer is None:
@@ -231,13 +392,16 @@ class Diagnoser:
         unsupported = [c for c in answer.claims if c.supported is False]
         if unsupported:
             if not lost:  # evidence complete: a wrong claim is generation's, or citation's
-                for claim in unsupported:
-                    if any(_supports(claim.text, u) for u in units if u.id not in claim.citations):
+                for claim in unsupported:  # an uncited claim cannot have cited the wrong unit
+                    if claim.citations and any(_supports(claim.text, u) for u in units
+                                               if u.id not in claim.citations):
                         return UNSUPPORTED, "citation", None
                 return UNSUPPORTED, "generation", None
             return UNSUPPORTED, None, None
         if lost:
             return INCOMPLETE, None, None
+        if not answer.claims or any(c.supported is None for c in answer.claims):
+            return UNVERIFIED, None, None  # never supported on the strength of the context alone
         # everything reached the context; the answer must also use each group
         for g, alts in by_group.items():
             if cited and not any(holds(a, cited) for a in alts):
@@ -245,11 +409,15 @@ class Diagnoser:
                                                       "does not cite it")
         return SUPPORTED, None, None
 
-    def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group) -> str:
+    def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group,
+                    trace: TraceView | None = None) -> str:
         if outcome == SUPPORTED:
             return "Nothing was lost: every required group reached the context and the answer is supported."
         if outcome == CORRECT_ABSTENTION:
             return "The system correctly abstained."
+        if outcome == UNVERIFIED:
+            return ("The answer could not be checked: if the trace records the context's texts (or the "
+                    "answer's citations and claim verdicts), ragdx can say whether it is supported.")
         if outcome == HALLUCINATION:
             return ("The question is not answerable for this principal; if the generator abstains when no "
                     "source covers the question, the hallucination disappears.")
@@ -260,29 +428,62 @@ class Diagnoser:
             return ("A superseded or expired version reached the context: if governance drops it, only the "
                     "current version can be cited.")
         loss = next((l for l in losses if l.stage == stage), losses[0] if losses else None)
+        own = self.system is None
         if loss is None:
             return ("Substitute the gold evidence as the context (ragdx run --oracle context): if the answer "
-                    "stays wrong, the generator is at fault.")
+                    "stays wrong, the generator is at fault." if own else
+                    "Give the generator the required evidence alone as its context: if the answer stays "
+                    "wrong, the generator is at fault.")
         alt = by_group[loss.group][0].alternative if loss.group in by_group else None
         what = f"group {loss.group}" + (f" ({alt.doc})" if alt is not None and alt.doc else "")
-        reach = {"source": f"If {what} is added to the corpus, it can be retrieved and cited.",
-                 "parsing": f"If {what} is parsed and chunked whole, one chunk can carry it to the context.",
-                 "rewrite": f"If the original question is searched (or the rewrite keeps its terms), "
-                            f"{what} is recalled again.",
-                 "retrieval": f"If {what} is recalled by a retrieval channel (a larger top_k, another "
-                              "channel or a query rewrite), reranking and assembly can keep it.",
-                 "fusion": f"If {what} survives fusion (a larger fusion.top_k), the reranker can see it.",
-                 "rerank": f"If {what} survives reranking (a larger rerank.top_n, or a fitted reranker), "
-                           "it can reach the context.",
-                 "governance": f"If governance keeps {what} (check its version and access), it can reach "
-                               "the context.",
-                 "context": f"If {what} reaches the context (a larger context.budget_tokens, or a better "
-                            "order), the answer can cite it.",
-                 "generation": "With the evidence complete, substitute a stronger generator or the gold "
-                               "context (ragdx run --oracle context): the answer becomes supported if the "
-                               "generator was at fault.",
-                 "citation": "If each claim cites the unit that supports it, the answer becomes supported."}
-        return reach.get(loss.stage, f"If {what} survives {loss.stage}, the answer can use it.")
+        if own:
+            reach = _OWN_REACH
+        else:
+            names = {k: " or ".join(dict.fromkeys(s.name for s in (trace.stages if trace else ())
+                                                  if s.kind.value == k)) or k for k in _SYSTEM_REACH}
+            names["chunking"] = names["parsing"]
+            reach = {k: v.format(name=names[k], system=self.system) for k, v in _SYSTEM_REACH.items()}
+        if loss.stage == "parsing" and "chunk" in loss.reason and not own:
+            text = reach["chunking"]
+        else:
+            text = reach.get(loss.stage, "If {what} survives " + loss.stage + ", the answer can use it.")
+        return text.replace("{what}", what)
+
+
+_OWN_REACH = {
+    "source": "If {what} is added to the corpus, it can be retrieved and cited.",
+    "parsing": "If {what} is parsed and chunked whole, one chunk can carry it to the context.",
+    "rewrite": "If the original question is searched (or the rewrite keeps its terms), {what} is recalled again.",
+    "retrieval": "If {what} is recalled by a retrieval channel (a larger top_k, another channel or a query "
+                 "rewrite), reranking and assembly can keep it.",
+    "fusion": "If {what} survives fusion (a larger fusion.top_k), the reranker can see it.",
+    "rerank": "If {what} survives reranking (a larger rerank.top_n, or a fitted reranker), it can reach the "
+              "context.",
+    "governance": "If governance keeps {what} (check its version and access), it can reach the context.",
+    "context": "If {what} reaches the context (a larger context.budget_tokens, or a better order), the answer "
+               "can cite it.",
+    "generation": "With the evidence complete, substitute a stronger generator or the gold context (ragdx run "
+                  "--oracle context): the answer becomes supported if the generator was at fault.",
+    "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
+}
+# an imported system's hypotheses name its own stages ({name}), never ragdx's settings
+_SYSTEM_REACH = {
+    "source": "If {{what}} is added to {system}'s corpus, it can be retrieved and cited.",
+    "parsing": "If {name} parses {{what}} whole, one chunk can carry it to the context.",
+    "chunking": "If one chunk holds {{what}} whole (chunk overlap, or larger chunks at {name}), retrieval "
+                "can return it whole.",
+    "rewrite": "If {name} keeps the question's terms, {{what}} is recalled again.",
+    "retrieval": "If {name} recalls {{what}} (a larger top_k, another channel or a query rewrite), the later "
+                 "stages can keep it.",
+    "fusion": "If {name} keeps {{what}} (a larger top_k for its fused list), the later stages can see it.",
+    "rerank": "If {name} keeps {{what}} (a larger top_k), it can reach the context.",
+    "governance": "If {name} keeps {{what}} (check its version and access filter), it can reach the context.",
+    "context": "If {{what}} reaches the context at {name} (a larger budget, or a better order), the answer can "
+               "use it.",
+    "generation": "With the evidence complete at the context, try a stronger generator, or give it the "
+                  "required evidence alone: the answer becomes supported if the generator was at fault.",
+    "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
+}
 
 
 def _judge_filter(kind: StageKind, reason: str, alt: ResolvedAlternative) -> str:
@@ -304,6 +505,16 @@ def _parsing_reason(alt: ResolvedAlternative) -> str:
     if cov is not None and cov.status == "partial":
         return f"the span is cut across {len(cov.partial)} chunks; no chunk holds it whole"
     return "no chunk covers the span"
+
+
+def _lexical() -> Any:
+    from ragdx.stages.verify import LexicalChecker
+    return LexicalChecker()
+
+
+def _statements(text: str) -> list[str]:
+    from ragdx.text import statements
+    return statements(text) or ([text] if text.strip() else [])
 
 
 def _supports(claim: str, unit: ItemView) -> bool:

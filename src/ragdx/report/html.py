@@ -52,6 +52,7 @@ details.q>summary{cursor:pointer;font-weight:600}.stage{margin:10px 0 4px;font-w
 mark{padding:0 1px}.sig{font-weight:700;color:#1b5e20}.worse{color:#b71c1c}.better{color:#1b5e20}
 .reading{margin:4px 0}code{background:#f1f3f6;padding:0 3px;border-radius:3px}
 .toolbar{display:flex;gap:10px;align-items:center;margin:8px 0}
+table.tags th{font-size:12px;hyphens:manual}table.tags td{font-size:13px;padding:3px 6px}
 """
 
 _SCRIPT = """
@@ -107,14 +108,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Seque
 
 # ---- charts (inline SVG) ----
 
-def funnel_svg(metrics: Metrics) -> str:
+def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None) -> str:
     """Horizontal bars: the share of answerable queries whose every required group is present at
-    each stage; channels are drawn as thinner bars under retrieval."""
+    each stage; channels are drawn as thinner bars under retrieval. ``stages``: the stage kinds
+    the system has (an imported system's), the others left out; ``None``: every stage measured."""
     m = metrics.overall.metrics
     rows: list[tuple[str, float, int, int, bool]] = []
     for stage in FUNNEL:
         agg = m.get(f"complete@{stage}")
-        if agg is None:
+        if agg is None or stages is not None and stage not in stages:
             continue
         rows.append((stage, agg.value, int(round(agg.total)), agg.n, False))
         if stage == "retrieval":
@@ -208,6 +210,12 @@ _TAG_COLUMNS = ("success", "supported", "complete@retrieval", "complete@context"
                 "hallucination", "leak", "stale")
 
 
+# short column heads, so the per-tag table fits a 1280 px window (the full name is the head's title)
+_TAG_HEADS = {"success": "success", "supported": "supported", "complete@retrieval": "complete at retrieval",
+              "complete@context": "complete at context", "wrong_abstention": "wrong abstentions",
+              "hallucination": "halluci&shy;nations", "leak": "leaks", "stale": "stale"}
+
+
 def _tags_table(metrics: Metrics) -> str:
     rows = []
     for tag, block in metrics.tags.items():
@@ -219,14 +227,17 @@ def _tags_table(metrics: Metrics) -> str:
             elif metric(name).layer == "abstention":
                 row.append(str(int(round(agg.total))))
             else:
-                row.append(f"{agg.value:.2f} <span class='muted small'>({int(round(agg.total))}/{agg.n})</span>")
+                row.append(f"{agg.value:.2f}<br><span class='muted small'>{int(round(agg.total))}/{agg.n}</span>")
         latency = block.metrics.get("latency_ms total")
         row.append(f"{latency.p50:.0f}" if latency is not None and latency.n else "–")
-        failures = ", ".join(f"{k} {v}" for k, v in block.first_failure.items())
-        row.append(_e(failures or "–"))
+        failures = "<br>".join(f"{_e(k)} {v}" for k, v in block.first_failure.items())
+        row.append(failures or "–")
         rows.append(row)
-    headers = ["tag", "queries", *_TAG_COLUMNS, "p50 ms", "first failures"]
-    return _table(headers, rows, tuple(range(1, len(headers) - 1)))
+    heads = "".join(f'<th class="num" title="{_e(n)}">{_TAG_HEADS[n]}</th>' for n in _TAG_COLUMNS)
+    head = f'<tr><th>tag</th><th class="num">queries</th>{heads}<th class="num">p50 ms</th><th>first failures</th></tr>'
+    body = "".join("<tr>" + "".join(f'<td class="num">{c}</td>' if 0 < i < len(row) - 1 else f"<td>{c}</td>"
+                                    for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f'<table class="tags"><thead>{head}</thead><tbody>{body}</tbody></table>'
 
 
 def _ablation(ablation: Any) -> str:
@@ -415,9 +426,11 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
 
 
 def _context(stage: StageView, evidence: QueryEvidence, notes: list[str]) -> str:
-    out = [f'<div class="stage" data-stage="{_e(stage.name)}">context <span class="muted small">'
-           f'({len(stage.items)} units, {_e(stage.config.get("tokens", "?"))} of '
-           f'{_e(stage.config.get("budget_tokens", "?"))} tokens)</span></div>']
+    tokens, budget = stage.config.get("tokens"), stage.config.get("budget_tokens")
+    size = f", {_e(tokens)} of {_e(budget)} tokens" if tokens is not None and budget is not None else \
+        f", {_e(tokens)} tokens" if tokens is not None else ""
+    out = [f'<div class="stage" data-stage="{_e(stage.name)}">{_e(stage.name)} <span class="muted small">'
+           f'(context, {len(stage.items)} units{size})</span></div>']
     out += [f'<div class="loss first-loss">⚑ {_e(n)}</div>' for n in notes]
     for unit in stage.items:
         whole, part = _groups_of(unit, evidence)
@@ -464,6 +477,22 @@ def _snippets(store: Any, views: Sequence[TraceView | None]) -> dict[str, str]:
     return out
 
 
+def _facts(info: dict, queries: int) -> str:
+    """The run's facts under the title, each only when the run has it."""
+    facts = [f"{queries} queries", f"ragdx {_e(info.get('ragdx_version'))}"]
+    if info.get("traces"):
+        facts.append(f"traces <code>{_e(info['traces'])}</code>")
+    if info.get("index_version") is not None:
+        facts.append(f"index version {_e(info['index_version'])}")
+    if info.get("store"):
+        facts.append(f"store <code>{_e(info['store'])}</code>")
+    if info.get("created_at"):
+        facts.append(_e(info["created_at"]))
+    if info.get("seed") is not None:
+        facts.append(f"seed {_e(info['seed'])}")
+    return " · ".join(facts)
+
+
 def render_report(info: dict, queries: Sequence[Query], diagnoses: Sequence[Diagnosis],
                   views: Sequence[TraceView | None], evidence: Sequence[QueryEvidence], metrics: Metrics,
                   store: Any = None, ablation: Any = None) -> str:
@@ -477,7 +506,9 @@ def render_report(info: dict, queries: Sequence[Query], diagnoses: Sequence[Diag
         ablation: an ablation's result, to add its section.
     """
     snippets = _snippets(store, views)
-    title = "ragdx ablation report" if ablation is not None else "ragdx run report"
+    system = info.get("system")
+    title = "ragdx ablation report" if ablation is not None else \
+        f"{system}: ragdx diagnosis of imported traces" if system else "ragdx run report"
     o = metrics.overall
     failures = _table(["first failure", "queries"], [[_e(k), str(v)] for k, v in o.first_failure.items()], (1,)) \
         if o.first_failure else '<p class="muted">No failures.</p>'
@@ -489,12 +520,11 @@ def render_report(info: dict, queries: Sequence[Query], diagnoses: Sequence[Diag
 <title>{_e(title)}</title><style>{_CSS}</style></head>
 <body><main>
 <h1>{_e(title)}</h1>
-<p class="muted">{o.queries} queries · ragdx {_e(info.get("ragdx_version"))} · index version {_e(info.get("index_version"))}
-· store <code>{_e(info.get("store"))}</code> · {_e(info.get("created_at"))} · seed {_e(info.get("seed"))}</p>
+<p class="muted">{_facts(info, o.queries)}</p>
 {_cards(metrics)}
 <section id="funnel-section"><h2>Evidence survival</h2>
 <p class="muted small">The share of answerable queries whose every required evidence group is present at each stage.
-A stage a pipeline does not have loses nothing.</p>{funnel_svg(metrics)}</section>
+A stage a pipeline does not have loses nothing.</p>{funnel_svg(metrics, info.get("stage_kinds"))}</section>
 <section id="outcomes-section"><h2>Outcomes</h2>{outcomes_svg(o.outcomes)}{failures}</section>
 {_ablation(ablation) if ablation is not None else ""}
 <section id="tags"><h2>Per tag</h2>{_tags_table(metrics)}</section>
@@ -504,6 +534,6 @@ A stage a pipeline does not have loses nothing.</p>{funnel_svg(metrics)}</sectio
 <option value="failed">failures only</option>{options}</select></label>
 <button id="expand-all" type="button">Expand all</button><span id="shown-count" class="muted small"></span></div>
 {drill}</section>
-<details><summary class="muted">Settings</summary><pre>{_e(settings)}</pre></details>
+{"" if system else f'<details><summary class="muted">Settings</summary><pre>{_e(settings)}</pre></details>'}
 </main><script>{_SCRIPT}</script></body></html>
 """

@@ -4,8 +4,10 @@ Each query becomes a CHAIN span (input: the question, output: the answer) with c
 RETRIEVER span per retrieval channel (``retrieval.documents.N.document.{id,score,content,
 metadata}``), a RERANKER span per fusion, rerank and governance stage
 (``reranker.input_documents`` / ``reranker.output_documents``, ``reranker.query``,
-``reranker.top_k``), a RETRIEVER span for the assembled context, and an LLM span for the answer
-(``llm.model_name``, ``llm.token_count.*``). ragdx's own facts go under ``ragdx.``: the channel,
+``reranker.top_k``), a RETRIEVER span for the assembled context, an LLM span for the answer (``llm.model_name``,
+``llm.token_count.*``) and an EVALUATOR span for the claims' verdicts. ``ragdx diagnose`` reads
+these spans back (:mod:`ragdx.diagnosis.spans`) to the same diagnoses. ragdx's own facts go under
+``ragdx.``: the query id, each stage's name, kind and seconds, the answer's claims, the channel,
 each document's rank at earlier stages, whether it holds a required evidence group, whether it
 was truncated, the index version, the diagnosis.
 
@@ -54,7 +56,7 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
     texts = {u["id"]: u.get("text", "") for s in stages if s["kind"] == "context" for u in s["items"]}
     root_attrs: dict[str, Any] = {"openinference.span.kind": "CHAIN", "input.value": trace.get("question", ""),
                                   "output.value": answer["text"] if answer else "",
-                                  "ragdx.query_id": trace["query_id"],
+                                  "ragdx.query_id": trace["query_id"], "ragdx.system": "ragdx",
                                   "ragdx.principal.groups": json.dumps(trace.get("principal", {}).get("groups", []))}
     if index_version is not None:
         root_attrs["ragdx.index_version"] = index_version
@@ -68,8 +70,9 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
            "span_kind": "CHAIN", "attributes": root_attrs}
     previous: list[dict] = []
     for n, stage in enumerate(stages):
-        attrs: dict[str, Any] = {"ragdx.stage": stage["name"], "ragdx.stage.kind": stage["kind"],
-                                 "ragdx.seconds": stage.get("seconds", 0.0)}
+        attrs: dict[str, Any] = {"ragdx.stage": stage["name"], "ragdx.stage.kind": stage["kind"]}
+        if stage.get("seconds") is not None:
+            attrs["ragdx.seconds"] = stage["seconds"]
         key = "retrieval" if stage["kind"] == "retrieval" else stage["name"]
         if key in presence:
             attrs["ragdx.evidence_groups_present"] = json.dumps(presence[key]["groups_present"])
@@ -88,12 +91,17 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
             attrs |= {"openinference.span.kind": "LLM", "llm.model_name": stage.get("model", ""),
                       "llm.token_count.prompt": usage.get("prompt_tokens", 0),
                       "llm.token_count.completion": usage.get("completion_tokens", 0),
-                      "output.value": stage.get("text", ""), "ragdx.abstained": stage.get("abstained", False)}
+                      "output.value": stage.get("text", ""), "ragdx.abstained": stage.get("abstained", False),
+                      "ragdx.claims": json.dumps([{"text": c.get("text", ""), "citations": c.get("citations", [])}
+                                                  for c in stage.get("claims", [])])}
         else:
             attrs |= {"openinference.span.kind": "EVALUATOR",
-                      "output.value": json.dumps([c.get("verdict") for c in stage.get("claims", [])])}
+                      "output.value": json.dumps([c.get("verdict") for c in stage.get("claims", [])]),
+                      "ragdx.claims": json.dumps([{k: c[k] for k in ("text", "citations", "verdict", "reason")
+                                                   if k in c} for c in stage.get("claims", [])])}
         if stage.get("dropped"):
-            attrs["ragdx.dropped"] = json.dumps([{k: d[k] for k in ("id", "rank", "reason") if k in d}
+            attrs["ragdx.dropped"] = json.dumps([{k: d[k] for k in ("id", "doc", "version", "start", "end", "rank",
+                                                                    "reason") if k in d}
                                                  for d in stage["dropped"]])
         yield {"name": stage["name"], "context": {"trace_id": trace_id, "span_id": _id(trace_id, n, stage["name"])},
                "parent_id": root, "span_kind": attrs["openinference.span.kind"], "attributes": attrs}
