@@ -5,10 +5,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORE ?= .venv-core
-EXTRAS ?= test,parity,pdf,dense,onnx,quantize,ann
+EXTRAS ?= test,parity,pdf,dense,onnx,quantize,ann,pg
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-core test-full bench clean
+.PHONY: demo test test-core test-full bench clean pg pg-stop
 
 # torch first, pinned to the CPU build that lies on local disk: an unpinned torch would pull
 # a multi-GB CUDA build.
@@ -42,6 +42,21 @@ test: test-core test-full
 
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/run_all.py
+
+# PostgreSQL: installs what is missing (scripts/pg_install.sh: postgresql-15, pgvector built from
+# source), starts a coordinator and two shards on 127.0.0.1:$(PG_PORT)..+2, records the shards in
+# the coordinator's store (schema ragdx), and prints the coordinator's DSN last.
+PG_DIR ?= /var/tmp/ragdx-pg
+PG_PORT ?= 55432
+pg: $(VENV)/.installed
+	@bash scripts/pg_install.sh
+	@bash scripts/pg_cluster.sh start $(PG_DIR) $(PG_PORT) >/dev/null
+	@dsns=$$(bash scripts/pg_cluster.sh dsns $(PG_DIR) $(PG_PORT)); coordinator=$${dsns%%,*}; rest=$${dsns#*,}; \
+	$(VENV)/bin/python -m ragdx.store.pg_admin init "$$coordinator" --if-missing \
+	    --shard "$${rest%%,*}" --shard "$${rest#*,}" && echo "$$coordinator"
+
+pg-stop:
+	@bash scripts/pg_cluster.sh stop $(PG_DIR)
 
 clean:
 	rm -rf $(VENV) $(CORE) build src/*.egg-info

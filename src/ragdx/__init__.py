@@ -23,9 +23,10 @@ from ragdx.ingest.ingestor import Action, IngestAction, IngestReport, Ingestor, 
 from ragdx.ingest.quotes import Coverage, CoverageStatus, coverage, find_quote
 from ragdx.queryset import load_queries
 from ragdx.store.sqlite import SQLiteStore
+from ragdx.store.postgres import PostgresStore
 from ragdx.stages.custom import FunctionRetriever
 from ragdx.pipeline import Pipeline, Trace
-from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages
+from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages, open_store
 from ragdx.diagnosis.evidence import EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.diagnosis.locate import Diagnoser, TraceView
@@ -55,6 +56,7 @@ __all__ = [
     # ingest and store
     "ChunkerConfig", "RegexTokenCounter", "StructureChunker", "Ingestor", "IngestReport", "IngestAction",
     "Action", "delete_documents", "Coverage", "CoverageStatus", "coverage", "find_quote", "SQLiteStore",
+    "PostgresStore", "open_store",
     # pipeline
     "Pipeline", "Trace", "FunctionRetriever", "build_pipeline", "default_stages", "build_ingestor",
     "build_encoder",

@@ -27,7 +27,23 @@ from ragdx.stages.govern import Governance
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 
-__all__ = ["build_encoder", "chunker_for", "build_ingestor", "default_stages", "build_pipeline"]
+__all__ = ["open_store", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
+           "build_pipeline"]
+
+
+def open_store(location: str | Path, mode: str = "read") -> Store:
+    """The store at ``location``: a ``postgresql://`` DSN opens a
+    :class:`~ragdx.store.postgres.PostgresStore` (extra ``pg``), anything else a SQLite file.
+
+    Args:
+        location: a file path or a DSN.
+        mode: ``read``, ``write`` (the store must exist) or ``create``.
+    """
+    from ragdx.store.postgres import PostgresStore, is_dsn
+    if is_dsn(str(location)):
+        return PostgresStore(str(location), mode)
+    from ragdx.store.sqlite import SQLiteStore
+    return SQLiteStore(location, mode)
 
 
 def build_encoder(dense: DenseSettings) -> Encoder:

@@ -21,9 +21,10 @@ log = logging.getLogger("ragdx")
 
 
 def _store(args: argparse.Namespace, mode: str = "read"):
-    """The store, read-only unless the command writes (``write``: it must exist; ``create``)."""
-    from ragdx.store.sqlite import SQLiteStore
-    return SQLiteStore(args.store, mode)
+    """The store at a file path or a ``postgresql://`` DSN, read-only unless the command writes
+    (``write``: it must exist; ``create``)."""
+    from ragdx.build import open_store
+    return open_store(args.store, mode)
 
 
 def _settings(args: argparse.Namespace):

@@ -28,7 +28,7 @@ from ragdx.types import (
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "Stage", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Stage", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -124,6 +124,23 @@ class Store(Protocol):
     def window_end(self, space_id: str, chunk_id: str) -> int | None: ...
 
     def log_entries(self, since: int = 0) -> list[LogEntry]: ...
+
+
+@runtime_checkable
+class VectorSearchStore(Protocol):
+    """A store that searches its own vectors (the PostgreSQL store): the dense channel asks it
+    instead of loading the space's vectors into memory."""
+
+    def vector_search(self, space_id: str, vector: Any, groups: tuple[str, ...], k: int, *,
+                      exact: bool = True) -> list[tuple[Chunk, float]]:
+        """The ``k`` chunks the groups may read with the highest dot product with ``vector``,
+        best first, ties to the older chunk; ``exact`` False allows an approximate index."""
+        ...
+
+    def readable_many(self, groups: tuple[str, ...],
+                      keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which (doc_id, version) pairs the groups may read, in one look-up."""
+        ...
 
 
 @runtime_checkable

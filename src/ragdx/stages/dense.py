@@ -4,15 +4,18 @@ A query is searched only against vectors of the very space its encoder produces 
 weights, dimension, normalisation, prompts, window); anything else is refused, since vectors
 of two spaces are not comparable even when their dimensions agree. Exact search (numpy) is the
 default; approximate search (hnswlib) is optional and its recall is measured, not assumed.
+
+A store that searches its own vectors (:class:`~ragdx.protocols.VectorSearchStore`, such as
+the PostgreSQL store) is asked directly; the vectors of any other store are loaded into an
+in-memory index.
 """
 
 from __future__ import annotations
 
 import time
 
-from ragdx.protocols import Encoder
+from ragdx.protocols import Encoder, Store, VectorSearchStore
 from ragdx.stages._access import readable_only
-from ragdx.protocols import Store
 from ragdx.store.vectors import DenseIndex, HnswIndex, check_space
 from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
 
@@ -63,12 +66,20 @@ class DenseRetriever:
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()
-        index = self.index()
-        vector = self.encoder.encode([query.question], kind="query").vectors[0]
-        hits = index.search(vector, query.principal.groups, self.top_k)
-        chunks = self.store.chunks_by_id([index.chunk_ids[row] for row, _ in hits])
-        found = readable_only(self.store, query.principal, self.name, query.id,
-                              [(chunks[index.chunk_ids[row]], score) for row, score in hits])
+        if isinstance(self.store, VectorSearchStore):
+            space = self.store.active_space()
+            check_space(self.encoder.space, space, self.name)
+            assert space is not None
+            vector = self.encoder.encode([query.question], kind="query").vectors[0]
+            hits = self.store.vector_search(space.id, vector, query.principal.groups, self.top_k,
+                                            exact=self.search == "exact")
+        else:
+            index = self.index()
+            vector = self.encoder.encode([query.question], kind="query").vectors[0]
+            rows = index.search(vector, query.principal.groups, self.top_k)
+            chunks = self.store.chunks_by_id([index.chunk_ids[row] for row, _ in rows])
+            hits = [(chunks[index.chunk_ids[row]], score) for row, score in rows]
+        found = readable_only(self.store, query.principal, self.name, query.id, hits)
         items = tuple(
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,
                       (Provenance(self.name, rank, score),))

@@ -1,0 +1,35 @@
+"""Every command's --store takes a postgresql:// DSN (the shards are found in the coordinator)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ragdx.cli import main
+from ragdx.examples import example_dir
+
+pytestmark = pytest.mark.pg
+
+
+def test_ingest_ask_and_docs_through_a_dsn_on_a_sharded_store(pg_store_factory, capsys):
+    store = pg_store_factory("sharded")
+    dsn = store.dsn
+    off = ["--set", "retrieval.dense.enabled=false"]
+    assert main(["ingest", "--store", dsn, *off, str(example_dir() / "manifest.jsonl")]) == 0
+    assert "14 documents" in capsys.readouterr().out
+    assert main(["ask", "--store", dsn, *off, "--json", "--group", "public", "--group", "staff",
+                 "Above which amount does a manual refund need approval from a team lead?"]) == 0
+    trace = json.loads(capsys.readouterr().out)
+    bm25 = next(s for s in trace["stages"] if s["name"] == "bm25")
+    assert bm25["items"][0]["doc"] == "internal/refund-runbook.md"
+    assert main(["docs", "--store", dsn]) == 0
+    assert "internal/refund-runbook.md" in capsys.readouterr().out
+    assert store.counts()["versions"] == 14
+
+
+def test_an_unreachable_server_is_exit_2_with_the_reason(capsys):
+    assert main(["docs", "--store", "postgresql://postgres:secret@127.0.0.1:1/ragdx"]) == 2
+    err = capsys.readouterr().err
+    assert "postgresql://postgres:***@127.0.0.1:1/ragdx: cannot connect to PostgreSQL" in err
+    assert "secret" not in err
