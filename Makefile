@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORE ?= .venv-core
-EXTRAS ?= test,parity,pdf,dense,onnx,quantize,ann,pg
+EXTRAS ?= test,parity,pdf,dense,onnx,quantize,ann,pg,dask
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-core test-full bench clean pg pg-stop
