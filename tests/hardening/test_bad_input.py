@@ -152,7 +152,7 @@ def test_a_second_trace_of_a_query_is_skipped_and_said(tmp_path, capsys):
     captured = capsys.readouterr()
     assert f"{traces}:2 field 'query_id': a second trace of query 'q1' (the first is on line 1); line skipped" \
         in captured.err
-    assert "1 traces read, 1 malformed lines skipped" in captured.out
+    assert "1 traces diagnosed, 1 malformed lines or traces skipped" in captured.out
     lines = (tmp_path / "d" / "diagnosis.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in lines] == ["q1"]
 

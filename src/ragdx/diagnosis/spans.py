@@ -462,7 +462,7 @@ def read_any(path: Path, *, format: str = "auto", stage_map: Mapping[str, str] |
         first = next((line for line in text.splitlines() if line.strip()), "")
         try:
             format = detect_format(json.loads(first))
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON (or nested too deeply): read as traces, said there
             format = "trace"
     if format == "trace":
         views, bad = read_traces(path)

@@ -3,7 +3,8 @@
 - :class:`ExtractiveGenerator` (the default): offline and deterministic. It answers with the
   context's own sentences that best cover the question's content words, each cited, and
   abstains, naming what is missing, when no sentence covers enough of the question. Sentences
-  that read like instructions to the system are never used.
+  that read like instructions to the system, or hold a citation marker of their own (``[S1]``),
+  are never used (:mod:`ragdx.stages.injection`).
 - :class:`ChatGenerator`: any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's
   server, Ollama, a hosted API), with timeouts, retries with exponential backoff, and token and
   cost accounting.
@@ -22,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ragdx.errors import ChatError, ConfigError
-from ragdx.stages.assemble import INSTRUCTION_LIKE, render_prompt
+from ragdx.stages.assemble import render_prompt
+from ragdx.stages.injection import citation_like, instruction_like
 from ragdx.text import content_terms, sentences, statements, stem
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage
 
@@ -81,7 +83,7 @@ class ExtractiveGenerator:
         found = []
         for unit in context.units:
             for text in statements(unit.text, unit.header_text):
-                if INSTRUCTION_LIKE.search(text) or text.endswith("?"):
+                if _untrusted(text) or text.endswith("?"):
                     continue  # a document's instructions have no authority; a question is no answer
                 terms = {stem(t) for t in content_terms(text)}
                 covered = frozenset(t for t in weights if t in terms)
@@ -118,12 +120,18 @@ class ExtractiveGenerator:
         for conflict in context.conflicts:
             if conflict.units[0] in units_used or conflict.units[1] in units_used:
                 for unit_id, statement in zip(conflict.units, conflict.statements):
-                    if all(c.text != statement for c in claims):
+                    if all(c.text != statement for c in claims) and not _untrusted(statement):
                         claims.append(Claim(statement, (unit_id,)))
                 prefix = "The sources disagree. "
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
+
+
+def _untrusted(sentence: str) -> bool:
+    """A document's sentence that may not become an answer: an instruction to the system, or one
+    holding a citation marker the system did not write."""
+    return instruction_like(sentence) or citation_like(sentence)
 
 
 class ChatClient:

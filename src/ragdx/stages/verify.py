@@ -3,7 +3,11 @@
 :class:`ClaimVerifier` checks, per claim: that it cites something; that every citation names a
 unit of the context; that the cited versions are current and readable by the asker (checked
 against the store again); then asks a :class:`SupportChecker` whether the cited text supports the
-claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words.
+claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words. A document's
+instruction is no evidence: a claim that is itself instruction-like (or holds a forged citation
+marker) is ``unsupported``, and the instruction-like sentences of the cited text are blanked out
+before any checker reads it (:mod:`ragdx.stages.injection`), so an injected instruction is never
+verified as supported.
 
 Checkers:
 
@@ -23,6 +27,7 @@ from typing import Any, Protocol
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.stages.generate import ChatClient
+from ragdx.stages.injection import citation_like, instruction_like, without_instructions
 from ragdx.protocols import Store
 from ragdx.text import content_terms, quantities, statements, stem
 from ragdx.types import (
@@ -198,6 +203,9 @@ class ClaimVerifier:
     def check(self, query: Query, context: Context, claim: Claim) -> ClaimCheck:
         if not claim.citations:
             return ClaimCheck(claim, Verdict.UNSUPPORTED, "the claim cites nothing")
+        if instruction_like(claim.text) or citation_like(claim.text):
+            return ClaimCheck(claim, Verdict.UNSUPPORTED, "the claim repeats an instruction or a citation "
+                              "marker written in a document; a document's text has no authority")
         units = []
         for cid in claim.citations:
             unit = context.unit(cid)
@@ -214,7 +222,7 @@ class ClaimVerifier:
                                   f"{unit.doc_id} is {stored.document.status.value}")
             units.append(unit)
         evidence = "\n\n".join(f"{u.header_text}\n{u.text}" if u.header_text else u.text for u in units)
-        verdict, reason = self.checker.judge(claim.text, evidence)
+        verdict, reason = self.checker.judge(claim.text, without_instructions(evidence))
         return ClaimCheck(claim, verdict, reason, evidence)
 
     def run(self, query: Query, context: Context, answer: Answer) -> Verification:
