@@ -287,7 +287,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     store = _store(args) if args.store else None
     try:
         result = diagnose_imported(Path(args.traces), queries, Path(args.out), store, format=args.format,
-                                   stage_map=stage_map, system=args.system, checker=checker)
+                                   stage_map=stage_map, system=args.system, checker=checker,
+                                   chunks=Path(args.chunks) if args.chunks else None, abstention=args.abstention)
     finally:
         if store is not None:
             store.close()
@@ -480,6 +481,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
                    help="for spans: the stage kind of a component's span, e.g. DocumentJoiner=fusion (repeatable)")
     p.add_argument("--system", help="the imported system's name, for the report (default: what the traces say)")
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention "
+                   "(spans do not say whether the system abstained), e.g. \"^I don't know\"")
+    p.add_argument("--chunks", help="the system's chunks (JSONL items: id, doc, text), for traces that do not "
+                   "list them (OpenInference spans never do): a quote no chunk holds whole is a parsing loss")
     configurable(p)
 
     p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")

@@ -154,6 +154,24 @@ def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
     return good, bad
 
 
+def read_chunks(path: Path) -> list[ItemView]:
+    """A system's chunks, one item per line (``id``, ``doc``, and ``text`` or ``start``/``end``),
+    for ``ragdx diagnose --chunks``.
+
+    Raises:
+        InputError: naming the file, the line and the field of the first bad line.
+    """
+    out = []
+    for number, obj in json_objects(path, "chunks"):
+        if isinstance(obj, InputError):
+            raise obj
+        item = _item(obj, Fields(obj, str(path), number), "chunk", number)
+        if item.doc is None:
+            raise InputError("a chunk needs its 'doc'", file=str(path), line=number, field="doc")
+        out.append(item)
+    return out
+
+
 def with_access(view: TraceView, query: Query, store: Store) -> TraceView:
     """The view with every item the query's principal may not read marked ``readable=False``, as
     the store says: an item known by its chunk id, by its span's document and version, or by a

@@ -44,7 +44,7 @@ from ragdx.errors import InputError
 from ragdx.types import StageKind
 
 __all__ = ["DEFAULT_STAGES", "FORMATS", "detect_format", "read_spans", "spans_to_traces", "read_any",
-           "parse_stage_map"]
+           "parse_stage_map", "document_item"]
 
 FORMATS = ("auto", "trace", "openinference", "otlp")
 DEFAULT_STAGES: Mapping[str, str] = {
@@ -219,8 +219,9 @@ def _query_id(spans: list[SpanRecord]) -> str | None:
     return None
 
 
-def _item(text: str | None, meta: Mapping[str, Any], doc_id: Any = None, score: Any = None) -> dict[str, Any]:
-    """An imported-trace item from a document's text, metadata, id and score."""
+def document_item(text: str | None, meta: Mapping[str, Any], doc_id: Any = None, score: Any = None) -> dict[str, Any]:
+    """An imported-trace item from a framework document's text, metadata, id and score (the one
+    mapping of metadata to evidence, shared by the span reader and the framework adapters)."""
     meta = meta if isinstance(meta, Mapping) else {}
     item: dict[str, Any] = {}
     doc = next((meta[k] for k in _DOC_KEYS if isinstance(meta.get(k), str)), None)
@@ -263,7 +264,7 @@ def _documents(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     out = []
     for n in sorted(found):
         d = found[n]
-        out.append(_item(d.get("content"), _json(d.get("metadata")) or {}, d.get("id"), d.get("score")))
+        out.append(document_item(d.get("content"), _json(d.get("metadata")) or {}, d.get("id"), d.get("score")))
     return out
 
 
@@ -277,15 +278,18 @@ def _value_documents(value: Any, known: Mapping[str, dict[str, Any]]) -> list[di
             if isinstance(value.get(key), list):
                 return _value_documents(value[key], known)
         return None
-    if not isinstance(value, list) or not value:
+    if not isinstance(value, list):
         return None
+    flat: list[Any] = []
+    for d in value:  # a joiner receives lists of documents
+        flat.extend(d if isinstance(d, list) else [d])
     out = []
-    for d in value:
+    for d in flat:
         if isinstance(d, str) and (m := _HAYSTACK_DOCUMENT.match(d)):
             out.append(dict(known.get(m.group(1)) or {"id": m.group(1)}))
         elif isinstance(d, dict) and ("page_content" in d or "content" in d):
             text = d.get("page_content", d.get("content"))
-            item = _item(text if isinstance(text, str) else None, d.get("metadata") or d.get("meta") or {},
+            item = document_item(text if isinstance(text, str) else None, d.get("metadata") or d.get("meta") or {},
                          d.get("id"), d.get("score"))
             out.append(known.get(item.get("id", "")) or item)
         else:
@@ -350,6 +354,10 @@ def _answer(span: SpanRecord) -> dict[str, Any]:
     if seconds is not None:
         answer["seconds"] = seconds
     claims = _json(a.get("ragdx.claims"))
+    out = _json(a.get("output.value"))
+    meta = out.get("meta") if isinstance(out, dict) else None
+    if not isinstance(claims, list) and isinstance(meta, list) and meta and isinstance(meta[0], dict):
+        claims = meta[0].get("claims")  # a generator that cites puts its claims in its reply's meta
     if isinstance(claims, list):
         answer["claims"] = claims
     return answer

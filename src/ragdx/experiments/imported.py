@@ -16,14 +16,15 @@ text; those that do not line up are counted, and matched by their text instead.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import LOST_IN_PARSING, EvidenceResolver, QueryEvidence
-from ragdx.diagnosis.imports import BY_TEXT, resolve_offline, with_access
-from ragdx.diagnosis.locate import ANY_VERSION, Diagnoser, ItemView, TraceView
+from ragdx.diagnosis.imports import BY_TEXT, read_chunks, resolve_offline, with_access
+from ragdx.diagnosis.locate import ANY_VERSION, Diagnoser, ItemView, StageView, TraceView
 from ragdx.diagnosis.records import Diagnosis, Outcome
 from ragdx.errors import InputError
 from ragdx.evaluation.layered import Metrics, layered, query_values
@@ -178,6 +179,31 @@ def _aligned(views: Sequence[tuple[int, TraceView]], store: Store, source: str
     return out, bad, checked
 
 
+def _with_chunks(views: Sequence[tuple[int, TraceView]], chunks: Sequence[ItemView]
+                 ) -> list[tuple[int, TraceView]]:
+    """Each trace with a ``parsing`` stage listing the system's chunks of the documents it
+    touched, unless it lists its own."""
+    out = []
+    for line, view in views:
+        touched = {i.doc for s in view.stages for i in (*s.items, *(d.item for d in s.dropped)) if i.doc}
+        mine = tuple(c for c in chunks if c.doc in touched)
+        if mine and not any(s.kind is StageKind.PARSING for s in view.stages):
+            view = replace(view, stages=(StageView("chunks", StageKind.PARSING, mine), *view.stages))
+        out.append((line, view))
+    return out
+
+
+def _abstentions(views: Sequence[tuple[int, TraceView]], pattern: str) -> list[tuple[int, TraceView]]:
+    """Each answer whose text the pattern finds marked as an abstention."""
+    try:
+        found = re.compile(pattern).search
+    except re.error as exc:
+        raise InputError(f"--abstention {pattern!r} is not a regular expression: {exc}") from None
+    return [(line, replace(v, answer=replace(v.answer, abstained=True))
+             if v.answer is not None and not v.answer.abstained and found(v.answer.text) else v)
+            for line, v in views]
+
+
 def _stage_kinds(views: Sequence[TraceView]) -> list[str]:
     """The stage kinds the imported system has, in pipeline order (the report shows only those)."""
     kinds = {s.kind for v in views for s in v.stages}
@@ -188,7 +214,8 @@ def _stage_kinds(views: Sequence[TraceView]) -> list[str]:
 
 def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, store: Store | None = None, *,
                       format: str = "auto", stage_map: Mapping[str, str] | None = None,
-                      system: str | None = None, checker: Any = None) -> ImportedRun:
+                      system: str | None = None, checker: Any = None, chunks: Path | None = None,
+                      abstention: str | None = None) -> ImportedRun:
     """Read ``traces_path``, diagnose every query, and write ``out``'s ``diagnosis.jsonl``,
     ``metrics.json`` and ``report.html``.
 
@@ -203,6 +230,10 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
             on top of the defaults.
         system: the imported system's name (default: what the traces say, else "imported system").
         checker: judges the claims the traces left unverified (default ragdx's lexical checker).
+        chunks: a JSONL file of the system's chunks (items: ``id``, ``doc``, ``text`` or a span),
+            the parsing stage of every trace that does not list its own (spans never do).
+        abstention: a regular expression: an answer whose text it finds is an abstention (spans
+            never say whether the system abstained).
 
     Raises:
         InputError: no line could be read as a trace, or no trace names a query of the query set.
@@ -215,6 +246,10 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
         raise InputError(f"no trace could be read: {len(malformed)} malformed line"
                          f"{'s' if len(malformed) != 1 else ''}{first}", file=source)
     system = system or named or "imported system"
+    if chunks is not None:
+        views = _with_chunks(views, read_chunks(chunks))
+    if abstention is not None:
+        views = _abstentions(views, abstention)
     misaligned: list[str] = []
     if store is not None:
         views, misaligned, checked = _aligned(views, store, source)
