@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from ragdx.errors import InputError
+from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker, TokenCounter
 from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
 from ragdx.store.vectors import check_space
@@ -144,12 +144,15 @@ class Ingestor:
 
         Raises:
             InputError: any bad entry or file; the store is left unchanged.
+            ConfigError: the store has an active embedding space and this ingest has no embedder:
+                it would add or re-chunk versions without vectors there (see :meth:`_refuse_lost_vectors`).
         """
         started = time.perf_counter()
         entries, skipped = load_source(Path(source))
         for path in skipped:
             log.warning("skipped %s: no parser for its format", path)
         prepared = _supersede_earlier([self.prepare(entry) for entry in entries])
+        self._refuse_lost_vectors(prepared)
         vectors: dict[str, VectorRow] = {}
         stats = None
         if self.embedder is not None:
@@ -179,6 +182,28 @@ class Ingestor:
                             sum(p.size_bytes for p in prepared),
                             sum(len(p.chunked.chunks) if p.chunked else p.stored_chunks for p in prepared),
                             time.perf_counter() - started, self.store.index_version, stats)
+
+    def _refuse_lost_vectors(self, prepared: list[PreparedDocument]) -> None:
+        """Refuse an ingest without an embedder into a store whose dense channel is live: every
+        version it adds would have no vector in the active space, and every version it re-chunks
+        (without the encoder, the chunker counts in another tokenizer) would lose its vectors, so
+        the dense channel would silently stop finding them."""
+        active = self.store.active_space()
+        if active is None or self.embedder is not None:
+            return
+        written = [p for p in prepared if p.chunked is not None]
+        if not written:
+            return  # attributes only: no chunk changes, no vector is lost
+        stored = sum(1 for p in written if self.store.version(p.document.doc_id, p.document.version))
+        what = ", ".join(part for part in (
+            f"re-chunk {stored} stored versions (deleting their vectors)" if stored else "",
+            f"add {len(written) - stored} versions without vectors" if len(written) > stored else "") if part)
+        raise ConfigError(
+            f"the dense channel is off (retrieval.dense.enabled=false), but the store's active embedding "
+            f"space {active.id} ({active.model_id}) serves dense retrieval: this ingest would {what}, and "
+            "the dense channel would not find them. Ingest with the dense channel on (the space's model "
+            f"{active.model_id!r}); to leave the dense channel on purpose, ingest into a new store beside "
+            "the live one (ragdx ingest --store NEW.db ...) and move readers to it once it is checked")
 
     def _write(self, item: PreparedDocument) -> IngestAction:
         doc, store = item.document, self.store
