@@ -32,7 +32,7 @@ from haystack.components.retrievers.in_memory import (  # noqa: E402
 from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refund_standin import abstained, queries, refund_sources, stand_in_answer  # noqa: E402
+from refund_standin import abstained, queries, query_for, refund_sources, stand_in_answer  # noqa: E402
 
 from ragdx.testing.encoders import HashingEncoder  # noqa: E402
 
@@ -110,12 +110,10 @@ class StandInGenerator:
 
     def __init__(self, fault: str | None = None) -> None:
         self.fault = fault
-        self.by_question = {q["question"]: q for q in queries()}
 
     @component.output_types(replies=list[str], meta=list[dict])
     def run(self, prompt: str, documents: list[Document], question: str) -> dict[str, Any]:
-        answer = stand_in_answer(self.by_question.get(question, {}), [(d.id, d.content or "") for d in documents],
-                                 self.fault)
+        answer = stand_in_answer(query_for(question), [(d.id, d.content or "") for d in documents], self.fault)
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": len(answer["text"].split())}
         return {"replies": [answer["text"]], "meta": [{"claims": answer["claims"], "usage": usage}]}
 

@@ -55,6 +55,12 @@ def queries() -> list[dict]:
     return [json.loads(line) for line in (example_dir() / "queries.jsonl").read_text().splitlines() if line]
 
 
+def query_for(question: str) -> dict:
+    """The query a question asks (one that needs evidence, when two principals ask it)."""
+    asked = [q for q in queries() if q["question"] == question]
+    return next((q for q in asked if q.get("required")), asked[0] if asked else {})
+
+
 def _compact(text: str) -> str:
     return _SPACE.sub("", text)
 

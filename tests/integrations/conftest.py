@@ -78,3 +78,138 @@ FAULT_STAGES = {
     "stale": ("governance", "stale"), "leak": ("governance", "leak"), "invent": ("generation", "unsupported"),
     "drop": ("generation", "incomplete"), "distract": ("generation", None), "miscite": ("citation", "unsupported"),
 }
+
+
+def runner(module, name: str, tmp_path_factory):
+    """``get(fault, chunks=True)``: an example's run with that fault, diagnosed (cached per module:
+    a run takes a second or two)."""
+    cache: dict[tuple, dict] = {}
+
+    def get(fault: str | None, *, chunks: bool = True) -> dict[str, dict]:
+        if (fault, chunks) not in cache:
+            out = tmp_path_factory.mktemp(f"{name}-{fault}-{chunks}")
+            traces = module.run(out, fault, chunks=chunks)
+            cache[fault, chunks] = diagnose(traces, out / "store.db", out / "d")
+            cache[fault, chunks]["_out"] = out
+        return cache[fault, chunks]
+    return get
+
+
+def check_openinference(adapter: dict, otlp: Path, phoenix: Path, tmp_path: Path, stages: list[str], system: str,
+                        fault: str | None) -> None:
+    """The spans (OTLP/JSON, with the chunks for --chunks) give the adapter's diagnoses; without a
+    fault, Phoenix's JSON gives the same as OTLP's."""
+    chunks = ["--chunks", str(otlp.parent / "chunks.jsonl")]
+    from_otlp = diagnose(otlp, otlp.parent / "store.db", tmp_path / "d1", *stages, *chunks)
+    different = {q: (key(adapter[q]), key(d)) for q, d in from_otlp.items() if key(adapter[q]) != key(d)}
+    assert different == {}
+    report = (tmp_path / "d1" / "report.html").read_text()
+    assert f"<title>{system}: ragdx diagnosis of imported traces</title>" in report
+    if fault is None:
+        from_phoenix = diagnose(phoenix, otlp.parent / "store.db", tmp_path / "d2", *stages, *chunks)
+        assert {q: key(d) for q, d in from_phoenix.items()} == {q: key(d) for q, d in from_otlp.items()}
+
+
+def write_span_files(spans, out: Path) -> tuple[Path, Path]:
+    """Finished OpenTelemetry spans written as the collector's file exporter writes them (one
+    OTLP/JSON ExportTraceServiceRequest per line; protobuf's JSON gives ids in base64 where the
+    collector writes hex: ragdx treats ids as opaque) and as Phoenix's span JSON."""
+    from google.protobuf.json_format import MessageToJson
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    otlp = out / "spans.otlp.jsonl"
+    otlp.write_text("".join(MessageToJson(encode_spans(spans[i:i + 50]), indent=None) + "\n"
+                            for i in range(0, len(spans), 50)))
+    phoenix = out / "spans.phoenix.jsonl"
+    phoenix.write_text("".join(json.dumps(_phoenix(s)) + "\n" for s in spans))
+    return otlp, phoenix
+
+
+def in_memory_provider():
+    """An OpenTelemetry tracer provider whose spans stay in memory, and its exporter."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return provider, exporter
+
+
+def check_fault(base: dict, broken: dict, fault: str) -> None:
+    """Every query the fault changed is diagnosed at the fault's stage (and with its outcome)."""
+    stage, outcome = FAULT_STAGES[fault]
+    changed = [q for q in base if q != "_out" and key(base[q]) != key(broken[q])]
+    assert len(changed) >= 2, f"the {fault} fault changed {changed}: too few to test"
+    for q in changed:
+        assert broken[q]["first_failure"] == expected_stage(base[q], stage), (q, base[q], broken[q])
+        if outcome is not None:
+            assert broken[q]["outcome"] == outcome, (q, broken[q])
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+def check_cut_quotes(cut: dict, plain: dict, chunks: list[tuple[str, str]], chunker: str, least: int) -> None:
+    """A required group every alternative of which no chunk (``(doc, text)``, counted here from the
+    framework's own chunks) holds whole, in documents the query touched, is lost at parsing with
+    chunk overlap as the hypothesis; without the chunk listing the same queries are not."""
+    traces = {t["query_id"]: t for t in map(json.loads, (cut["_out"] / "traces.jsonl").read_text().splitlines())}
+    expected = []
+    for line in QUERIES.read_text().splitlines():
+        q = json.loads(line)
+        touched = {i.get("doc") for s in traces[q["id"]]["stages"] if s["kind"] != "parsing" for i in s["items"]}
+        for group in q.get("required", []):
+            whole = [a for a in group if any(_compact(a["quote"]) in _compact(text) for doc, text in chunks
+                                             if doc == a["doc"])]
+            if not whole and all(a["doc"] in touched for a in group):
+                expected.append(q["id"])
+                break
+    assert len(expected) >= least, expected
+    for qid in expected:
+        d = cut[qid]
+        assert d["first_failure"] == "parsing", (qid, d)
+        loss = next(l for l in d["lost"] if l["stage"] == "parsing")
+        assert "no single chunk holds it whole" in loss["reason"]
+        assert f"chunk overlap, or larger chunks at {chunker}" in d["hypothesis"]
+        assert plain[qid]["first_failure"] != "parsing"
+    assert sum(1 for qid in expected if plain[qid]["first_failure"] == "retrieval") >= least // 2
+
+
+def _unflatten(attributes):
+    """Phoenix keeps attributes nested (``retrieval.documents`` as a list of objects)."""
+    root: dict = {}
+    for name, value in attributes.items():
+        parts = name.split(".")
+        node = root
+        for n, part in enumerate(parts):
+            last = n == len(parts) - 1
+            nxt = parts[n + 1] if not last else None
+            if part.isdigit() and isinstance(node, list):
+                i = int(part)
+                while len(node) <= i:
+                    node.append({})
+                node[i] = value if last else node[i]
+                node = node[i]
+                continue
+            if last:
+                node[part] = value
+            else:
+                node = node.setdefault(part, [] if nxt.isdigit() else {})
+    return root
+
+
+def _phoenix(span):
+    """A span as Phoenix's span_to_json writes it."""
+    from datetime import datetime, timezone
+    attrs = dict(span.attributes)
+    return {"name": span.name, "context": {"trace_id": f"{span.context.trace_id:032x}",
+                                           "span_id": f"{span.context.span_id:016x}"},
+            "span_kind": attrs.get("openinference.span.kind", "UNKNOWN"),
+            "parent_id": f"{span.parent.span_id:016x}" if span.parent else None,
+            "start_time": datetime.fromtimestamp(span.start_time / 1e9, timezone.utc).isoformat(),
+            "end_time": datetime.fromtimestamp(span.end_time / 1e9, timezone.utc).isoformat(),
+            "status_code": span.status.status_code.name, "status_message": "",
+            "attributes": _unflatten(attrs), "events": [], "conversation": None}
+
+

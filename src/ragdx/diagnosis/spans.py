@@ -44,7 +44,7 @@ from ragdx.errors import InputError
 from ragdx.types import StageKind
 
 __all__ = ["DEFAULT_STAGES", "FORMATS", "detect_format", "read_spans", "spans_to_traces", "read_any",
-           "parse_stage_map", "document_item"]
+           "parse_stage_map", "document_item", "find_claims"]
 
 FORMATS = ("auto", "trace", "openinference", "otlp")
 DEFAULT_STAGES: Mapping[str, str] = {
@@ -354,13 +354,29 @@ def _answer(span: SpanRecord) -> dict[str, Any]:
     if seconds is not None:
         answer["seconds"] = seconds
     claims = _json(a.get("ragdx.claims"))
-    out = _json(a.get("output.value"))
-    meta = out.get("meta") if isinstance(out, dict) else None
-    if not isinstance(claims, list) and isinstance(meta, list) and meta and isinstance(meta[0], dict):
-        claims = meta[0].get("claims")  # a generator that cites puts its claims in its reply's meta
+    if not isinstance(claims, list):  # a generator that cites puts its claims in its reply's metadata
+        claims = find_claims(_json(a.get("output.value")))
     if isinstance(claims, list):
         answer["claims"] = claims
     return answer
+
+
+def find_claims(value: Any) -> list | None:
+    """The first ``claims`` list anywhere in a generator's output (a Haystack reply's ``meta``, a
+    LangChain message's ``response_metadata``): how a generator that cites says what it claims."""
+    if isinstance(value, Mapping):
+        if isinstance(value.get("claims"), list):
+            return value["claims"]
+        values: Iterable[Any] = value.values()
+    elif isinstance(value, (list, tuple)):
+        values = value
+    else:
+        return None
+    for v in values:
+        found = find_claims(v)
+        if found is not None:
+            return found
+    return None
 
 
 def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str, system: str | None) -> dict:
