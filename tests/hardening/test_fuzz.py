@@ -28,7 +28,7 @@ from ragdx.store.sqlite import SQLiteStore
 from tests.conftest import write
 from tests.hardening.conftest import LEXICAL, fingerprint
 
-FUZZ = settings(max_examples=40, deadline=None, derandomize=True, database=None,
+FUZZ = settings(max_examples=30, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # -- the inputs ------------------------------------------------------------------------------------
