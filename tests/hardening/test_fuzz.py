@@ -193,6 +193,17 @@ def check_settings(overrides: list[str], config: bytes | None, run: Callable = a
         run(["ingest", "--store", str(store), *extra, *sets, *LEXICAL, str(root / "seed.jsonl")], (store,))
 
 
+def check_export(traces: str, diagnoses: str, manifest: str | None, run: Callable = attempt) -> None:
+    """A run folder whose files are not what 'ragdx run' wrote."""
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        write(folder / "traces.jsonl", traces)
+        write(folder / "diagnosis.jsonl", diagnoses)
+        if manifest is not None:
+            write(folder / "manifest.json", manifest)
+        run(["export", "--run", str(folder), "--out", str(folder / "spans.jsonl")])
+
+
 # store files: each probe damages a copy of a good store in one way
 def _sql(*statements: str) -> Callable[[Path], None]:
     def probe(path: Path) -> None:
@@ -284,6 +295,13 @@ def test_imported_traces(text_):
 @given(st.lists(setting, max_size=3), st.none() | config_file)
 def test_settings(overrides, config):
     check_settings(overrides, config)
+
+
+@FUZZ
+@given(lines(trace), lines(st.dictionaries(st.sampled_from(["id", "outcome", "stages"]), value)),
+       st.none() | value.map(_line) | st.sampled_from(RAW_LINES))
+def test_run_folders_for_export(traces, diagnoses, manifest):
+    check_export(traces, diagnoses, manifest)
 
 
 @FUZZ

@@ -145,7 +145,7 @@ def export_run(folder: Path) -> Iterator[dict]:
             raise InputError(f"not a run manifest: {exc}", file=str(manifest_path)) from None
     diagnoses = {}
     if diagnosis_path.is_file():
-        diagnoses = {d.get("id"): d for _, d in _json_lines(diagnosis_path)}
+        diagnoses = {d["id"]: d for _, d in _json_lines(diagnosis_path) if isinstance(d.get("id"), str)}
     for number, trace in _json_lines(traces_path):
         try:
             yield from spans(trace, diagnoses.get(trace.get("query_id")), index_version)
