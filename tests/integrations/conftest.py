@@ -80,6 +80,16 @@ FAULT_STAGES = {
 }
 
 
+def validate(traces: Path) -> None:
+    """Every line an adapter wrote follows the imported-trace schema."""
+    import jsonschema
+    schema = json.loads((EXAMPLES.parent / "docs" / "schemas" / "imported-trace.schema.json").read_text())
+    lines = traces.read_text().splitlines()
+    assert len(lines) == len(QUERIES.read_text().splitlines())
+    for line in lines:
+        jsonschema.validate(json.loads(line), schema)
+
+
 def runner(module, name: str, tmp_path_factory):
     """``get(fault, chunks=True)``: an example's run with that fault, diagnosed (cached per module:
     a run takes a second or two)."""
@@ -89,6 +99,7 @@ def runner(module, name: str, tmp_path_factory):
         if (fault, chunks) not in cache:
             out = tmp_path_factory.mktemp(f"{name}-{fault}-{chunks}")
             traces = module.run(out, fault, chunks=chunks)
+            validate(traces)
             cache[fault, chunks] = diagnose(traces, out / "store.db", out / "d")
             cache[fault, chunks]["_out"] = out
         return cache[fault, chunks]
