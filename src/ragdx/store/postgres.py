@@ -56,7 +56,7 @@ from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, OpenMode
 from ragdx.store.tokens import fts5_tokens
 from ragdx.types import (
     Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
-    SpaceState, StoredVersion,
+    SpaceState, StoredVersion, VersionFilter,
 )
 
 __all__ = ["PostgresStore", "is_dsn", "setup_shards", "FTS5_MIN_IDF"]
@@ -284,6 +284,15 @@ def _decoding(table: str) -> Callable[[Callable], Callable]:
     return wrap
 
 
+_SECTION_TYPES = ("id text, doc_id text, version text, start_at int, end_at int, heading_path text, "
+                  "level int, parent_id text")
+_CHUNK_TYPES = ("rowid bigint, id text, doc_id text, version text, ord int, start_at int, end_at int, "
+                "text text, kind text, heading_path text, section_id text, prefix text, header_start int, "
+                "header_end int, token_count int, prev_id text, next_id text, duplicate_of text, "
+                "over_limit boolean, config_id text, lexemes text[], tf jsonb, length int")
+_CHUNK_SELECT = ("rowid, id, doc_id, version, ord, start_at, end_at, text, kind, heading_path, section_id, "
+                 "prefix, header_start, header_end, token_count, prev_id, next_id, duplicate_of, "
+                 "over_limit, config_id, array_to_tsvector(lexemes), tf, length")
 _CHUNK_COLUMNS = ("c.id, c.doc_id, c.version, c.start_at, c.end_at, c.text, c.kind, c.heading_path, "
                   "c.section_id, c.prefix, c.header_start, c.header_end, c.token_count, c.prev_id, "
                   "c.next_id, c.duplicate_of, c.over_limit, c.config_id")
@@ -531,13 +540,14 @@ class PostgresStore:
         self._changed = True
         self._tx.execute(sql.replace("{s}", self.schema), args)
 
-    def _write_many(self, sql: str, rows: list) -> None:
-        if self._tx is None:
-            raise StoreError("store writes must happen inside store.transaction()")
-        if rows:
-            self._changed = True
-            with self._tx.cursor() as cur:
-                cur.executemany(sql.replace("{s}", self.schema), rows)
+    def _insert(self, table: str, columns: str, rows: list[dict], select: str = "*") -> None:
+        """Insert many rows in one statement (a statement trigger fires once, and postgres_fdw
+        sends the rows to the shards in batches): the rows travel as one JSON array, read back
+        with ``columns`` as their types; ``select`` may convert them."""
+        if not rows:
+            return
+        self._write(f"INSERT INTO {{s}}.{table} SELECT {select} FROM jsonb_to_recordset(%s::jsonb) "
+                    f"AS r({columns})", (json.dumps(rows),))
 
     @property
     def index_version(self) -> int:
@@ -577,9 +587,10 @@ class PostgresStore:
             self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
-        self._write_many("INSERT INTO {s}.sections VALUES (%s,%s,%s,%s,%s,%s,%s,%s)", [
-            (s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
-             s.parent_id) for s in sections])
+        self._insert("sections", _SECTION_TYPES, [
+            {"id": s.id, "doc_id": s.doc_id, "version": s.version, "start_at": s.start, "end_at": s.end,
+             "heading_path": json.dumps(list(s.heading_path)), "level": s.level, "parent_id": s.parent_id}
+            for s in sections])
         if not chunks:
             return
         first = self._tx.execute(f"SELECT nextval('{self.schema}.chunk_rowid')").fetchone()[0]
@@ -587,14 +598,16 @@ class PostgresStore:
         rows = []
         for i, c in enumerate(chunks):
             lexemes, tf, length = chunk_terms(c)
-            rows.append((first + i, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
-                         json.dumps(list(c.heading_path)), c.section_id, c.prefix,
-                         c.header[0] if c.header else None, c.header[1] if c.header else None,
-                         c.token_count, c.prev_id, c.next_id, c.duplicate_of, c.over_limit, c.config_id,
-                         lexemes, json.dumps(tf), length))
+            rows.append({"rowid": first + i, "id": c.id, "doc_id": c.doc_id, "version": c.version, "ord": i,
+                         "start_at": c.start, "end_at": c.end, "text": c.text, "kind": c.kind.value,
+                         "heading_path": json.dumps(list(c.heading_path)), "section_id": c.section_id,
+                         "prefix": c.prefix, "header_start": c.header[0] if c.header else None,
+                         "header_end": c.header[1] if c.header else None, "token_count": c.token_count,
+                         "prev_id": c.prev_id, "next_id": c.next_id, "duplicate_of": c.duplicate_of,
+                         "over_limit": c.over_limit, "config_id": c.config_id, "lexemes": lexemes,
+                         "tf": tf, "length": length})
             self._fresh[c.id] = (first + i, c.doc_id, c.version)
-        self._write_many("INSERT INTO {s}.chunks VALUES (" + ",".join(["%s"] * 20)
-                         + ", array_to_tsvector(%s::text[]), %s::jsonb, %s)", rows)
+        self._insert("chunks", _CHUNK_TYPES, rows, _CHUNK_SELECT)
         self._write("INSERT INTO {s}.configs VALUES (%s, 'chunker', %s) ON CONFLICT (id) DO NOTHING",
                     (chunks[0].config_id, chunker_config))
 
@@ -816,7 +829,31 @@ class PostgresStore:
         return int(n_rows), int(n_tokens), {t: int(n) for t, n in df.items()}
 
     def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
-             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
+             weights: tuple[float, float] = (0.5, 1.0),
+             versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+        """:meth:`_bm25` among the versions the filter allows (every version when None)."""
+        return self._with_versions(lambda n: self._bm25(terms, groups, n, weights), limit, versions)
+
+    def _with_versions(self, search: Any, limit: int, versions: VersionFilter | None) -> list[tuple[Chunk, float]]:
+        """``search(n)``'s best ``limit`` hits of the versions the filter allows: the search runs
+        deeper (x4 each time) until it has enough of them or runs out (statuses live in their own
+        table, never on the chunk rows, so a status change rewrites no indexed row)."""
+        if versions is None or not versions.current_only:
+            return search(limit)
+        fetch = limit
+        while True:
+            found = search(fetch)
+            docs = sorted({c.doc_id for c, _ in found})
+            status = {(d, v): s for d, v, s in self._all(
+                "SELECT doc_id, version, status FROM {s}.documents WHERE doc_id = ANY(%s)", (docs,))} if docs else {}
+            kept = [(c, score) for c, score in found
+                    if versions.allows(c.version, status.get((c.doc_id, c.version), "current"))]
+            if len(kept) >= limit or len(found) < fetch:
+                return kept[:limit]
+            fetch *= 4
+
+    def _bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
+              weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
         """BM25 among the chunks the groups may read, as FTS5's ``bm25()`` scores it: the best
         ``limit`` readable, non-duplicate chunks holding any term, higher scores first, ties to
         the older row.
@@ -971,9 +1008,11 @@ class PostgresStore:
         known = [(self._fresh[cid], h, blob, end) for cid, h, blob, end in rows if cid in self._fresh]
         table = found[0]
         self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", ([k[0][0] for k in known],))
-        self._write_many(f"INSERT INTO {{s}}.{table} VALUES (%s, %s, %s, %s, %s::vector, %s)",
-                         [(rowid, doc_id, version, h, _vector_text(blob), end)
-                          for (rowid, doc_id, version), h, blob, end in known])
+        self._insert(table, "chunk_rowid bigint, doc_id text, version text, input_hash text, embedding text, "
+                     "window_end int", [{"chunk_rowid": rowid, "doc_id": doc_id, "version": version,
+                                         "input_hash": h, "embedding": _vector_text(blob), "window_end": end}
+                                        for (rowid, doc_id, version), h, blob, end in known],
+                     "chunk_rowid, doc_id, version, input_hash, embedding::vector, window_end")
 
     def chunks_without_vectors(self, space_id: str) -> list[Chunk]:
         found = self._space_table(space_id)
@@ -1007,7 +1046,13 @@ class PostgresStore:
         return ids, docs, blobs, ends
 
     def vector_search(self, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
-                      exact: bool = True) -> list[tuple[Chunk, float]]:
+                      exact: bool = True, versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+        """:meth:`_vector_search` among the versions the filter allows (every version when None)."""
+        return self._with_versions(lambda n: self._vector_search(space_id, vector, groups, n, exact=exact),
+                                   k, versions)
+
+    def _vector_search(self, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
+                       exact: bool = True) -> list[tuple[Chunk, float]]:
         """The ``k`` readable chunks whose vectors have the highest dot product with ``vector``,
         best first, ties to the older row.
 
