@@ -114,6 +114,7 @@ def test_spans_diagnosed_through_the_cli(tmp_path, capsys):
     assert "<title>refund-bot: ragdx diagnosis of imported traces</title>" in html
     assert "index version" not in html and "seed" not in html and "? of ?" not in html
     assert 'data-stage="rerank"' not in html and 'data-stage="fusion"' in html  # the system has no reranker
+    assert "complete@rerank" not in html and "complete@fusion" in html
     # without the mapping the cut is not a stage: the context is the prompt builder's (none here)
     assert main(["diagnose", "--traces", str(tmp_path / "s.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
                  "--out", str(tmp_path / "o2")]) == 0

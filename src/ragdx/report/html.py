@@ -189,10 +189,12 @@ def _cards(metrics: Metrics) -> str:
     return f'<div class="cards">{"".join(cards)}</div>'
 
 
-def _metrics_tables(metrics: Metrics) -> str:
+def _metrics_tables(metrics: Metrics, stages: Sequence[str] | None = None) -> str:
     layers: dict[str, list[list[str]]] = {}
     for name, agg in metrics.overall.metrics.items():
         d = metric(name)
+        if stages is not None and d.layer == "evidence" and d.stage not in stages:
+            continue  # a stage the system does not have
         row = [f"<code>{_e(name)}</code>", _e(d.description), _num(agg.value, name), str(agg.n)]
         if d.kind == "latency":
             row[2] = f"{agg.p50:.1f} / {agg.p95:.1f}"
@@ -528,7 +530,7 @@ A stage a pipeline does not have loses nothing.</p>{funnel_svg(metrics, info.get
 <section id="outcomes-section"><h2>Outcomes</h2>{outcomes_svg(o.outcomes)}{failures}</section>
 {_ablation(ablation) if ablation is not None else ""}
 <section id="tags"><h2>Per tag</h2>{_tags_table(metrics)}</section>
-<section id="metrics"><h2>Layered metrics</h2>{_metrics_tables(metrics)}</section>
+<section id="metrics"><h2>Layered metrics</h2>{_metrics_tables(metrics, info.get("stage_kinds"))}</section>
 <section id="drilldown"><h2>Queries{" (baseline)" if ablation is not None else ""}</h2>
 <div class="toolbar"><label>Show <select id="outcome-filter"><option value="">all outcomes</option>
 <option value="failed">failures only</option>{options}</select></label>
