@@ -99,14 +99,17 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
             or words and punctuation without a dense channel).
     """
     r = settings.retrieval
+    # versions are checked inside retrieval, as access is, and again by governance
+    current_only = not settings.governance.allow_superseded
     stages: list[Any] = []
     if r.bm25.enabled:
         stages.append(BM25Retriever(store, top_k=r.bm25.top_k, prefix_weight=r.bm25.prefix_weight,
-                                    text_weight=r.bm25.text_weight))
+                                    text_weight=r.bm25.text_weight, current_only=current_only))
     if r.dense.enabled:
         if encoder is None:
             raise ConfigError("the dense channel needs an encoder")
-        stages.append(DenseRetriever(store, encoder, top_k=r.dense.top_k, search=r.dense.search))
+        stages.append(DenseRetriever(store, encoder, top_k=r.dense.top_k, search=r.dense.search,
+                                     current_only=current_only))
     if not stages:
         raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
                           "retrieval.dense.enabled to true")
@@ -136,7 +139,8 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                             price_completion_per_1k=g.price_completion_per_1k)
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
-                                      max_sentences=g.max_sentences))
+                                      max_sentences=g.max_sentences, encoder=encoder,
+                                      semantic_weight=g.semantic_weight))
     v = settings.verify
     checker: Any = LexicalChecker()
     if v.method == "nli":

@@ -220,6 +220,13 @@ def cmd_fit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     with _store(args) as store:
         pipeline = build_pipeline(store, settings)
+        if args.what == "generation":
+            found = fit.fit_abstention(pipeline, queries, fitted_on=str(args.queries))
+            fit.save_abstention(found, out)
+            print(f"min_coverage {found.min_coverage:.6g}: success {found.success:.3f}, hallucination "
+                  f"{found.hallucination:.3f} on {found.queries} queries; written to {out} "
+                  f"(use --set generation.min_coverage={found.min_coverage:.6g})")
+            return 0
         run = fit.collect(pipeline, queries)
         if args.what == "fusion":
             fusion = fit.fit_fusion(run, k=settings.fusion.top_k, fitted_on=str(args.queries))
@@ -498,8 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--measure", action="append", help="e.g. nDCG@10, P@5, R@100, RR, AP (repeatable)")
     p.add_argument("--per-query", action="store_true", help="also print each query's values")
 
-    p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights on a validation query set")
-    p.add_argument("what", choices=["fusion", "rerank"])
+    p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights, or the generator's abstention "
+                "threshold, on a validation query set")
+    p.add_argument("what", choices=["fusion", "rerank", "generation"])
     p.add_argument("--store", required=True)
     p.add_argument("--queries", required=True, help="the validation query set (JSONL)")
     p.add_argument("--out", required=True, help="where to write the fitted weights (JSON)")

@@ -120,6 +120,7 @@ class GenerationSettings:
     min_coverage: float = _at_least(0.5, 0.0)
     keep_ratio: float = _at_least(0.6, 0.0)
     max_sentences: int = _at_least(3, 1)
+    semantic_weight: float = _at_least(0.5, 0.0, 1.0)
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"

@@ -24,7 +24,7 @@ from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
     Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Section, StageKind,
-    StoredVersion, Verification,
+    StoredVersion, Verification, VersionFilter,
 )
 
 __all__ = [
@@ -107,9 +107,10 @@ class Store(Protocol):
     def readable(self, groups: tuple[str, ...], doc_id: str, version: str) -> bool: ...
 
     def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
-             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
-        """The best ``limit`` chunks the groups may read for any of ``terms`` (OR), by BM25,
-        higher scores first."""
+             weights: tuple[float, float] = (0.5, 1.0),
+             versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+        """The best ``limit`` chunks the groups may read, of the versions the filter allows (all
+        when None), for any of ``terms`` (OR), by BM25, higher scores first."""
         ...
 
     def active_space(self) -> EmbeddingSpace | None: ...
@@ -132,9 +133,10 @@ class VectorSearchStore(Protocol):
     instead of loading the space's vectors into memory."""
 
     def vector_search(self, space_id: str, vector: Any, groups: tuple[str, ...], k: int, *,
-                      exact: bool = True) -> list[tuple[Chunk, float]]:
-        """The ``k`` chunks the groups may read with the highest dot product with ``vector``,
-        best first, ties to the older chunk; ``exact`` False allows an approximate index."""
+                      exact: bool = True, versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+        """The ``k`` chunks the groups may read, of the versions the filter allows (all when
+        None), with the highest dot product with ``vector``, best first, ties to the older
+        chunk; ``exact`` False allows an approximate index."""
         ...
 
     def readable_many(self, groups: tuple[str, ...],

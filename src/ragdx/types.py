@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -23,7 +24,7 @@ __all__ = [
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
     "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
     "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
-    "StoredVersion", "LogEntry", "SpaceState",
+    "StoredVersion", "LogEntry", "SpaceState", "VersionFilter",
 ]
 
 
@@ -549,3 +550,34 @@ class SpaceState(ChoiceEnum):
     VERIFIED = "verified"
     ACTIVE = "active"
     RETIRED = "retired"
+
+
+_VERSION_TOKEN = re.compile(r"(?<![\w.-])v?(\d+(?:[.-]\d+)+)(?![\w]|[.-]\d)")
+
+
+@dataclass(frozen=True, slots=True)
+class VersionFilter:
+    """Which document versions a search may return: by default the current ones, and any version
+    whose label the question names ("In SQLite 3.34.1, ..." names ``3.34.1``; "Python 3.9" names
+    every label that starts with ``3.9.``; "the 2024-01 policy" names ``2024-01``). Versions are checked inside retrieval, as access is,
+    and again by governance.
+
+    Args:
+        current_only: only versions in force (besides the named ones); False: every version.
+        named: version labels (or their leading parts) the question names.
+    """
+
+    current_only: bool = True
+    named: tuple[str, ...] = ()
+
+    @classmethod
+    def for_question(cls, question: str, *, current_only: bool = True) -> "VersionFilter":
+        return cls(current_only, tuple(dict.fromkeys(_VERSION_TOKEN.findall(question))))
+
+    def names(self, version: str) -> bool:
+        """Whether the question names this version label."""
+        return any(version == n or version.startswith(n + ".") or version.startswith(n + "-")
+                   for n in self.named)
+
+    def allows(self, version: str, status: DocStatus | str) -> bool:
+        return not self.current_only or status == DocStatus.CURRENT or self.names(version)

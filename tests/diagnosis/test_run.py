@@ -30,6 +30,7 @@ def setup(tmp_path, budget):
         lines.append(json.dumps({"doc_id": name, "path": name}))
     write(tmp_path / "m.jsonl", "\n".join(lines) + "\n")
     settings = load_settings(overrides=["chunking.tokenizer=regex", f"context.budget_tokens={budget}",
+                                        "generation.semantic_weight=0",  # hashing vectors carry no meaning
                                         "context.expand=none", "rerank.method=none"])
     encoder = HashingEncoder(dim=64)
     store = SQLiteStore(tmp_path / "s.db")

@@ -107,3 +107,26 @@ def test_ragdx_fit_writes_weights_that_ragdx_run_reads(example_store, tmp_path, 
     written = json.loads(out.read_text())
     assert written["method"] == "features" and set(written["weights"]) >= {"bias", "fused_rank"}
     assert f"use --set rerank.weights_file={out}" in capsys.readouterr().out
+
+
+def test_the_abstention_threshold_answers_the_answerable_and_abstains_on_the_rest(small, tmp_path):
+    store, encoder, settings = small
+    from ragdx.config import load_settings
+    lexical = load_settings(overrides=["rerank.method=none", "chunking.tokenizer=regex",
+                                       "generation.semantic_weight=0"])
+    pipeline = build_pipeline(store, lexical, encoder=encoder)
+    answerable = QUERIES[1]  # "What does error RFD-5003 mean?": the errors page covers every term
+    unanswerable = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    found = fit.fit_abstention(pipeline, [answerable, unanswerable], fitted_on="dev")
+    rows = {qid: (score, answered, abstained) for qid, score, answered, abstained in found.rows}
+    assert rows["q2"][1:] == ("supported", "wrong_abstention")
+    assert rows["u"][1:] == ("hallucination", "correct_abstention")
+    # q2's terms: error, rfd, 5003 (a digit: weight 2), mean -> 5; "Error RFD-5003 means the payment
+    # provider timed out." holds all of them: 5/5. u's: error, rfd, 9999 (2), mean, refund -> 6;
+    # "Error RFD-4021 means the refund window expired." holds error, rfd, mean, refund: 4/6
+    assert (rows["q2"][0], rows["u"][0]) == (pytest.approx(1.0), pytest.approx(4 / 6))
+    # any threshold in (4/6, 1] separates them; the lowest candidate that does is q2's own score
+    assert found.min_coverage == pytest.approx(1.0)
+    assert (found.success, found.hallucination, found.queries) == (1.0, 0.0, 2)
+    fit.save_abstention(found, tmp_path / "g.json")
+    assert json.loads((tmp_path / "g.json").read_text())["min_coverage"] == pytest.approx(1.0)

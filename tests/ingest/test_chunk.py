@@ -191,3 +191,22 @@ def test_a_table_row_longer_than_the_limit_is_cut_at_words():
     assert all(c.header is not None for c in out.chunks)
     words = [w for c in out.chunks for w in c.text.split() if w.startswith("fn")]
     assert words == [f"fn{i}()" for i in range(60)]
+
+
+def test_a_small_code_block_stays_with_the_text_that_introduces_it():
+    parsed, out = chunk("# API\n\nCall it like this:\n\n```python\nclient.refund(order_id=1)\n```\n\n"
+                        "It returns the refund's id.\n", max_tokens=40)
+    # the question finds the prose; the code it introduces must come with it
+    assert [(c.kind, c.text) for c in out.chunks] == [
+        (ChunkKind.TEXT, "API\n\nCall it like this:\n\nclient.refund(order_id=1)"),
+        (ChunkKind.TEXT, "It returns the refund's id.")]
+
+
+def test_a_new_chunking_algorithm_is_a_new_config():
+    from ragdx.ingest import chunk as module
+    before = ChunkerConfig().id
+    module.ALGORITHM += 1
+    try:
+        assert ChunkerConfig().id != before
+    finally:
+        module.ALGORITHM -= 1

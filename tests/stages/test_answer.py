@@ -28,7 +28,7 @@ def example(tmp_path_factory):
     """The bundled example with both channels (hashing encoder: fast, deterministic)."""
     store = SQLiteStore(tmp_path_factory.mktemp("answer") / "store.db")
     encoder = HashingEncoder(dim=256)
-    settings = load_settings(overrides=["chunking.tokenizer=regex"])
+    settings = load_settings(overrides=["chunking.tokenizer=regex", "generation.semantic_weight=0"])
     build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
     yield store, build_pipeline(store, settings, encoder=encoder)
     store.close()
@@ -129,7 +129,7 @@ def test_prompt_injection_changes_nothing(example, tmp_path):
     manifest = write(tmp_path / "m.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n")
     other = SQLiteStore(tmp_path / "s.db")
     encoder = HashingEncoder(dim=256)
-    settings = load_settings(overrides=["chunking.tokenizer=regex"])
+    settings = load_settings(overrides=["chunking.tokenizer=regex", "generation.semantic_weight=0"])
     build_ingestor(other, settings, encoder).run(manifest)
     without = build_pipeline(other, settings, encoder=encoder).run(Query("q", question, PUBLIC))
     assert [c.text for c in with_review.answer.claims] == [c.text for c in without.answer.claims]

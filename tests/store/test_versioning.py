@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ragdx.errors import InputError
-from ragdx.ingest.chunk import ChunkerConfig
+from ragdx.ingest.chunk import ALGORITHM, ChunkerConfig
 from ragdx.ingest.ingestor import Ingestor, delete_documents
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import DocStatus
@@ -90,7 +90,7 @@ def test_rechunking_is_recorded(tmp_path, store):
     assert len(chunks) > n_before
     assert {c.config_id for c in chunks} == {ChunkerConfig(max_tokens=30).id}
     assert store.latest("a").chunker_config == json.dumps(
-        {"heading_prefix": True, "max_tokens": 30, "overlap_tokens": 0,
+        {"algorithm": ALGORITHM, "heading_prefix": True, "max_tokens": 30, "overlap_tokens": 0,
          "tokenizer": "regex:words+punct"}, sort_keys=True)
     assert store.log_entries()[-1].op == "rechunk" and store.verify() == []
 

@@ -12,7 +12,7 @@ from ragdx.diagnosis.locate import (
 )
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
-from ragdx.types import DocStatus, Query, Verdict
+from ragdx.types import DocStatus, Query, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
@@ -28,13 +28,15 @@ def view_of(trace: Trace, store: Store) -> TraceView:
                   for d in ranked.dropped), dict(ranked.config), ranked.seconds))
     context, answer, verification = trace.context, trace.answer, trace.verification
     if context is not None:
+        asked = VersionFilter.for_question(trace.query.question)  # a version the question names is no stale one
         units = []
         for u in context.units:
             stored = store.version(u.doc_id, u.version)
             units.append(ItemView(u.id, u.span, u.text, u.rank, u.doc_id, u.chunk_ids,
                                   readable=stored is not None and trace.query.principal.may_read(
                                       stored.document.acl),
-                                  current=stored is not None and stored.document.status is DocStatus.CURRENT))
+                                  current=stored is not None and (
+                                      stored.document.status is DocStatus.CURRENT or asked.names(u.version))))
         stages.append(StageView(context.stage, context.kind, tuple(units), tuple(
             DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
             for d in context.dropped), dict(context.config) | {"tokens": context.tokens}, context.seconds))

@@ -7,17 +7,21 @@ queries they are judged by overstate their worth.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence, groups_present, relevant_items
-from ragdx.errors import InputError
-from ragdx.pipeline import Pipeline
+from ragdx.diagnosis.locate import Diagnoser
+from ragdx.diagnosis.ours import view_of
+from ragdx.diagnosis.records import GOOD_OUTCOMES, Outcome
+from ragdx.errors import ConfigError, InputError
+from ragdx.pipeline import Pipeline, Trace
 from ragdx.stages.fuse import ChannelCalibration, WeightedFusion
 from ragdx.stages.rerank import FEATURES, FeatureReranker, features
 from ragdx.types import Query, Ranked
@@ -114,3 +118,78 @@ def save_fusion(fusion: WeightedFusion, path: Path) -> None:
 def save_reranker(reranker: FeatureReranker, path: Path) -> None:
     path.write_text(json.dumps({"method": "features", "weights": reranker.weights,
                                 "fitted_on": reranker.fitted_on}, indent=2) + "\n", encoding="utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class AbstentionFit:
+    """The fitted abstention threshold of the extractive generator, and what it achieves on the
+    validation set (each query's best score and its outcome answered and abstained)."""
+
+    min_coverage: float
+    success: float
+    hallucination: float
+    queries: int
+    fitted_on: str
+    rows: tuple[tuple[str, float, str, str], ...]  # (query id, best score, answered, abstained)
+
+    def to_dict(self) -> dict:
+        return {"method": "extractive", "min_coverage": self.min_coverage, "success": self.success,
+                "hallucination": self.hallucination, "queries": self.queries, "fitted_on": self.fitted_on}
+
+
+def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: str = "") -> AbstentionFit:
+    """Choose the extractive generator's ``min_coverage``: the threshold on the best sentence's
+    score that maximises success (supported answers and correct abstentions) on the validation
+    queries; ties go to fewer hallucinations, then to the lower threshold.
+
+    Each query runs once up to the context; its answer is diagnosed twice, as given (the
+    generator answering whatever its best score) and abstained, so every threshold's outcome is
+    known exactly without running the pipeline again.
+
+    Raises:
+        ConfigError: the pipeline's generator has no ``best_score`` (not the extractive one).
+    """
+    generator = pipeline.generator
+    if generator is None or not hasattr(generator, "best_score"):
+        raise ConfigError("fitting the abstention threshold needs the extractive generator "
+                          "(generation.method = extractive)")
+    resolver = EvidenceResolver(pipeline.store)
+    rows = []
+    answering = _with_threshold(generator, 0.0)
+    abstaining = _with_threshold(generator, float("inf"))
+    for query in queries:
+        base = pipeline.run(query)
+        evidence = resolver.run(query)
+        outcomes = []
+        for variant in (answering, abstaining):
+            answer = variant.run(query, base.context)
+            verification = pipeline.verifier.run(query, base.context, answer)
+            trace = Trace(query, (*base.ranked, base.context, answer, verification), base.seconds)
+            outcomes.append(Diagnoser().run(query, evidence, view_of(trace, pipeline.store)).outcome)
+        rows.append((query.id, generator.best_score(query, base.context), outcomes[0], outcomes[1]))
+    if not rows:
+        raise InputError("the validation set has no query")
+    best_key, best = None, 0.0
+    never = max(score for _, score, _, _ in rows) + 0.001  # a threshold no query reaches: always abstain
+    for threshold in sorted({0.0, never} | {score for _, score, _, _ in rows}):
+        chosen = [answered if score >= threshold else abstained for _, score, answered, abstained in rows]
+        success = sum(o in GOOD_OUTCOMES for o in chosen) / len(chosen)
+        hallucination = sum(o is Outcome.HALLUCINATION for o in chosen) / len(chosen)
+        key = (success, -hallucination)
+        if best_key is None or key > best_key:
+            best_key, best = key, threshold
+    assert best_key is not None
+    note = f"{fitted_on}; {len(rows)} queries; success {best_key[0]:.4f}"
+    return AbstentionFit(best, best_key[0], -best_key[1], len(rows), note,
+                         tuple((q, s, str(a), str(b)) for q, s, a, b in rows))
+
+
+def _with_threshold(generator: Any, threshold: float) -> Any:
+    """A copy of the generator with another ``min_coverage`` (its model and encoder shared)."""
+    clone = copy.copy(generator)
+    clone.min_coverage = threshold
+    return clone
+
+
+def save_abstention(fit: AbstentionFit, path: Path) -> None:
+    path.write_text(json.dumps(fit.to_dict(), indent=2) + "\n", encoding="utf-8")

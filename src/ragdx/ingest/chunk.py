@@ -42,6 +42,12 @@ class RegexTokenCounter:
         return len(self._TOKEN.findall(text))
 
 
+#: the chunking algorithm's version, part of every config id: a store chunked by an older
+#: algorithm is re-chunked at its next ingest (vectors are reused where a chunk's text is unchanged).
+#: 2: a code block that fits joins the text that introduces it.
+ALGORITHM = 2
+
+
 @dataclass(frozen=True, slots=True)
 class ChunkerConfig:
     """How documents are cut into evidence units. Recorded with every chunk it produced.
@@ -67,11 +73,14 @@ class ChunkerConfig:
             raise ConfigError("chunking.overlap_tokens must be an integer from 0 to max_tokens - 1, "
                               f"not {self.overlap_tokens!r}")
 
+    def to_json(self) -> str:
+        """The configuration and the algorithm's version, as recorded with each chunked version."""
+        return json.dumps(asdict(self) | {"algorithm": ALGORITHM}, sort_keys=True)
+
     @property
     def id(self) -> str:
-        """A short hash of the configuration, recorded on every chunk it produced."""
-        blob = json.dumps(asdict(self), sort_keys=True)
-        return "k_" + hashlib.sha1(blob.encode()).hexdigest()[:12]
+        """A short hash of :meth:`to_json`, recorded on every chunk it produced."""
+        return "k_" + hashlib.sha1(self.to_json().encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +293,12 @@ class StructureChunker:
             group, start = units[start:stop], stop
             kind, need = group[0].kind, size(group)
             kinds = body_kinds()
-            if kinds and (kinds | {kind}) & {"code", "table"} and kinds != {kind}:
-                close(0, overlap=False)  # code and tables are chunks of their own
+            # a code block that fits whole stays with the text that introduces it ("as follows:"),
+            # which is what a question finds; a larger one, and every table, is a chunk of its own
+            joins = kind == "code" and "table" not in kinds and "code" not in kinds \
+                and size(cur) + need <= limit
+            if kinds and (kinds | {kind}) & {"code", "table"} and kinds != {kind} and not joins:
+                close(0, overlap=False)
             if kind in ("code", "table"):
                 cur = [u for u in cur if not u.seed or u.kind == kind]
             if size(cur) + need <= limit:

@@ -4,10 +4,9 @@ in one store transaction, so a bad file or a killed process leaves the store as 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ragdx.errors import ConfigError, InputError
@@ -92,7 +91,7 @@ class Ingestor:
         self.store = store
         self.chunker = StructureChunker(config or ChunkerConfig(), counter)
         self.embedder = embedder
-        self._config_json = json.dumps(asdict(self.chunker.config), sort_keys=True)
+        self._config_json = self.chunker.config.to_json()
 
     def prepare(self, entry: ManifestEntry) -> PreparedDocument:
         """Read, decode, parse and chunk one entry.

@@ -15,7 +15,7 @@ import time
 
 from ragdx.stages._access import readable_only
 from ragdx.protocols import Store
-from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
+from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind, VersionFilter
 
 # unicode61 splits on everything that is not a letter or a digit (underscore included)
 _TERM = re.compile(r"[^\W_]+")
@@ -39,13 +39,15 @@ class BM25Retriever:
         prefix_weight: bm25() weight of the chunk's retrieval prefix (title, headings).
         text_weight: bm25() weight of the chunk's text.
         name: the channel's name in traces.
+        current_only: search the versions in force and those the question names (False: all).
     """
 
     kind = StageKind.RETRIEVAL
 
     def __init__(self, store: Store, *, top_k: int = 100, prefix_weight: float = 0.5,
-                 text_weight: float = 1.0, name: str = "bm25") -> None:
+                 text_weight: float = 1.0, name: str = "bm25", current_only: bool = True) -> None:
         self.store = store
+        self.current_only = current_only
         self.top_k = top_k
         self.weights = (prefix_weight, text_weight)
         self.name = name
@@ -53,17 +55,18 @@ class BM25Retriever:
     @property
     def config(self) -> dict[str, object]:
         return {"top_k": self.top_k, "prefix_weight": self.weights[0], "text_weight": self.weights[1],
-                **self.store.bm25_config}
+                **self.store.bm25_config, "versions": "current and named" if self.current_only else "all"}
 
     def deeper(self, top_k: int) -> "BM25Retriever":
         """The same channel, returning ``top_k`` candidates."""
         return BM25Retriever(self.store, top_k=top_k, prefix_weight=self.weights[0],
-                             text_weight=self.weights[1], name=self.name)
+                             text_weight=self.weights[1], name=self.name, current_only=self.current_only)
 
     def run(self, query: Query) -> Ranked:
         """Rank the readable chunks for ``query.question``."""
         started = time.perf_counter()
-        found = self.store.bm25(query_terms(query.question), query.principal.groups, self.top_k, self.weights)
+        found = self.store.bm25(query_terms(query.question), query.principal.groups, self.top_k, self.weights,
+                                VersionFilter.for_question(query.question, current_only=self.current_only))
         found = readable_only(self.store, query.principal, self.name, query.id, found)
         items = tuple(
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,

@@ -17,7 +17,7 @@ import time
 from ragdx.protocols import Encoder, Store, VectorSearchStore
 from ragdx.stages._access import readable_only
 from ragdx.store.vectors import DenseIndex, HnswIndex, check_space
-from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind
+from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind, VersionFilter
 
 
 class DenseRetriever:
@@ -29,13 +29,15 @@ class DenseRetriever:
         top_k: how many candidates to return.
         search: ``exact`` (numpy) or ``hnsw`` (approximate, extra ``ann``).
         name: the channel's name in traces.
+        current_only: search the versions in force and those the question names (False: all).
     """
 
     kind = StageKind.RETRIEVAL
 
     def __init__(self, store: Store, encoder: Encoder, *, top_k: int = 100,
-                 search: str = "exact", name: str = "dense") -> None:
+                 search: str = "exact", name: str = "dense", current_only: bool = True) -> None:
         self.store = store
+        self.current_only = current_only
         self.encoder = encoder
         self.top_k = top_k
         self.search = search
@@ -58,25 +60,28 @@ class DenseRetriever:
     def config(self) -> dict[str, object]:
         space = self.encoder.space
         return {"top_k": self.top_k, "space": space.id, "model": space.model_id,
-                "weights_hash": space.weights_hash, "dim": space.dim, "search": self.search}
+                "weights_hash": space.weights_hash, "dim": space.dim, "search": self.search,
+                "versions": "current and named" if self.current_only else "all"}
 
     def deeper(self, top_k: int) -> "DenseRetriever":
         """The same channel, returning ``top_k`` candidates."""
-        return DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name)
+        return DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name,
+                              current_only=self.current_only)
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()
+        versions = VersionFilter.for_question(query.question, current_only=self.current_only)
         if isinstance(self.store, VectorSearchStore):
             space = self.store.active_space()
             check_space(self.encoder.space, space, self.name)
             assert space is not None
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
             hits = self.store.vector_search(space.id, vector, query.principal.groups, self.top_k,
-                                            exact=self.search == "exact")
+                                            exact=self.search == "exact", versions=versions)
         else:
             index = self.index()
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
-            rows = index.search(vector, query.principal.groups, self.top_k)
+            rows = index.search(vector, query.principal.groups, self.top_k, versions)
             chunks = self.store.chunks_by_id([index.chunk_ids[row] for row, _ in rows])
             hits = [(chunks[index.chunk_ids[row]], score) for row, score in rows]
         found = readable_only(self.store, query.principal, self.name, query.id, hits)

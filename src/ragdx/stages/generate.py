@@ -1,8 +1,9 @@
 """Generators: from a context to an answer whose every claim cites the units it rests on.
 
 - :class:`ExtractiveGenerator` (the default): offline and deterministic. It answers with the
-  context's own sentences that best cover the question's content words, each cited, and
-  abstains, naming what is missing, when no sentence covers enough of the question. Sentences
+  context's own sentences that best answer the question — by the question's content words they
+  hold and, given the dense encoder, by meaning — each cited, with the exception that follows a
+  rule, and abstains, naming what is missing, when no sentence scores enough. Sentences
   that read like instructions to the system, or hold a citation marker of their own (``[S1]``),
   are never used (:mod:`ragdx.stages.injection`).
 - :class:`ChatGenerator`: any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's
@@ -19,14 +20,17 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from ragdx.errors import ChatError, ConfigError
+from ragdx.protocols import Encoder
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
 from ragdx.text import content_terms, sentences, statements, stem
-from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage
+from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
 _ABSTAIN = re.compile(r"\b(cannot|can't|can not|unable to) (answer|tell|say)|\bdo(es)? not (contain|say|cover|"
@@ -40,6 +44,11 @@ def question_weights(question: str) -> dict[str, float]:
     return {stem(t): 2.0 if any(ch.isdigit() for ch in t) else 1.0 for t in content_terms(question)}
 
 
+#: a sentence that limits the one before it: a rule's exception must travel with the rule
+EXCEPTION_LIKE = re.compile(r"\b(?:except|unless|however|but|only (?:if|when)|not|no longer|cannot|"
+                            r"instead|exception|excluding|apart from|other than)\b", re.IGNORECASE)
+
+
 @dataclass(frozen=True, slots=True)
 class _Candidate:
     unit: ContextUnit
@@ -47,51 +56,89 @@ class _Candidate:
     covered: frozenset[str]
     score: float
     density: float  # covered question terms per word: among equal scores, the more focused
+    index: int = 0  # the statement's position in its unit
 
 
 class ExtractiveGenerator:
     """Answers with the context's best sentences, cited; abstains when they cover too little.
 
-    A sentence's score is the weighted share of the question's content terms it contains
-    (:func:`question_weights`). The best sentence must reach ``min_coverage``; further sentences
-    (from other units first) are taken while they score at least ``keep_ratio`` of the best, up
-    to ``max_sentences``; equal scores go to the denser sentence (more question terms per word). A table row is read with its header (``column: value``). When the
-    context flags a conflict, both conflicting statements are given and the answer says the
+    A sentence's lexical score is the weighted share of the question's content terms it contains
+    (:func:`question_weights`). Given an encoder, its score blends that with the cosine of the
+    sentence's and the question's vectors (``semantic_weight`` of it), so an answer phrased in
+    other words than the question is still found (a sentence-level dense retrieval over the
+    context, as in Karpukhin et al., "Dense Passage Retrieval", EMNLP 2020). The best sentence
+    must reach ``min_coverage``; further sentences (from other units first) are taken while they
+    score at least ``keep_ratio`` of the best, up to ``max_sentences``; equal scores go to the
+    denser sentence (more question terms per word). A chosen sentence whose next sentence limits
+    it (``except``, ``unless``, ``however``, ...) brings that sentence too, so a rule is never
+    cited without its exception. A table row is read with its header (``column: value``). When
+    the context flags a conflict, both conflicting statements are given and the answer says the
     sources disagree.
 
     Args:
-        min_coverage: the least weighted share of the question the best sentence must cover.
+        min_coverage: the least score the best sentence must reach (fit it on a validation set:
+            ``ragdx fit generation``).
         keep_ratio: further sentences must score at least this share of the best one.
-        max_sentences: the most sentences in an answer.
+        max_sentences: the most sentences in an answer, besides the exceptions they bring.
+        encoder: the dense encoder, to score sentences by meaning (None: words only).
+        semantic_weight: the share of the score that is the cosine (with an encoder).
     """
 
     kind = StageKind.GENERATION
 
     def __init__(self, *, min_coverage: float = 0.5, keep_ratio: float = 0.6, max_sentences: int = 3,
+                 encoder: Encoder | None = None, semantic_weight: float = 0.5,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
+        self.encoder = encoder
+        self.semantic_weight = semantic_weight if encoder is not None else 0.0
         self.name = name
 
     @property
     def config(self) -> dict[str, Any]:
         return {"method": "extractive", "min_coverage": self.min_coverage,
-                "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences}
+                "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences,
+                "semantic_weight": self.semantic_weight,
+                "encoder": self.encoder.space.id if self.encoder is not None else None}
+
+    def _meaning(self, question: str, texts: list[str]) -> list[float]:
+        """Each text's cosine with the question, in the encoder's space (0 when negative)."""
+        assert self.encoder is not None
+        q = self.encoder.encode([question], kind="query").vectors[0]
+        v = self.encoder.encode(texts, kind="passage").vectors
+        norms = np.linalg.norm(v, axis=1) * (np.linalg.norm(q) or 1.0)
+        cos = (v @ q) / np.where(norms > 0, norms, 1.0)
+        return [max(0.0, float(c)) for c in cos]
 
     def _candidates(self, question: str, context: Context) -> list[_Candidate]:
         weights = question_weights(question)
         total = sum(weights.values()) or 1.0
+        # a version the question names ("the 2024-01 policy") is stated by the unit's version,
+        # not by its sentences
+        asked = VersionFilter.for_question(question)
+        version_terms = {stem(t) for label in asked.named for t in content_terms(label)}
         found = []
         for unit in context.units:
-            for text in statements(unit.text, unit.header_text):
+            by_version = version_terms if asked.names(unit.version) else set()
+            for index, text in enumerate(statements(unit.text, unit.header_text)):
                 if _untrusted(text) or text.endswith("?"):
                     continue  # a document's instructions have no authority; a question is no answer
-                terms = {stem(t) for t in content_terms(text)}
+                terms = {stem(t) for t in content_terms(text)} | by_version
                 covered = frozenset(t for t in weights if t in terms)
                 score = sum(weights[t] for t in covered) / total
-                if score > 0:
+                if score > 0 or self.semantic_weight > 0:
                     density = len(covered) / max(1, len(text.split()))
-                    found.append(_Candidate(unit, text, covered, score, density))
+                    found.append(_Candidate(unit, text, covered, score, density, index))
+        if self.semantic_weight > 0 and found:
+            w = self.semantic_weight
+            meaning = self._meaning(question, [c.text for c in found])
+            found = [replace(c, score=(1 - w) * c.score + w * m) for c, m in zip(found, meaning)]
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def best_score(self, query: Query, context: Context) -> float:
+        """The best sentence's score (what ``min_coverage`` is compared with), 0 without one."""
+        found = self._candidates(query.question, context)
+        return found[0].score if found else 0.0
 
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
@@ -115,7 +162,13 @@ class ExtractiveGenerator:
             if cand.score >= self.keep_ratio * found[0].score and cand.text not in {c.text for c in chosen}:
                 chosen.append(cand)
                 units_used.add(cand.unit.id)
-        claims = [Claim(c.text, (c.unit.id,)) for c in chosen]
+        claims = []
+        for c in chosen:
+            claims.append(Claim(c.text, (c.unit.id,)))
+            following = _next_statement(c)
+            if following is not None and EXCEPTION_LIKE.search(following) \
+                    and all(following != claim.text for claim in claims):
+                claims.append(Claim(following, (c.unit.id,)))  # the rule's exception
         prefix = ""
         for conflict in context.conflicts:
             if conflict.units[0] in units_used or conflict.units[1] in units_used:
@@ -126,6 +179,12 @@ class ExtractiveGenerator:
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
+
+
+def _next_statement(chosen: _Candidate) -> str | None:
+    """The statement right after ``chosen`` in its unit, unless there is none or it is untrusted."""
+    following = statements(chosen.unit.text, chosen.unit.header_text)[chosen.index + 1:chosen.index + 2]
+    return following[0] if following and not _untrusted(following[0]) else None
 
 
 def _untrusted(sentence: str) -> bool:

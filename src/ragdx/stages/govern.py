@@ -2,8 +2,8 @@
 the store, and whatever may not be used is dropped with the reason.
 
 - deleted: the document (or this version) is no longer stored;
-- superseded / expired: a version that is not in force (kept only with
-  ``allow_superseded``, for questions about history). The reason names the current version
+- superseded / expired: a version that is not in force (kept when the question names that
+  version, "In SQLite 3.34.1, ...", or with ``allow_superseded``, for questions about history). The reason names the current version
   only when the asker may read it; otherwise it says there is no current version the asker may
   read (a version id is about a document too).
 
@@ -21,7 +21,9 @@ import logging
 import time
 
 from ragdx.protocols import Store
-from ragdx.types import Candidate, DocStatus, Dropped, Provenance, Query, Ranked, StageKind, StoredVersion
+from ragdx.types import (
+    Candidate, DocStatus, Dropped, Provenance, Query, Ranked, StageKind, StoredVersion, VersionFilter,
+)
 
 log = logging.getLogger("ragdx.access")
 
@@ -56,7 +58,8 @@ class Governance:
         if not query.principal.may_read(this.document.acl):
             return UNREADABLE
         status = this.document.status
-        if status is not DocStatus.CURRENT and not self.allow_superseded:
+        if status is not DocStatus.CURRENT and not self.allow_superseded \
+                and not VersionFilter.for_question(query.question).names(item.version):  # asked for
             current = [v.document.version for v in stored if v.document.status is DocStatus.CURRENT
                        and query.principal.may_read(v.document.acl)]
             now = f"; the current version is {current[-1]}" if current else \

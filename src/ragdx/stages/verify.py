@@ -31,7 +31,7 @@ from ragdx.stages.injection import citation_like, instruction_like, quote, witho
 from ragdx.protocols import Store
 from ragdx.text import content_terms, quantities, statements, stem
 from ragdx.types import (
-    Answer, Claim, ClaimCheck, Context, DocStatus, Query, StageKind, Verdict, Verification,
+    Answer, Claim, ClaimCheck, Context, DocStatus, Query, StageKind, Verdict, Verification, VersionFilter,
 )
 
 _NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|"
@@ -220,7 +220,8 @@ class ClaimVerifier:
                                   "is no longer stored")
             if not query.principal.may_read(stored.document.acl):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
-            if stored.document.status is not DocStatus.CURRENT:
+            if stored.document.status is not DocStatus.CURRENT \
+                    and not VersionFilter.for_question(query.question).names(unit.version):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
                                   f"{unit.doc_id} is {stored.document.status.value}")
             units.append(unit)

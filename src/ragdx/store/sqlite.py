@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Sequence
 from ragdx.errors import InputError, StoreError
 from ragdx.types import (
     ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
-    SpaceState, StoredVersion,
+    SpaceState, StoredVersion, VersionFilter,
 )
 
 log = logging.getLogger("ragdx.store")
@@ -639,9 +639,24 @@ class SQLiteStore:
             (doc_id, version, *groups)).fetchone() is not None
 
     # -- lexical search ---------------------------------------------------------------------
-    def readable_rowids(self, groups: tuple[str, ...]) -> frozenset[int]:
-        """Row ids of the searchable chunks (not duplicates) that these groups may read; cached
-        until the store changes (bound to ``index_version``)."""
+    def readable_rowids(self, groups: tuple[str, ...], versions: VersionFilter | None = None) -> frozenset[int]:
+        """Row ids of the searchable chunks (not duplicates) that these groups may read, of the
+        versions the filter allows (all when None); cached until the store changes (bound to
+        ``index_version``)."""
+        readable = self._readable_rowids(groups)
+        if versions is None or not versions.current_only:
+            return readable
+        key = ("versions", versions.named)
+        cached = self._readable.get(key)
+        if cached is None or cached[0] != self.index_version:
+            rows = frozenset(r[0] for r in self._db.execute(
+                "SELECT c.rowid, c.version, d.status FROM chunks c JOIN documents d ON d.doc_id = c.doc_id "
+                "AND d.version = c.version WHERE c.duplicate_of IS NULL") if versions.allows(r[1], r[2]))
+            cached = (self.index_version, rows)
+            self._readable[key] = cached
+        return readable & cached[1]
+
+    def _readable_rowids(self, groups: tuple[str, ...]) -> frozenset[int]:
         key = (tuple(sorted(set(groups))), self.index_version)
         cached = self._readable.get(key[0])
         if cached is not None and cached[0] == key[1]:
@@ -659,7 +674,8 @@ class SQLiteStore:
         return {"tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B, "operator": "OR"}
 
     def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
-             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
+             weights: tuple[float, float] = (0.5, 1.0),
+             versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
         """FTS5 BM25 search among the chunks the groups may read: the best ``limit`` readable
         chunks, exactly as if the access filter ran inside the query. Scores are ``-bm25()``:
         higher is better; ties go to the older row.
@@ -674,11 +690,12 @@ class SQLiteStore:
             limit: how many to return.
             weights: bm25() column weights for the prefix and the text (a weight scales term
                 frequency; lengths and document frequencies count every column).
+            versions: which versions may be returned (None: every version).
         """
         match = match_expression(terms)
         if match is None:
             return []
-        allowed = self.readable_rowids(groups)
+        allowed = self.readable_rowids(groups, versions)
         fetch = max(limit * 4, 64)
         while True:
             rows = self._db.execute(

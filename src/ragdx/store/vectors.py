@@ -7,13 +7,13 @@ matrix never serves deleted or revoked content. Access groups filter rows *befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ragdx.errors import MissingExtraError, SpaceMismatchError
 from ragdx.protocols import Store
-from ragdx.types import EmbeddingSpace
+from ragdx.types import EmbeddingSpace, VersionFilter
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -27,6 +27,8 @@ class DenseIndex:
     matrix: np.ndarray
     window_ends: tuple[int | None, ...]
     group_rows: dict[str, np.ndarray]  # group -> boolean mask over rows
+    statuses: tuple[str, ...] = ()     # each row's version status (current, superseded, expired)
+    _version_rows: dict = field(default_factory=dict)  # VersionFilter -> boolean mask over rows
 
     @classmethod
     def load(cls, store: Store, space_id: str, dim: int) -> "DenseIndex":
@@ -39,23 +41,34 @@ class DenseIndex:
         for row, key in enumerate(docs):
             for group in acl.get(key, ()):
                 groups.setdefault(group, np.zeros(len(ids), dtype=bool))[row] = True
-        return cls(space_id, version, tuple(ids), tuple(docs), matrix, tuple(ends), groups)
+        status = {(v.document.doc_id, v.document.version): v.document.status.value for v in store.versions()}
+        return cls(space_id, version, tuple(ids), tuple(docs), matrix, tuple(ends), groups,
+                   tuple(status.get(tuple(key), "current") for key in docs))
 
-    def allowed(self, groups: tuple[str, ...]) -> np.ndarray:
-        """Rows a principal with these groups may read."""
+    def allowed(self, groups: tuple[str, ...], versions: VersionFilter | None = None) -> np.ndarray:
+        """Rows a principal with these groups may read, of the versions the filter allows."""
         mask = np.zeros(len(self.chunk_ids), dtype=bool)
         for group in groups:
             if group in self.group_rows:
                 mask |= self.group_rows[group]
+        if versions is not None and versions.current_only:
+            rows = self._version_rows.get(versions)
+            if rows is None:
+                rows = np.array([versions.allows(v, s) for (_, v), s in zip(self.docs, self.statuses)],
+                                dtype=bool).reshape(len(self.docs))
+                self._version_rows[versions] = rows
+            mask &= rows
         return mask
 
-    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int) -> list[tuple[int, float]]:
-        """The ``k`` readable rows with the highest dot product, best first; ties by row order.
+    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int,
+               versions: VersionFilter | None = None) -> list[tuple[int, float]]:
+        """The ``k`` readable rows (of the versions the filter allows) with the highest dot
+        product, best first; ties by row order.
 
         Returns:
             ``(row, score)`` pairs.
         """
-        allowed = self.allowed(groups)
+        allowed = self.allowed(groups, versions)
         n = int(allowed.sum())
         if not n or k <= 0:
             return []
@@ -103,8 +116,9 @@ class HnswIndex:
     def chunk_ids(self) -> tuple[str, ...]:
         return self.dense.chunk_ids
 
-    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int) -> list[tuple[int, float]]:
-        allowed = self.dense.allowed(groups)
+    def search(self, query: np.ndarray, groups: tuple[str, ...], k: int,
+               versions: VersionFilter | None = None) -> list[tuple[int, float]]:
+        allowed = self.dense.allowed(groups, versions)
         n = int(allowed.sum())
         if not n or k <= 0:
             return []

@@ -1,0 +1,96 @@
+"""The extractive generator: sentences chosen by meaning, exceptions that travel with their rule,
+and an abstention threshold fitted on a validation set."""
+
+import numpy as np
+import pytest
+
+from ragdx.stages.generate import ExtractiveGenerator, question_weights
+from ragdx.types import Context, ContextUnit, EmbeddingSpace, Encoding, Principal, Query
+
+
+class LookupEncoder:
+    """An encoder whose vectors are given: each text's vector is the one of the first key it
+    contains (so a test decides what 'means the same')."""
+
+    def __init__(self, vectors: dict[str, list[float]]) -> None:
+        self.vectors = {k: np.asarray(v, dtype=np.float32) for k, v in vectors.items()}
+        self.calls = 0
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        return EmbeddingSpace("lookup", "test", 3)
+
+    @property
+    def name(self) -> str:
+        return "lookup"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def encode(self, texts, *, kind="passage") -> Encoding:
+        self.calls += 1
+        rows = [next((v for k, v in self.vectors.items() if k in t), np.zeros(3, np.float32)) for t in texts]
+        return Encoding(self.space, np.vstack(rows), tuple(None for _ in texts))
+
+
+def unit(uid, text, rank=1):
+    return ContextUnit(uid, "doc", "v", 0, len(text), text, "Doc", (), (f"c-{uid}",), rank, len(text.split()))
+
+
+def context(*units):
+    return Context("context", tuple(units), (), 1200, sum(u.tokens for u in units), "words")
+
+
+QUESTION = "How fast are exceptions?"
+PARAPHRASE = "A try block costs almost nothing when nothing is raised."   # no word of the question
+DISTRACTOR = "Exceptions are classes that derive from BaseException."    # shares 'exceptions'
+ENCODER = {"How fast": [1, 0, 0], "try block": [0.9, 0.1, 0], "derive from": [0, 1, 0]}
+
+
+def test_by_words_alone_the_shared_word_wins():
+    gen = ExtractiveGenerator(min_coverage=0.1)
+    answer = gen.run(Query("q", QUESTION), context(unit("S1", PARAPHRASE), unit("S2", DISTRACTOR, 2)))
+    # question terms: fast, exception -> the distractor covers 1 of 2
+    assert question_weights(QUESTION) == {"fast": 1.0, "exception": 1.0}
+    assert [c.text for c in answer.claims] == [DISTRACTOR]
+
+
+def test_by_meaning_the_paraphrase_wins():
+    encoder = LookupEncoder(ENCODER)
+    gen = ExtractiveGenerator(min_coverage=0.1, semantic_weight=0.8, max_sentences=1, encoder=encoder)
+    ctx = context(unit("S1", PARAPHRASE), unit("S2", DISTRACTOR, 2))
+    # scores: paraphrase 0.2 * 0 + 0.8 * cos(q, [0.9, 0.1, 0]) = 0.8 * 0.99388 = 0.7951;
+    # distractor 0.2 * 0.5 + 0.8 * 0 = 0.1
+    cos = 0.9 / np.hypot(0.9, 0.1)
+    assert gen.best_score(Query("q", QUESTION), ctx) == pytest.approx(0.8 * cos, rel=1e-6)
+    answer = gen.run(Query("q", QUESTION), ctx)
+    assert [(c.text, c.citations) for c in answer.claims] == [(PARAPHRASE, ("S1",))]
+    assert answer.config["semantic_weight"] == 0.8 and answer.config["encoder"] == encoder.space.id
+
+
+def test_without_an_encoder_meaning_has_no_weight():
+    assert ExtractiveGenerator(semantic_weight=0.8).semantic_weight == 0.0
+
+
+def test_a_rule_brings_its_exception():
+    rule = "Refunds are accepted within 30 days of delivery."
+    exception = "However, quality defects may be refunded within 90 days."
+    unrelated = "Parcels are shipped every weekday."
+    gen = ExtractiveGenerator(min_coverage=0.3, max_sentences=1)
+    answer = gen.run(Query("q", "Within how many days are refunds accepted after delivery?"),
+                     context(unit("S1", f"{rule} {exception} {unrelated}")))
+    assert [(c.text, c.citations) for c in answer.claims] == [(rule, ("S1",)), (exception, ("S1",))]
+
+
+def test_a_sentence_that_limits_nothing_is_not_brought():
+    gen = ExtractiveGenerator(min_coverage=0.3, max_sentences=1)
+    answer = gen.run(Query("q", "Within how many days are refunds accepted after delivery?"),
+                     context(unit("S1", "Refunds are accepted within 30 days of delivery. Parcels ship daily.")))
+    assert [c.text for c in answer.claims] == ["Refunds are accepted within 30 days of delivery."]
+
+
+def test_below_the_threshold_it_abstains():
+    gen = ExtractiveGenerator(min_coverage=0.6)
+    answer = gen.run(Query("q", QUESTION, Principal()), context(unit("S2", DISTRACTOR)))
+    assert answer.abstained and answer.claims == () and gen.best_score(Query("q", QUESTION),
+                                                                       context(unit("S2", DISTRACTOR))) == 0.5

@@ -1,0 +1,74 @@
+"""Versions are checked inside retrieval, as access is: a search returns the versions in force and
+those the question names; governance, the verifier and the diagnosis treat a named version as
+asked for, not as stale."""
+
+import pytest
+
+from ragdx.build import build_pipeline
+from ragdx.config import load_settings
+from ragdx.stages.bm25 import BM25Retriever, query_terms
+from ragdx.types import DocStatus, Principal, Query, VersionFilter
+
+PUBLIC = Principal("alice", ("public",))
+OLD = "Refunds are accepted within 14 days of delivery."     # policies/refund.md@2024-01 (superseded)
+NEW = "Refunds are accepted within 30 days of delivery."     # policies/refund.md@2026-03 (current)
+
+
+@pytest.mark.parametrize("question, named", [
+    ("In SQLite 3.34.1, is the conflict target required?", ("3.34.1",)),
+    ("What did the 2024-01 refund policy say?", ("2024-01",)),
+    ("What changed in Python 3.9 and 3.11?", ("3.9", "3.11")),
+    ("What does error RFD-4021 mean, and is 1.5x the limit?", ()),
+])
+def test_the_versions_a_question_names(question, named):
+    assert VersionFilter.for_question(question).named == named
+
+
+def test_a_named_version_is_allowed_and_its_leading_parts_name_it():
+    f = VersionFilter.for_question("How did Python 3.9 do it?")
+    assert f.allows("3.9.2", DocStatus.SUPERSEDED) and f.allows("3.11.2", DocStatus.CURRENT)
+    assert not f.allows("3.10.1", DocStatus.SUPERSEDED) and not f.allows("3.91", DocStatus.SUPERSEDED)
+    assert VersionFilter(current_only=False).allows("1.0", DocStatus.EXPIRED)
+
+
+def _texts(store, ranked):
+    chunks = store.chunks_by_id([c.chunk_id for c in ranked.items])
+    return [chunks[c.chunk_id].text for c in ranked.items]
+
+
+def test_retrieval_returns_current_versions_unless_one_is_named(example_store):
+    channel = BM25Retriever(example_store, top_k=50)
+    plain = channel.run(Query("q", "How many days after delivery are refunds accepted?", PUBLIC))
+    assert {c.version for c in plain.items if c.doc_id == "policies/refund.md"} == {"2026-03"}
+    named = channel.run(Query("q", "In the 2024-01 policy, how many days after delivery were refunds accepted?",
+                              PUBLIC))
+    assert {c.version for c in named.items if c.doc_id == "policies/refund.md"} == {"2024-01", "2026-03"}
+    everything = BM25Retriever(example_store, top_k=50, current_only=False).run(
+        Query("q", "How many days after delivery are refunds accepted?", PUBLIC))
+    assert {c.version for c in everything.items if c.doc_id == "policies/refund.md"} == {"2024-01", "2026-03"}
+    # the same ranking as a search of every version, less the versions not allowed
+    expected = [c.chunk_id for c in everything.items if c.version != "2024-01"]
+    assert len(expected) > 10 and [c.chunk_id for c in plain.items][:len(expected)] == expected
+    assert example_store.bm25(query_terms("refunds"), ("public",), 5) == example_store.bm25(
+        query_terms("refunds"), ("public",), 5, (0.5, 1.0), VersionFilter(current_only=False))
+
+
+def test_a_question_about_a_named_old_version_is_answered_from_it_and_not_stale(example_store):
+    from ragdx.diagnosis.evidence import EvidenceResolver
+    from ragdx.diagnosis.ours import diagnose_trace
+    from ragdx.types import Alternative
+    settings = load_settings(overrides=["retrieval.dense.enabled=false", "rerank.method=none"])
+    pipeline = build_pipeline(example_store, settings)
+    question = "Under the 2024-01 refund policy, within how many days of delivery were refunds accepted?"
+    query = Query("q", question, PUBLIC, required=((Alternative(doc="policies/refund.md", quote=OLD,
+                                                               version="2024-01"),),))
+    trace = pipeline.run(query)
+    assert "2024-01" in {u.version for u in trace.context.units}          # governance kept it
+    assert OLD in [c.text for c in trace.answer.claims]
+    assert trace.verification.supported                                   # the verifier accepts it
+    diagnosis = diagnose_trace(pipeline, trace, EvidenceResolver(example_store))
+    assert (diagnosis.outcome, diagnosis.first_failure) == ("supported", None)
+    # the same words without naming the version: the old policy is never in the context
+    other = pipeline.run(Query("q", "Within how many days of delivery are refunds accepted?", PUBLIC))
+    assert "2024-01" not in {u.version for u in other.context.units}
+    assert NEW in [c.text for c in other.answer.claims]
