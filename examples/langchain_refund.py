@@ -91,6 +91,9 @@ class KeywordRetriever(BaseRetriever):
         return [self.documents[n] for _, n in sorted(scores, key=lambda s: (-s[0], s[1]))[:self.k]]
 
 
+KeywordRetriever.model_rebuild()  # resolve its annotations here, however the module was loaded
+
+
 class StandInChatModel(BaseChatModel):
     """A chat model without a model: it reads the sources and the question from its prompt and
     answers like refund_standin.py's generator, putting its claims in the response metadata."""
