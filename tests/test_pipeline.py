@@ -17,13 +17,14 @@ from ragdx.protocols import STAGE_PROTOCOLS, DeepRetriever, Store
 from tests.conftest import EXAMPLE
 
 ROOT = Path(__file__).resolve().parents[1]
-LEXICAL = ["retrieval.dense.enabled=false"]
+LEXICAL = ["retrieval.dense.enabled=false", "rerank.method=features"]  # a reranker in the list
 
 
 def test_ragdx_stages_satisfy_their_kinds_protocols(example_store):
     from ragdx.config import load_settings
     from ragdx.testing.encoders import HashingEncoder
-    stages = default_stages(example_store, load_settings(), encoder=HashingEncoder())
+    stages = default_stages(example_store, load_settings(overrides=["rerank.method=features"]),
+                            encoder=HashingEncoder())
     assert [s.kind for s in stages] == [StageKind.RETRIEVAL, StageKind.RETRIEVAL, StageKind.FUSION,
                                         StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT,
                                         StageKind.GENERATION, StageKind.CITATION]
@@ -107,10 +108,11 @@ def test_the_user_stage_example_runs_and_reports_like_the_built_in_stages(tmp_pa
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     pipeline = example.main(tmp_path / "custom")
-    assert [s.name for s in pipeline.stages] == ["overlap", "rrf", "features", "governance", "context",
+    assert [s.name for s in pipeline.stages] == ["overlap", "rrf", "governance", "context",
                                                  "first-sentence", "verify"]
     from ragdx.config import load_settings
-    run(example_store, load_settings(overrides=LEXICAL), load_queries(EXAMPLE / "queries.jsonl"),
+    run(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]),
+        load_queries(EXAMPLE / "queries.jsonl"),
         tmp_path / "builtin", progress=False)
     custom, builtin = tmp_path / "custom" / "run", tmp_path / "builtin"
     assert sorted(p.name for p in custom.iterdir()) == sorted(p.name for p in builtin.iterdir())
@@ -125,4 +127,4 @@ def test_the_user_stage_example_runs_and_reports_like_the_built_in_stages(tmp_pa
     ablation = json.loads((tmp_path / "custom" / "ablation" / "metrics.json").read_text())
     assert list(ablation["variants"]) == ["extractive"]
     # the variant changes generation only: everything before it is the baseline's own output
-    assert ablation["variants"]["extractive"]["reused"] == ["context", "features", "governance", "overlap", "rrf"]
+    assert ablation["variants"]["extractive"]["reused"] == ["context", "governance", "overlap", "rrf"]

@@ -100,7 +100,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     """
     r = settings.retrieval
     # versions are checked inside retrieval, as access is, and again by governance
-    current_only = not settings.governance.allow_superseded
+    current_only = r.versions == "current" and not settings.governance.allow_superseded
     stages: list[Any] = []
     if r.bm25.enabled:
         stages.append(BM25Retriever(store, top_k=r.bm25.top_k, prefix_weight=r.bm25.prefix_weight,

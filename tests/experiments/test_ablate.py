@@ -27,7 +27,8 @@ VARIANTS = ["no-dense:retrieval.dense.enabled=false", "small-budget:context.budg
 def dense_example(tmp_path_factory):
     """The bundled example with dense vectors from the hashing encoder (no model needed); a seed
     that is not the default, so a test can tell that the comparisons use it."""
-    settings = load_settings(overrides=["seed=7"])
+    settings = load_settings(overrides=["seed=7", "rerank.method=features", "context.budget_tokens=1200",
+                                        "generation.semantic_weight=0"])  # hashing vectors carry no meaning
     encoder = HashingEncoder(dim=128)
     store = SQLiteStore(tmp_path_factory.mktemp("ablate") / "store.db")
     build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
@@ -47,8 +48,8 @@ def test_variants_parse_to_one_stage_each():
     base = load_settings()
     variant, settings = parse_variant("small:context.budget_tokens=300", base)
     assert variant == Variant("small", ("context.budget_tokens=300",), (StageKind.CONTEXT,))
-    assert settings.context.budget_tokens == 300 and base.context.budget_tokens == 1200
-    variant, _ = parse_variant("deep:retrieval.bm25.top_k=200,retrieval.dense.top_k=200", base)
+    assert settings.context.budget_tokens == 300 and base.context.budget_tokens == 3000
+    variant, _ = parse_variant("deep:retrieval.bm25.top_k=300,retrieval.dense.top_k=300", base)
     assert variant.stages == (StageKind.RETRIEVAL,)  # two keys, one stage
 
 
@@ -57,7 +58,7 @@ def test_variants_parse_to_one_stage_each():
                                                       "context (context.budget_tokens)"),
     ("chunks:chunking.max_tokens=100", "changes the chunks, and so the index"),
     ("typo:context.budget=300", "context.budget"),
-    ("same:context.budget_tokens=1200", "would change nothing"),
+    ("same:context.budget_tokens=3000", "would change nothing"),
     ("baseline:context.budget_tokens=300", "not be one of baseline"),
     ("..:context.budget_tokens=300", "must start with a letter or digit"),
     ("Report.html:context.budget_tokens=300", "not be one of"),

@@ -40,8 +40,10 @@ def legal(tmp_path):
 
 def _outputs(tmp_path, store, principal: dict, capsys) -> str:
     """Everything ragdx writes for one principal's question: ask --json, and a run folder with
-    its traces, diagnoses, metrics, report and exported spans."""
+    its traces, diagnoses, metrics, report and exported spans. Retrieval searches every version,
+    so the superseded one reaches governance, whose drop reason is what is checked."""
     groups = [a for g in principal["groups"] for a in ("--group", g)]
+    LEXICAL = [*globals()["LEXICAL"], "--set", "retrieval.versions=all"]
     assert main(["ask", "--store", str(store), "--json", *groups, *LEXICAL, QUESTION]) == 0
     queries = write(tmp_path / "q.jsonl", json.dumps({"id": "q1", "question": QUESTION, "principal": principal,
                                                       "answerable": False}) + "\n")

@@ -94,3 +94,14 @@ def test_below_the_threshold_it_abstains():
     answer = gen.run(Query("q", QUESTION, Principal()), context(unit("S2", DISTRACTOR)))
     assert answer.abstained and answer.claims == () and gen.best_score(Query("q", QUESTION),
                                                                        context(unit("S2", DISTRACTOR))) == 0.5
+
+
+def test_sentence_vectors_are_encoded_once():
+    encoder = LookupEncoder(ENCODER)
+    gen = ExtractiveGenerator(min_coverage=0.1, semantic_weight=0.8, encoder=encoder)
+    ctx = context(unit("S1", PARAPHRASE), unit("S2", DISTRACTOR, 2))
+    first = gen.run(Query("q", QUESTION), ctx)
+    assert encoder.calls == 2            # the question, then both sentences
+    again = gen.run(Query("q2", QUESTION), ctx)
+    assert encoder.calls == 3            # only the question: the sentences are known
+    assert again.claims == first.claims

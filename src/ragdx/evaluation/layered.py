@@ -136,6 +136,9 @@ _COST = {"prompt_tokens": "tokens sent to the generator", "completion_tokens": "
          "context_tokens": "tokens in the assembled context", "cost": "money spent generating"}
 
 
+for _stage in FUNNEL:  # the funnel's and the total latency are known before any run defines them
+    completeness(_stage)
+latency("total")
 for _name in ABSTENTION:
     _define(Metric(_name, "abstention", PASS, 1 if _name == Outcome.CORRECT_ABSTENTION else -1,
                    f"outcome is {_name}"))

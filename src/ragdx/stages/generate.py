@@ -20,6 +20,7 @@ import socket
 import time
 import urllib.error
 import urllib.request
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -43,6 +44,9 @@ def question_weights(question: str) -> dict[str, float]:
     amounts), 1 for the rest."""
     return {stem(t): 2.0 if any(ch.isdigit() for ch in t) else 1.0 for t in content_terms(question)}
 
+
+#: how many sentence vectors an extractive generator keeps
+SENTENCE_CACHE = 50_000
 
 #: a sentence that limits the one before it: a rule's exception must travel with the rule
 EXCEPTION_LIKE = re.compile(r"\b(?:except|unless|however|but|only (?:if|when)|not|no longer|cannot|"
@@ -92,6 +96,7 @@ class ExtractiveGenerator:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self.name = name
 
     @property
@@ -102,10 +107,19 @@ class ExtractiveGenerator:
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
-        """Each text's cosine with the question, in the encoder's space (0 when negative)."""
+        """Each text's cosine with the question, in the encoder's space (0 when negative).
+
+        Sentence vectors are kept (the last ``SENTENCE_CACHE`` sentences): the contexts of a run's
+        questions share many units, and a unit's sentences need encoding only once."""
         assert self.encoder is not None
         q = self.encoder.encode([question], kind="query").vectors[0]
-        v = self.encoder.encode(texts, kind="passage").vectors
+        new = list(dict.fromkeys(t for t in texts if t not in self._vectors))
+        if new:
+            for text, vector in zip(new, self.encoder.encode(new, kind="passage").vectors):
+                self._vectors[text] = vector
+            while len(self._vectors) > SENTENCE_CACHE:
+                self._vectors.popitem(last=False)
+        v = np.vstack([self._vectors[t] for t in texts])
         norms = np.linalg.norm(v, axis=1) * (np.linalg.norm(q) or 1.0)
         cos = (v @ q) / np.where(norms > 0, norms, 1.0)
         return [max(0.0, float(c)) for c in cos]
