@@ -12,6 +12,7 @@ from ragdx.types import (
     Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
     ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, ParsedDocument, Principal, Provenance,
     Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
+    VersionFilter,
 )
 from ragdx.protocols import (
     Assembler, DeepRetriever, Encoder, Fuser, Generator, Governor, Reranker, Retriever, Stage, Store,
@@ -22,7 +23,7 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunke
 from ragdx.ingest.ingestor import Action, IngestAction, IngestReport, Ingestor, delete_documents
 from ragdx.ingest.quotes import Coverage, CoverageStatus, coverage, find_quote
 from ragdx.queryset import load_queries
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.store.sqlite import OpenMode, SQLiteStore
 from ragdx.store.postgres import PostgresStore
 from ragdx.stages.custom import FunctionRetriever
 from ragdx.pipeline import Pipeline, Trace
@@ -56,6 +57,7 @@ __all__ = [
     # ingest and store
     "ChunkerConfig", "RegexTokenCounter", "StructureChunker", "Ingestor", "IngestReport", "IngestAction",
     "Action", "delete_documents", "Coverage", "CoverageStatus", "coverage", "find_quote", "SQLiteStore",
+    "OpenMode", "VersionFilter",
     "PostgresStore", "open_store",
     # pipeline
     "Pipeline", "Trace", "FunctionRetriever", "build_pipeline", "default_stages", "build_ingestor",

@@ -38,18 +38,35 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
     return start, end
 
 
-_WORD = re.compile(r"[^\W_]+")
 STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
 i if in into is it its me my of on or our so than that the their them then there these they this
 to up was we were what when where which who why will with would you your after before about
 need needs been once still ago make much many long just also very own same other does did""".split())
 
 
+# a version or decimal number is one term ("3.9", "1.0.2"); a word keeps its clitic ("python's")
+_TERM = re.compile(r"\d+(?:\.\d+)+|[^\W_]+(?:['\u2019][^\W_]+)*")
+_NOT = {"can't": "can", "won't": "will", "shan't": "shall"}
+
+
+def _base(word: str) -> str:
+    """A word without its clitic: "python's" -> "python", "doesn't" -> "does"."""
+    word = word.replace("\u2019", "'")
+    if "'" not in word:
+        return word
+    if word.endswith("n't"):
+        return _NOT.get(word, word[:-3])
+    return word.split("'")[0]
+
+
 def content_terms(text: str) -> list[str]:
-    """Lower-cased words of a text, stopwords removed, in order, each once."""
+    """Lower-cased words of a text, stopwords removed, in order, each once. A version or decimal
+    number is one term; a clitic is not a term of its own ("Python's" is ``python``, not
+    ``python`` and ``s``)."""
     seen: dict[str, None] = {}
-    for word in _WORD.findall(text.lower()):
-        if word not in STOPWORDS:
+    for match in _TERM.findall(text.lower()):
+        word = _base(match)
+        if word and word not in STOPWORDS:
             seen.setdefault(word, None)
     return list(seen)
 

@@ -145,7 +145,7 @@ def test_an_export_of_a_ragdx_run_reads_back_to_the_same_diagnoses(tmp_path, cap
     from ragdx.store.sqlite import SQLiteStore
     from ragdx.testing.encoders import HashingEncoder
     from tests.conftest import EXAMPLE
-    settings = load_settings(overrides=["context.budget_tokens=120", "rerank.top_n=4"])
+    settings = load_settings(overrides=["context.budget_tokens=120", "rerank.method=features", "rerank.top_n=4"])
     encoder = HashingEncoder(dim=128)
     store = SQLiteStore(tmp_path / "store.db", "create")
     build_ingestor(store, settings, encoder).run(EXAMPLE / "manifest.jsonl")
