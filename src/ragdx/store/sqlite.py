@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from ragdx.errors import InputError, StoreError
+from ragdx.store._attributes import attribute_changes
 from ragdx.types import (
     ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
     SpaceState, StoredVersion, VersionFilter,
@@ -452,15 +453,9 @@ class SQLiteStore:
         if old is None:
             raise StoreError(f"no stored version {document.version!r} of {document.doc_id!r}")
         changed = []
-        for name in ("acl", "status", "title", "path", "metadata", "updated_at"):
-            before, after = getattr(old.document, name), getattr(document, name)
-            if name == "acl":
-                before, after = sorted(set(before)), sorted(set(after))
-            if name == "metadata":
-                before, after = dict(before), dict(after)
-            if before != after:
-                changed.append(name)
-                self.log(name, document.doc_id, document.version, f"{_show(before)} -> {_show(after)}")
+        for name, detail in attribute_changes(old.document, document):
+            changed.append(name)
+            self.log(name, document.doc_id, document.version, detail)
         if changed:
             self._write("UPDATE documents SET status = ?, title = ?, path = ?, metadata = ?, "
                         "updated_at = ? WHERE doc_id = ? AND version = ?",
@@ -870,6 +865,3 @@ def _statements(script: str) -> list[str]:
             buffer = ""
     return statements
 
-
-def _show(value: Any) -> str:
-    return json.dumps(value, sort_keys=True) if not isinstance(value, str) else repr(value)
