@@ -1,5 +1,6 @@
 """The CLI: data on stdout, logs on stderr, exit codes 0 / 2 / 1."""
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -73,14 +74,17 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     assert len(diagnoses) == 18
     by_id = {d["id"]: d for d in diagnoses}
     assert by_id["q-refund-35d"]["outcome"] == "supported"
-    assert by_id["q-price-match"]["outcome"] == "hallucination"  # as labelled (labels.jsonl)
+    # as labelled (labels.jsonl) for the default pipeline; without the 'dense' extra the demo runs
+    # lexical only, and the generator, scoring words alone, abstains
+    dense = importlib.util.find_spec("sentence_transformers") is not None
+    assert by_id["q-price-match"]["outcome"] == ("hallucination" if dense else "correct_abstention")
     assert by_id["q-manual-refund-approval-public"]["outcome"] == "correct_abstention"
     manifest = json.loads((out / "run" / "manifest.json").read_text())
     assert manifest["index_version"] == 1 and manifest["settings"]["fusion"]["c"] == 60.0
     assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 18
     # the whole job: metrics and the report, and where to open it
     metrics = json.loads((out / "run" / "metrics.json").read_text())
-    assert metrics["overall"]["queries"] == 18 and metrics["overall"]["outcomes"]["correct_abstention"] == 1
+    assert metrics["overall"]["queries"] == 18 and metrics["overall"]["outcomes"]["correct_abstention"] == (1 if dense else 2)
     report = (out / "run" / "report.html").resolve()
     assert report.is_file() and f"Open the report: {report.as_uri()}" in proc.stdout
     assert "evidence complete at" in proc.stdout  # the terminal summary
