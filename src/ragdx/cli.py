@@ -221,7 +221,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     with _store(args) as store:
         pipeline = build_pipeline(store, settings)
         if args.what == "generation":
-            found = fit.fit_abstention(pipeline, queries, fitted_on=str(args.queries))
+            found = fit.fit_abstention(pipeline, queries, fitted_on=str(args.queries),
+                                       max_hallucination=args.max_hallucination)
             fit.save_abstention(found, out)
             print(f"min_coverage {found.min_coverage:.6g}: success {found.success:.3f}, hallucination "
                   f"{found.hallucination:.3f} on {found.queries} queries; written to {out} "
@@ -508,6 +509,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights, or the generator's abstention "
                 "threshold, on a validation query set")
     p.add_argument("what", choices=["fusion", "rerank", "generation"])
+    p.add_argument("--max-hallucination", type=float, metavar="SHARE",
+                   help="generation: the most hallucinations allowed on the questions to abstain on "
+                        "(unanswerable, restricted), e.g. 0.05; success is maximised within it")
     p.add_argument("--store", required=True)
     p.add_argument("--queries", required=True, help="the validation query set (JSONL)")
     p.add_argument("--out", required=True, help="where to write the fitted weights (JSON)")

@@ -130,3 +130,28 @@ def test_the_abstention_threshold_answers_the_answerable_and_abstains_on_the_res
     assert (found.success, found.hallucination, found.queries) == (1.0, 0.0, 2)
     fit.save_abstention(found, tmp_path / "g.json")
     assert json.loads((tmp_path / "g.json").read_text())["min_coverage"] == pytest.approx(1.0)
+
+
+def test_a_hallucination_limit_is_kept_before_success(small):
+    store, encoder, settings = small
+    from ragdx.config import load_settings
+    lexical = load_settings(overrides=["rerank.method=none", "chunking.tokenizer=regex",
+                                       "generation.semantic_weight=0"])
+    pipeline = build_pipeline(store, lexical, encoder=encoder)
+    # two answerable questions whose best sentences cover 4 of 7 weighted terms (0.571), one
+    # unanswerable that scores 4/6 (0.667), one answerable at 5/5 (1.0)
+    shipping = Query("s", "How many business days until parcels are delivered to customers abroad?", required=(
+        (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),))
+    refund = Query("r", "How many days after delivery are refunds accepted for gifts bought abroad?", required=(
+        (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),))
+    u = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    queries = [shipping, refund, QUERIES[1], u]
+    free = fit.fit_abstention(pipeline, queries)
+    scores = {qid: score for qid, score, _, _ in free.rows}
+    assert (scores["s"], scores["r"], scores["u"], scores["q2"]) == (
+        pytest.approx(4 / 7), pytest.approx(4 / 7), pytest.approx(4 / 6), pytest.approx(1.0))
+    # answering everything: 3 of 4 succeed (u hallucinates); a threshold above u: 2 of 4
+    assert free.min_coverage == 0.0 and free.success == 0.75 and free.hallucination == 0.25
+    limited = fit.fit_abstention(pipeline, queries, max_hallucination=0.0)
+    assert limited.min_coverage == pytest.approx(1.0) and limited.success == 0.5 and limited.hallucination == 0.0
+    assert "hallucination on negatives <= 0" in limited.fitted_on

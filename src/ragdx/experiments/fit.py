@@ -137,10 +137,16 @@ class AbstentionFit:
                 "hallucination": self.hallucination, "queries": self.queries, "fitted_on": self.fitted_on}
 
 
-def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: str = "") -> AbstentionFit:
+def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: str = "",
+                   max_hallucination: float | None = None) -> AbstentionFit:
     """Choose the extractive generator's ``min_coverage``: the threshold on the best sentence's
     score that maximises success (supported answers and correct abstentions) on the validation
     queries; ties go to fewer hallucinations, then to the lower threshold.
+
+    With ``max_hallucination``, only thresholds whose hallucination rate on the questions that
+    should be abstained on (unanswerable or restricted) is at most that share compete (the
+    lowest rate wins when none is): a few negatives among many answerable questions would
+    otherwise be given up for the rest.
 
     Each query runs once up to the context; its answer is diagnosed twice, as given (the
     generator answering whatever its best score) and abstained, so every threshold's outcome is
@@ -171,16 +177,21 @@ def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: s
         raise InputError("the validation set has no query")
     best_key, best = None, 0.0
     never = max(score for _, score, _, _ in rows) + 0.001  # a threshold no query reaches: always abstain
+    negatives = max(1, sum(not q.answerable for q in queries))
     for threshold in sorted({0.0, never} | {score for _, score, _, _ in rows}):
         chosen = [answered if score >= threshold else abstained for _, score, answered, abstained in rows]
         success = sum(o in GOOD_OUTCOMES for o in chosen) / len(chosen)
         hallucination = sum(o is Outcome.HALLUCINATION for o in chosen) / len(chosen)
-        key = (success, -hallucination)
+        rate = sum(o is Outcome.HALLUCINATION for o in chosen) / negatives
+        within = max_hallucination is None or rate <= max_hallucination
+        key = (within, success if within else -rate, -hallucination)
         if best_key is None or key > best_key:
-            best_key, best = key, threshold
+            best_key, best, best_success = key, threshold, success
     assert best_key is not None
-    note = f"{fitted_on}; {len(rows)} queries; success {best_key[0]:.4f}"
-    return AbstentionFit(best, best_key[0], -best_key[1], len(rows), note,
+    limit = "" if max_hallucination is None else f"; hallucination on negatives <= {max_hallucination:g}" + (
+        "" if best_key[0] else " (not reachable: the lowest rate chosen)")
+    note = f"{fitted_on}; {len(rows)} queries; success {best_success:.4f}{limit}"
+    return AbstentionFit(best, best_success, -best_key[2], len(rows), note,
                          tuple((q, s, str(a), str(b)) for q, s, a, b in rows))
 
 
