@@ -116,15 +116,13 @@ def executor_for(spec: str) -> Executor:
         ConfigError: naming the bad spec and the valid forms.
     """
     kind, _, arg = spec.partition(":")
-    try:
-        if kind == "local":
-            return LocalExecutor(int(arg) if arg else None)
-        if kind == "dask":
-            if arg.startswith("tcp://") or arg.startswith("tls://"):
-                return DaskExecutor(arg)
-            return DaskExecutor(workers=int(arg) if arg else 2)
-    except ValueError:
-        pass
+    count = int(arg) if arg.isdigit() else None
+    if kind == "local" and (not arg or count):
+        return LocalExecutor(count)
+    if kind == "dask" and arg.startswith(("tcp://", "tls://")):
+        return DaskExecutor(arg)
+    if kind == "dask" and (not arg or count):
+        return DaskExecutor(workers=count or 2)
     raise ConfigError(f"executor {spec!r} is not one of: local, local:N, dask, dask:N, dask:tcp://HOST:PORT")
 
 
