@@ -20,6 +20,7 @@ Results: bench/results/pg_backends.json. Each store is made in a schema of its o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import statistics
@@ -32,6 +33,7 @@ import numpy as np
 
 from _common import REPO, code_version, label_table, machine, write_result
 
+from ragdx.errors import StoreError
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.stages.bm25 import BM25Retriever, query_terms
@@ -132,10 +134,8 @@ def main() -> int:
         single = f"{args.dsn}?options=-csearch_path%3Dbench_single"
         sharded = f"{args.dsn}?options=-csearch_path%3Dbench_sharded"
         for dsn in (single, sharded):
-            try:
+            with contextlib.suppress(StoreError):  # no store there yet
                 drop_store(dsn)
-            except Exception:  # no store there yet
-                pass
         stores = {"sqlite": SQLiteStore(folder / "store.db"), "pg": PostgresStore(single),
                   "pg-sharded": setup_shards(sharded, args.shard)}
         tops: dict[str, list[list[str]]] = {}
