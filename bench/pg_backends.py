@@ -36,7 +36,7 @@ from _common import REPO, code_version, label_table, machine, write_result
 from ragdx.errors import StoreError
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
-from ragdx.stages.bm25 import BM25Retriever, query_terms
+from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.fuse import RRF
 from ragdx.store.pg_admin import drop_store

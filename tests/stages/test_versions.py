@@ -72,3 +72,22 @@ def test_a_question_about_a_named_old_version_is_answered_from_it_and_not_stale(
     other = pipeline.run(Query("q", "Within how many days of delivery are refunds accepted?", PUBLIC))
     assert "2024-01" not in {u.version for u in other.context.units}
     assert NEW in [c.text for c in other.answer.claims]
+
+
+def test_the_dense_channel_filters_versions_the_same_way(tmp_path):
+    from ragdx.build import build_ingestor
+    from ragdx.stages.dense import DenseRetriever
+    from ragdx.store.sqlite import SQLiteStore
+    from ragdx.testing.encoders import HashingEncoder
+    from tests.conftest import EXAMPLE
+    encoder = HashingEncoder(dim=64)
+    with SQLiteStore(tmp_path / "s.db", "create") as store:
+        build_ingestor(store, load_settings(overrides=["chunking.tokenizer=regex"]), encoder).run(
+            EXAMPLE / "manifest.jsonl")
+        def versions(question, **kw):
+            ranked = DenseRetriever(store, encoder, top_k=500, **kw).run(Query("q", question, PUBLIC))
+            return {c.version for c in ranked.items if c.doc_id == "policies/refund.md"}
+        assert versions("How many days after delivery are refunds accepted?") == {"2026-03"}
+        assert versions("Under the 2024-01 policy, how many days were refunds accepted?") == {"2024-01", "2026-03"}
+        assert versions("How many days after delivery are refunds accepted?", current_only=False) == {
+            "2024-01", "2026-03"}

@@ -55,7 +55,7 @@ class DenseIndex:
             rows = self._version_rows.get(versions)
             if rows is None:
                 rows = np.array([versions.allows(v, s) for (_, v), s in zip(self.docs, self.statuses)],
-                                dtype=bool).reshape(len(self.docs))
+                                dtype=bool)
                 self._version_rows[versions] = rows
             mask &= rows
         return mask
