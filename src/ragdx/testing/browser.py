@@ -56,9 +56,15 @@ class Page:
             raise BrowserError(f"evaluating {expression!r} threw: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
 
-    def screenshot(self, path: Path) -> Path:
-        """A PNG of the whole page."""
-        data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True})["data"]
+    def screenshot(self, path: Path, max_height: int = 8000) -> Path:
+        """A PNG of the page, down to ``max_height`` CSS pixels: Chromium refuses a capture taller
+        than its largest texture ("Page is too large"), which a report with every drill-down open
+        can exceed."""
+        metrics = self.call("Page.getLayoutMetrics", {})
+        size = metrics.get("cssContentSize") or metrics["contentSize"]
+        clip = {"x": 0, "y": 0, "width": size["width"], "height": min(size["height"], max_height), "scale": 1}
+        data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True,
+                                                    "clip": clip})["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 
