@@ -250,8 +250,8 @@ def test_a_draft_is_discarded_when_the_lease_was_taken(tmp_path):
         time.sleep(0.02)
         fast = state.claim("w2", lease_seconds=60)
         assert (slow.n, fast.n, fast.attempt) == (0, 0, 2)
-        assert state.write_draft(slow, "w1", 1, {}, {}, ()) is False
-        assert state.write_draft(fast, "w2", 1, {"t": 1}, {"d": 1}, ()) is True
+        assert state.write_draft(slow, "w1", 1, "{}", "{}", ()) is None
+        assert state.write_draft(fast, "w2", 1, '{"t": 1}', '{"d": 1}', ()).trace == {"t": 1}
         with state.publishing(0, "w1") as sizes:
             assert sizes is None
         assert [c["worker"] for c in state.checkpoints()] == ["w2"]

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 
 from ragdx.binding import EvidenceBinding, recheck
 from ragdx.diagnosis.evidence import EvidenceResolver
-from ragdx.errors import InputError
+from ragdx.errors import InputError, StoreError
 from ragdx.evaluation.layered import layered
 from ragdx.experiments.run import Answered, RunResult, answer_one, progress_line
 from ragdx.experiments.runstate import Claim, Draft, ItemRecord, ItemState, RunState, worker_id
@@ -123,16 +123,17 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                     break
                 time.sleep(min(max(wait or 0.0, 0.05), 0.5))  # another worker holds the rest
                 continue
+            binding = None
             if claim.recover:
                 draft = state.draft(claim.n)
             else:
                 one = answer_one(pipeline, queries[claim.n], pipeline.run, resolver, oracle=oracle)
-                draft = _keep_draft(state, claim, worker, one)
+                draft, binding = _keep_draft(state, claim, worker, one), one.binding
                 if draft is None:
                     continue
                 if fault is Fault.AFTER_DRAFT:
                     os._exit(FAULT_EXIT)
-            _settle(state, pipeline, out, claim, draft, worker, fault)
+            _settle(state, pipeline, out, claim, draft, worker, fault, binding)
             if progress:
                 counts = state.counts()
                 progress_line("ragdx run", counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], total,
@@ -141,31 +142,30 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
             print(file=sys.stderr)
         with state.transaction():  # one worker at a time writes the folder's summary files
             result = _finish(state, pipeline, queries, out, queries_path, started)
-        return DurableRun(out, state.counts(), _failed(state), _index_versions(state), result)
+        return DurableRun(out, state.counts(), _failed(state), tuple(state.index_versions()), result)
 
 
 def _keep_draft(state: RunState, claim: Claim, worker: str, one: Answered) -> Draft | None:
-    objects = (one.diagnosis, one.view, one.evidence, one.row)
-    trace, diagnosis = one.trace_json(), one.diagnosis.to_dict()
-    if not state.write_draft(claim, worker, one.binding.index_version, trace, diagnosis, objects):
-        return None
-    return Draft(claim.n, claim.attempt, worker, "", one.binding.index_version, trace, diagnosis, objects)
+    return state.write_draft(claim, worker, one.binding.index_version, json.dumps(one.trace_json()),
+                             json.dumps(one.diagnosis.to_dict()), (one.diagnosis, one.view, one.evidence, one.row))
 
 
 def _settle(state: RunState, pipeline: Pipeline, out: Path, claim: Claim, draft: Draft | None, worker: str,
-            fault: Fault | None) -> None:
-    """Recheck a draft's evidence, then publish it, or fail the item with the reason."""
-    if draft is None:  # drafted with no checkpoint cannot happen: the two are one transaction
-        raise InputError(f"{out / RUN_DB}: item {claim.query_id!r} is drafted but has no checkpoint")
-    check = recheck(pipeline.store, EvidenceBinding.from_trace(draft.trace, f"the draft of {claim.query_id!r}"))
+            fault: Fault | None, binding: EvidenceBinding | None = None) -> None:
+    """Recheck a draft's evidence (``binding``: its own, when the worker just made it), then
+    publish it, or fail the item with the reason."""
+    if draft is None:  # a drafted item without a checkpoint: the two are written in one transaction
+        raise StoreError(f"{out / RUN_DB}: item {claim.query_id!r} is drafted but has no checkpoint")
+    if binding is None:
+        binding = EvidenceBinding.from_trace(draft.trace, f"the draft of {claim.query_id!r}")
+    check = recheck(pipeline.store, binding)
     if not check.valid:
         state.fail(claim.n, worker, check.describe())
         return
     with state.publishing(claim.n, worker) as sizes:
         if sizes is None:
             return
-        lines = (json.dumps(draft.trace), json.dumps(draft.diagnosis))
-        new = append_published(out, sizes, lines, state.published_lines)
+        new = append_published(out, sizes, (draft.trace_line, draft.diagnosis_line), state.published_lines)
         if fault is Fault.BEFORE_PUBLISH:
             os._exit(FAULT_EXIT)
         state.set_sizes(new)
@@ -175,8 +175,7 @@ def _failed(state: RunState) -> tuple[tuple[str, str], ...]:
     return tuple((i.query_id, i.reason) for i in state.items() if i.state is ItemState.FAILED)
 
 
-def _index_versions(state: RunState) -> tuple[int, ...]:
-    return tuple(sorted({d.index_version for d in state.published()}))
+
 
 
 def _finish(state: RunState, pipeline: Pipeline, queries: Sequence[Query], out: Path,
@@ -186,9 +185,9 @@ def _finish(state: RunState, pipeline: Pipeline, queries: Sequence[Query], out: 
     if counts[ItemState.QUEUED] or counts[ItemState.LEASED] or counts[ItemState.DRAFTED]:
         return None
     drafts = state.published()
-    diagnoses, views, evidence, rows = (tuple(d.objects[k] for d in drafts) for k in range(4))
-    published = [queries[d.n] for d in drafts]
-    versions = sorted({d.index_version for d in drafts})
+    diagnoses, views, evidence, rows = (tuple(objects[k] for _, _, objects in drafts) for k in range(4))
+    published = [queries[n] for n, _, _ in drafts]
+    versions = state.index_versions()
     failed = _failed(state)
     info = manifest(pipeline, queries_path) | {"durable": {
         "items": len(queries), "published": len(drafts),
@@ -238,4 +237,4 @@ def inspect_run(out: Path) -> dict[str, Any]:
             by_state[i.state.value].append(entry)
         return {"run": str(out), "counts": {s.value: len(v) for s, v in zip(ItemState, by_state.values())},
                 "items": by_state, "checkpoints": state.checkpoints(),
-                "index_versions": list(_index_versions(state))}
+                "index_versions": state.index_versions()}

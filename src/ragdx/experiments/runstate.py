@@ -82,16 +82,25 @@ class Claim:
 @dataclass(frozen=True, slots=True)
 class Draft:
     """A draft checkpoint: the item's trace (with the evidence its answer cites) and diagnosis as
-    JSON, the store's index version, and the in-memory results the report is built from."""
+    the JSON lines publication appends, the store's index version, and the in-memory results the
+    report is built from."""
 
     n: int
     attempt: int
     worker: str
     created_at: str
     index_version: int
-    trace: Mapping[str, Any]
-    diagnosis: Mapping[str, Any]
+    trace_line: str
+    diagnosis_line: str
     objects: tuple[Any, ...]
+
+    @property
+    def trace(self) -> dict[str, Any]:
+        return json.loads(self.trace_line)
+
+    @property
+    def diagnosis(self) -> dict[str, Any]:
+        return json.loads(self.diagnosis_line)
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,40 +217,42 @@ class RunState:
             "SELECT COUNT(*), MIN(lease_until) FROM items WHERE state IN ('leased', 'drafted')").fetchone()
         return count, None if first is None else max(0.0, first - time.time())
 
-    def write_draft(self, claim: Claim, worker: str, index_version: int, trace: Mapping[str, Any],
-                    diagnosis: Mapping[str, Any], objects: tuple[Any, ...]) -> bool:
+    def write_draft(self, claim: Claim, worker: str, index_version: int, trace_line: str, diagnosis_line: str,
+                    objects: tuple[Any, ...]) -> Draft | None:
         """Keep a draft checkpoint, if ``worker`` still holds the item (a worker whose lease
-        expired and was taken by another discards its work). Returns whether it was kept."""
+        expired and was taken by another discards its work). Returns it, or None if discarded."""
         with self.transaction() as db:
             if not self._holds(db, claim.n, worker, ItemState.LEASED):
                 self._events(db, [(claim.n, worker, "draft_discarded", "the lease was taken by another worker")])
-                return False
+                return None
+            at = _now()
             db.execute("INSERT INTO checkpoints (n, attempt, worker, created_at, index_version, trace, diagnosis, "
                        "objects) VALUES (?,?,?,?,?,?,?,?)",
-                       (claim.n, claim.attempt, worker, _now(), index_version, json.dumps(trace),
-                        json.dumps(diagnosis), pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)))
-            db.execute("UPDATE items SET state = 'drafted', updated_at = ? WHERE n = ?", (_now(), claim.n))
+                       (claim.n, claim.attempt, worker, at, index_version, trace_line, diagnosis_line,
+                        pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)))
+            db.execute("UPDATE items SET state = 'drafted', updated_at = ? WHERE n = ?", (at, claim.n))
             self._events(db, [(claim.n, worker, "drafted", f"index version {index_version}")])
-        return True
+        return Draft(claim.n, claim.attempt, worker, at, index_version, trace_line, diagnosis_line, objects)
 
     def draft(self, n: int) -> Draft | None:
         """An item's latest draft checkpoint."""
         row = self._db.execute(
             "SELECT n, attempt, worker, created_at, index_version, trace, diagnosis, objects FROM checkpoints "
             "WHERE n = ? ORDER BY id DESC LIMIT 1", (n,)).fetchone()
-        return None if row is None else self._draft(row)
-
-    @staticmethod
-    def _draft(row: tuple) -> Draft:
         # the objects are this run's own results, pickled by the worker that drafted them
-        return Draft(*row[:5], json.loads(row[5]), json.loads(row[6]), pickle.loads(row[7]))
+        return None if row is None else Draft(*row[:7], pickle.loads(row[7]))
 
-    def published(self) -> list[Draft]:
-        """The published items' drafts, in query order."""
-        return [self._draft(r) for r in self._db.execute(
-            "SELECT c.n, c.attempt, c.worker, c.created_at, c.index_version, c.trace, c.diagnosis, c.objects "
-            "FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM checkpoints WHERE n = i.n) "
-            "WHERE i.state = 'published' ORDER BY i.n")]
+    def published(self) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """The published items' query number, index version and results, in query order."""
+        return [(n, version, pickle.loads(objects)) for n, version, objects in self._db.execute(
+            "SELECT c.n, c.index_version, c.objects FROM items i JOIN checkpoints c ON c.id = "
+            "(SELECT MAX(id) FROM checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY i.n")]
+
+    def index_versions(self) -> list[int]:
+        """The index versions the published items' drafts were made at."""
+        return [v for (v,) in self._db.execute(
+            "SELECT DISTINCT c.index_version FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM "
+            "checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY 1")]
 
     def published_lines(self) -> list[tuple[str, str]]:
         """Every published item's trace and diagnosis, as published: in publication order."""
