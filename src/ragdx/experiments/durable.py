@@ -66,7 +66,7 @@ def _fingerprint(pipeline: Pipeline, queries: Sequence[Query]) -> dict[str, Any]
     from ragdx import __version__
     info = manifest(pipeline, None)
     canon = json.dumps([[q.id, q.question, q.principal.user, list(q.principal.groups)] for q in queries])
-    store = info["store"]
+    store = info["store"] or str(getattr(pipeline.store, "where", ""))  # a PostgreSQL store: its redacted DSN
     return {"ragdx_version": __version__, "settings": info["settings"],
             "store": store if not store or "://" in store else str(Path(store).resolve()),
             "stages": info["stages"], "queries_sha256": hashlib.sha256(canon.encode()).hexdigest()}
