@@ -297,8 +297,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if result is None:
         from ragdx.experiments.runstate import ItemState
         held = sum(worked.counts[s] for s in (ItemState.LEASED, ItemState.DRAFTED, ItemState.QUEUED))
-        print(f"run folder: {worked.folder}: {held} items still held by other workers; the last to finish "
-              "writes the manifest, metrics and report")
+        print(f"run folder: {worked.folder}: " + (
+            f"{held} items still held by other workers; the last to finish writes the manifest, metrics and report"
+            if held else f"finished, nothing left to do ({worked.counts[ItemState.PUBLISHED]} published, "
+            f"{worked.counts[ItemState.FAILED]} failed); open {worked.folder / 'report.html'}"))
         return 0
     print(summary(result.diagnoses, result.metrics))
     if len(worked.index_versions) > 1:

@@ -231,6 +231,8 @@ def test_a_folder_of_another_run_is_refused_and_bad_options_are_named(corpus, tm
     store, qs = corpus
     run = tmp_path / "run"
     assert ragdx_run(store, one_query(tmp_path, store), run).returncode == 0
+    again = ragdx_run(store, one_query(tmp_path, store), run)
+    assert "finished, nothing left to do (1 published, 0 failed)" in again.stdout
     other = ragdx_run(store, qs, run)
     assert other.returncode == 2 and "holds a run of other queries_sha256" in other.stderr
     assert "--lease-seconds must be positive" in ragdx_run(store, qs, tmp_path / "r2", "--lease-seconds", "0").stderr

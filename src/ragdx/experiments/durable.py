@@ -51,8 +51,9 @@ class Fault(ChoiceEnum):
 
 @dataclass(frozen=True, slots=True)
 class DurableRun:
-    """What a worker leaves: the items by state, the failed ones with their reasons, and, once
-    every item is settled, the run folder's result (else None: other workers hold items)."""
+    """What a worker leaves: the items by state, the failed ones with their reasons, and the run
+    folder's result if this worker wrote its summary (else None: other workers still hold items,
+    or the summary already shows every item)."""
 
     folder: Path
     counts: Mapping[ItemState, int]
@@ -140,8 +141,10 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                               claim.query_id)
         if progress:
             print(file=sys.stderr)
-        with state.transaction():  # one worker at a time writes the folder's summary files
-            result = _finish(state, pipeline, queries, out, queries_path, started)
+        with state.transaction():  # one worker at a time writes the folder's summary files, once
+            result = None if state.summarised() else _finish(state, pipeline, queries, out, queries_path, started)
+            if result is not None:
+                state.note_summarised(worker)
         return DurableRun(out, state.counts(), _failed(state), tuple(state.index_versions()), result)
 
 

@@ -122,10 +122,11 @@ class RunState:
 
     Args:
         path: the database file (created with its folder when missing).
-        wait: seconds a transaction waits for another worker's to finish.
+        wait: seconds a transaction waits for another worker's to finish (the summary files are
+            written inside one).
     """
 
-    def __init__(self, path: Path, *, wait: float = 60.0) -> None:
+    def __init__(self, path: Path, *, wait: float = 600.0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -296,6 +297,15 @@ class RunState:
         at = _now()
         db.executemany("INSERT INTO events (at, n, worker, event, detail) VALUES (?,?,?,?,?)",
                        [(at, *r) for r in rows])
+
+    def summarised(self) -> bool:
+        """Whether the folder's summary files were written since the last change of any item."""
+        last = self._db.execute("SELECT event FROM events ORDER BY id DESC LIMIT 1").fetchone()
+        return last is not None and last[0] == "summarised"
+
+    def note_summarised(self, worker: str) -> None:
+        """Inside a transaction: the summary files now show every item's state."""
+        self._events(self._db, [(None, worker, "summarised", "")])
 
     # -- reading --------------------------------------------------------------------------
     def counts(self) -> dict[ItemState, int]:
