@@ -289,7 +289,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _store(args) as store:
         worked = durable.run_durable(
             build_pipeline(store, settings), queries, Path(args.out), queries_path=Path(args.queries),
-            lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds, retry_failed=args.retry_failed, oracle=args.oracle,
+            lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
+            retry_failed=args.retry_failed, oracle=args.oracle,
             fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None, invocation=invocation)
     for query_id, reason in worked.failed:
         log.warning("query %r not published: %s", query_id, reason)
@@ -306,9 +307,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if len(worked.index_versions) > 1:
         print(f"\nthe index version changed while the run ran: answers made at versions "
               f"{', '.join(map(str, worked.index_versions))} (manifest.json, 'durable')")
-    failed = f", {len(worked.failed)} failed (ragdx run --resume {worked.folder} --retry-failed)" if worked.failed else ""
-    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries published{failed}, {result.seconds:.1f} s); "
-          f"open {result.folder / 'report.html'}")
+    failed = (f", {len(worked.failed)} failed (ragdx run --resume {worked.folder} --retry-failed)"
+              if worked.failed else "")
+    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries published{failed}, "
+          f"{result.seconds:.1f} s); open {result.folder / 'report.html'}")
     return 0
 
 

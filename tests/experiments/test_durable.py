@@ -107,7 +107,8 @@ def test_a_dead_workers_draft_whose_evidence_changed_fails_and_is_not_published(
         if what == "delete":
             delete_documents(opened, ["d0.md"])
         else:
-            build_ingestor(opened, load_settings(overrides=SETTINGS)).run(manifest(tmp_path / "corpus", acl0=("staff",)))
+            revoked = manifest(tmp_path / "corpus", acl0=("staff",))
+            build_ingestor(opened, load_settings(overrides=SETTINGS)).run(revoked)
     wait_past_lease(run)
     again = subprocess.run([sys.executable, "-m", "ragdx.cli", "run", "--resume", str(run)],
                            capture_output=True, text=True)
