@@ -11,8 +11,8 @@ from tests.test_binding import EXPECTED, answered, change
 pytestmark = pytest.mark.pg
 
 
-@pytest.mark.parametrize("kind", ["pg", "sharded"])
-@pytest.mark.parametrize("what", [*sorted(EXPECTED), "unrelated"])
+@pytest.mark.parametrize("kind, what", [("pg", w) for w in [*sorted(EXPECTED), "unrelated"]]
+                         + [("sharded", "delete"), ("sharded", "revoke")])
 def test_recheck_on_postgres(tmp_path, pg_store_factory, kind, what):
     store = pg_store_factory(kind)
     _, binding = answered(store, tmp_path)

@@ -43,6 +43,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     worker TEXT NOT NULL, created_at TEXT NOT NULL, index_version INTEGER NOT NULL,
     trace TEXT NOT NULL, diagnosis TEXT NOT NULL, objects BLOB NOT NULL);
 CREATE INDEX IF NOT EXISTS checkpoints_n ON checkpoints(n);
+CREATE INDEX IF NOT EXISTS items_state ON items(state, n);
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY, at TEXT NOT NULL, n INTEGER, worker TEXT, event TEXT NOT NULL,
     detail TEXT NOT NULL DEFAULT '');
