@@ -77,6 +77,20 @@ def lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
 
 
+def published_count(run: Path) -> int:
+    """How many items a running run has published (read-only, beside its workers)."""
+    try:
+        con = sqlite3.connect(f"file:{run / 'run.db'}?mode=ro", uri=True)
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    try:
+        return con.execute("SELECT COUNT(*) FROM items WHERE state = 'published'").fetchone()[0]
+    except sqlite3.OperationalError:  # no table yet
+        return 0
+    finally:
+        con.close()
+
+
 def one_query(tmp_path: Path, store: Path) -> Path:
     return write(tmp_path / "one.jsonl", (tmp_path / "q.jsonl").read_text().splitlines()[0] + "\n")
 
@@ -172,18 +186,22 @@ def test_kill_9_at_random_points_then_resume_equals_an_uninterrupted_run(corpus,
     with SQLiteStore(store, "read") as opened:
         single = run_pipeline(build_pipeline(opened, load_settings(overrides=SETTINGS)), queries_,
                               tmp_path / "single", progress=False)
-    run, rng, kills = tmp_path / "run", random.Random(19), 0
-    while kills < 4:
+    run, rng = tmp_path / "run", random.Random(19)
+    # the first worker dies at a random moment of its start (before or while it submits), the
+    # others once a random number of items is published: wherever they are in the next item
+    kills = [("seconds", rng.uniform(0.1, 0.6))] + [("published", n) for n in sorted(rng.sample(range(10, 180), 4))]
+    for how, at in kills:
         worker = ragdx_run(store, qs, run, "--lease-seconds", "1", wait=False)
-        time.sleep(rng.uniform(0.3, 0.9))  # start-up takes ~0.5 s: some kills land before any item
-        if worker.poll() is not None:
-            break
+        if how == "seconds":
+            time.sleep(at)
+        else:
+            deadline = time.monotonic() + 60
+            while published_count(run) < at and worker.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.005)
+        assert worker.poll() is None  # killed while it ran
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
-        kills += 1
-    assert kills >= 3
-    with RunState(run / "run.db") as state:
-        assert state.counts()[ItemState.PUBLISHED] < 200  # the kills interrupted the run
+    assert kills[-1][1] <= published_count(run) < 200  # the kills interrupted the run
     done = ragdx_run(store, qs, run)
     assert done.returncode == 0, done.stderr
     published = lines(run / "diagnosis.jsonl")
