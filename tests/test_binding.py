@@ -164,3 +164,16 @@ def test_ragdx_recheck_cli(tmp_path, what):
     else:
         assert (again.returncode, found["status"]) == (3, "evidence_changed_or_expired")
         assert [(c["doc"], c["reason"]) for c in found["changed"]] == [("refund.md", EXPECTED[what].value)]
+
+
+def test_ragdx_recheck_names_a_bad_answer_file(tmp_path, capsys):
+    from ragdx.cli import main
+    store = tmp_path / "s.db"
+    with SQLiteStore(store) as opened:
+        answered(opened, tmp_path)
+    old = write(tmp_path / "old.json", json.dumps({"principal": {"user": "u", "groups": ["public"]}, "stages": []}))
+    assert main(["recheck", "--store", str(store), str(old)]) == 2
+    assert f"{old}: no 'evidence' object" in capsys.readouterr().err
+    broken = write(tmp_path / "broken.json", "{not json")
+    assert main(["recheck", "--store", str(store), str(broken)]) == 2
+    assert "not a JSON answer from 'ragdx ask --json'" in capsys.readouterr().err
