@@ -17,7 +17,7 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.pipeline import Pipeline
-from ragdx.protocols import Encoder, Store, TokenCounter
+from ragdx.protocols import Cache, Encoder, Store, TokenCounter
 from ragdx.stages.assemble import ContextAssembler
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
@@ -28,7 +28,7 @@ from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
 from ragdx.types import StageKind
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 
-__all__ = ["open_store", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
+__all__ = ["open_store", "cache_path", "open_cache", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
            "build_pipeline"]
 
 
@@ -45,6 +45,32 @@ def open_store(location: str | Path, mode: str = "read") -> Store:
         return PostgresStore(str(location), mode)
     from ragdx.store.sqlite import SQLiteStore
     return SQLiteStore(location, mode)
+
+
+def cache_path(location: str | Path, settings: Settings | None = None) -> Path | None:
+    """Where the result cache of the store at ``location`` lives: ``cache.path`` if set, else the
+    store's file with ``.cache`` added (``store.db.cache``); None for a PostgreSQL store without
+    ``cache.path``."""
+    from ragdx.store.postgres import is_dsn
+    settings = settings or Settings()
+    if settings.cache.path:
+        return Path(settings.cache.path)
+    return None if is_dsn(str(location)) else Path(f"{location}.cache")
+
+
+def open_cache(location: str | Path, settings: Settings | None = None) -> Cache | None:
+    """The result cache of the store at ``location`` (:class:`~ragdx.store.cache.SQLiteCache`),
+    created when missing; None when ``cache.enabled`` is false or there is no cache path.
+
+    Raises:
+        StoreError: the cache file cannot be opened (a read-only folder, not a ragdx cache).
+    """
+    settings = settings or Settings()
+    path = cache_path(location, settings)
+    if not settings.cache.enabled or path is None:
+        return None
+    from ragdx.store.cache import SQLiteCache
+    return SQLiteCache(path)
 
 
 def build_encoder(dense: DenseSettings) -> Encoder:

@@ -39,11 +39,47 @@ def _principal(args: argparse.Namespace):
     return Principal(args.user, groups)
 
 
+def _with_cache(args: argparse.Namespace, pipeline, settings):
+    """The pipeline with the store's result cache, unless ``cache.enabled`` is false; a cache that
+    cannot be opened is logged and the pipeline runs without it. Returns the pipeline and the
+    cache (None without one)."""
+    from ragdx.build import open_cache
+    from ragdx.errors import StoreError
+    try:
+        cache = open_cache(args.store, settings)
+    except StoreError as exc:
+        log.warning("%s; running without the cache", exc)
+        return pipeline, None
+    if cache is None:
+        return pipeline, None
+    from ragdx.caching import CachedPipeline
+    return CachedPipeline(pipeline, cache), cache
+
+
+def _purge_cache(args: argparse.Namespace, store, settings=None) -> None:
+    """Bring the store's result cache, if there is one, up to date with a change just made, so
+    nothing of a deleted document or a revoked access stays in it."""
+    from ragdx.build import cache_path
+    from ragdx.errors import StoreError
+    path = cache_path(args.store, settings)
+    if path is None or not path.is_file():
+        return
+    from ragdx.store.cache import SQLiteCache
+    try:
+        with SQLiteCache(path) as cache:
+            dropped = cache.sync(store)
+    except StoreError as exc:
+        log.warning("%s; the cache is brought up to date at its next use", exc)
+        return
+    log.info("%d cached results invalidated (%s)", dropped, path)
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.build import build_ingestor
     settings = _settings(args)
     with _store(args, "create") as store:
         report = build_ingestor(store, settings).run(Path(args.path))
+        _purge_cache(args, store, settings)
     if args.json:
         print(json.dumps({
             "documents": report.documents, "bytes": report.bytes, "chunks": report.chunks,
@@ -72,8 +108,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     query = Query("ask", args.question, _principal(args))
     with _store(args) as store:
+        pipeline, cache = _with_cache(args, build_pipeline(store, settings), settings)
         index_version = store.index_version  # before the answer: a change while it runs shows in a recheck
-        trace = build_pipeline(store, settings).run(query)
+        try:
+            trace = pipeline.run(query)
+        finally:
+            if cache is not None:
+                cache.close()
         if args.json:
             from ragdx.binding import bind_evidence
             from ragdx.tracefile import trace_to_dict
@@ -84,7 +125,8 @@ def cmd_ask(args: argparse.Namespace) -> int:
         for stage in trace.stages:
             kept = len(getattr(stage, "items", getattr(stage, "units", getattr(stage, "claims", ()))))
             dropped = len(getattr(stage, "dropped", ()))
-            print(f"{stage.stage}: {kept} kept, {dropped} dropped, {stage.seconds * 1000:.1f} ms",
+            cached = " (from the cache)" if stage.stage in trace.cached else ""
+            print(f"{stage.stage}: {kept} kept, {dropped} dropped, {stage.seconds * 1000:.1f} ms{cached}",
                   file=sys.stderr)
     return 0
 
@@ -171,6 +213,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     from ragdx.ingest.ingestor import delete_documents
     with _store(args, "write") as store:
         deleted = delete_documents(store, args.doc_ids)
+        _purge_cache(args, store)
         for doc_id, versions in deleted.items():
             print(f"deleted {doc_id} ({len(versions)} version{'s' * (len(versions) != 1)})")
         print(f"index version {store.index_version}")
@@ -287,11 +330,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                   _absolute(args.config) if args.config else None, "set": list(args.set or ()),
                   "strict": args.strict, "oracle": args.oracle}
     with _store(args) as store:
-        worked = durable.run_durable(
-            build_pipeline(store, settings), queries, Path(args.out), queries_path=Path(args.queries),
-            lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
-            retry_failed=args.retry_failed, oracle=args.oracle,
-            fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None, invocation=invocation)
+        pipeline, cache = _with_cache(args, build_pipeline(store, settings), settings)
+        try:
+            worked = durable.run_durable(
+                pipeline, queries, Path(args.out), queries_path=Path(args.queries),
+                lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
+                retry_failed=args.retry_failed, oracle=args.oracle,
+                fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None,
+                invocation=invocation)
+        finally:
+            if cache is not None:
+                cache.close()
+    cached = f"\n{pipeline.stats.describe()}" if cache is not None else ""
     for query_id, reason in worked.failed:
         log.warning("query %r not published: %s", query_id, reason)
     result = worked.result
@@ -301,7 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"run folder: {worked.folder}: " + (
             f"{held} items still held by other workers; the last to finish writes the manifest, metrics and report"
             if held else f"finished, nothing left to do ({worked.counts[ItemState.PUBLISHED]} published, "
-            f"{worked.counts[ItemState.FAILED]} failed); open {worked.folder / 'report.html'}"))
+            f"{worked.counts[ItemState.FAILED]} failed); open {worked.folder / 'report.html'}") + cached)
         return 0
     print(summary(result.diagnoses, result.metrics))
     if len(worked.index_versions) > 1:
@@ -310,7 +360,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     failed = (f", {len(worked.failed)} failed (ragdx run --resume {worked.folder} --retry-failed)"
               if worked.failed else "")
     print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries published{failed}, "
-          f"{result.seconds:.1f} s); open {result.folder / 'report.html'}")
+          f"{result.seconds:.1f} s); open {result.folder / 'report.html'}{cached}")
     return 0
 
 

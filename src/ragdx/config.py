@@ -149,6 +149,16 @@ class VerifySettings:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSettings:
+    """The retrieval and answer caches of ``ragdx ask`` and ``ragdx run`` (docs/formats.md, "The
+    result cache"): kept in ``path``, by default the store's file with ``.cache`` added (a
+    PostgreSQL store has a cache only when ``path`` is set)."""
+
+    enabled: bool = True
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Every setting of a pipeline run."""
 
@@ -160,6 +170,7 @@ class Settings:
     context: ContextSettings = ContextSettings()
     generation: GenerationSettings = GenerationSettings()
     verify: VerifySettings = VerifySettings()
+    cache: CacheSettings = CacheSettings()
     seed: int = _at_least(0, 0, 2 ** 32 - 1)
 
     def to_dict(self) -> dict[str, Any]:

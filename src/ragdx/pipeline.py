@@ -30,12 +30,14 @@ __all__ = ["Trace", "Pipeline", "StageOutput"]
 @dataclass(frozen=True, slots=True)
 class Trace:
     """Every stage's artifact for one query, in pipeline order: the ranked lists of retrieval,
-    fusion, reranking and governance, then the context, the answer and its verification."""
+    fusion, reranking and governance, then the context, the answer and its verification.
+    ``cached`` names the stages whose output a cache served (:mod:`ragdx.caching`)."""
 
     query: Query
     stages: tuple[StageOutput, ...]
     seconds: float
     notes: tuple[str, ...] = field(default=())
+    cached: tuple[str, ...] = field(default=())
 
     def stage(self, name: str) -> StageOutput:
         for output in self.stages:

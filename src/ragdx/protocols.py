@@ -28,7 +28,7 @@ from ragdx.types import (
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Stage", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Cache", "Stage", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -143,6 +143,33 @@ class VectorSearchStore(Protocol):
                       keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (doc_id, version) pairs the groups may read, in one look-up."""
         ...
+
+
+@runtime_checkable
+class Cache(Protocol):
+    """Where a cached pipeline keeps results (:class:`~ragdx.store.cache.SQLiteCache`): entries
+    under a kind and a key, each with what it depends on, valid at ``synced_version``.
+
+    ``sync`` reads the store's update log since the last sync and drops every entry a change
+    could alter; ``put`` keeps a result only when the cache and the store are still at the index
+    version it was made at (docs/formats.md, "The result cache").
+    """
+
+    @property
+    def synced_version(self) -> int: ...
+
+    def sync(self, store: Store) -> int:
+        """Drop the entries the store's changes since the last sync could alter; how many."""
+        ...
+
+    def get(self, kind: Any, key: str) -> Any:
+        """The entry (``payload``, ``made_at``, ``seconds``) under ``key``, or None."""
+        ...
+
+    def put(self, kind: Any, key: str, payload: Any, deps: Any, *, question: str, groups: Sequence[str],
+            made_at: int, seconds: float, store: Store) -> bool: ...
+
+    def discard(self, kind: Any, key: str) -> None: ...
 
 
 @runtime_checkable

@@ -53,11 +53,16 @@ def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
 
 def trace_to_dict(trace: Trace, evidence: EvidenceBinding | None = None) -> dict[str, Any]:
     """A trace as JSON; with ``evidence`` (:func:`ragdx.binding.bind_evidence`), the document
-    versions and spans its answer cites, so ``ragdx recheck`` can tell whether they still stand."""
+    versions and spans its answer cites, so ``ragdx recheck`` can tell whether they still stand. A
+    stage a cache served says ``"cached": true``, and ``cache`` names them with the cache's notes."""
     q = trace.query
     out = {"format": TRACE_FORMAT, "query_id": q.id, "question": q.question,
            "principal": {"user": q.principal.user, "groups": list(q.principal.groups)},
-           "seconds": trace.seconds, "stages": [stage_to_dict(s) for s in trace.stages]}
+           "seconds": trace.seconds,
+           "stages": [stage_to_dict(s) | ({"cached": True} if s.stage in trace.cached else {})
+                      for s in trace.stages]}
+    if trace.cached:
+        out["cache"] = {"stages": list(trace.cached), "notes": list(trace.notes)}
     if evidence is not None:
         out["evidence"] = evidence.to_dict()
     return out

@@ -14,6 +14,7 @@ import json
 import logging
 import sqlite3
 import threading
+import uuid
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -303,6 +304,7 @@ class SQLiteStore:
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('index_version', '0')")
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
 
     def close(self) -> None:
         self._db.close()
@@ -381,6 +383,13 @@ class SQLiteStore:
             raise StoreError("store writes must happen inside store.transaction()")
         self._changed = True
         return self._db.execute(sql, args)
+
+    @property
+    def store_id(self) -> str | None:
+        """A random id given to the store when it was created (None for a store made before ids):
+        a cache beside a store that was replaced at the same path knows it is not this store's."""
+        row = self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
+        return row[0] if row else None
 
     @property
     def index_version(self) -> int:
@@ -796,6 +805,14 @@ class SQLiteStore:
                                "c.rowid = v.chunk_rowid WHERE v.space_id = ? AND c.id = ?",
                                (space_id, chunk_id)).fetchone()
         return row[0] if row else None
+
+    def chunk_vectors(self, space_id: str, doc_id: str, version: str | None = None) -> list[bytes]:
+        """The float32 vectors of a space for one document's searchable chunks (of one version,
+        or of all): what a cache asks when the document changed."""
+        where, args = ("AND c.version = ?", (version,)) if version is not None else ("", ())
+        return [r[0] for r in self._db.execute(
+            "SELECT v.vector FROM chunks c JOIN vectors v ON v.chunk_rowid = c.rowid AND v.space_id = ? "
+            f"WHERE c.doc_id = ? {where} AND c.duplicate_of IS NULL", (space_id, doc_id, *args))]
 
     def acl_table(self) -> dict[tuple[str, str], frozenset[str]]:
         """Every version's access groups."""

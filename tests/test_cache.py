@@ -1,0 +1,227 @@
+"""The retrieval and answer caches (issue 15): a deleted document never resurfaces through them, a
+revoked group cannot read at the next query, user B never gets user A's cached answer, and a
+change invalidates exactly the entries that depend on it, both ways."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ragdx.build import build_ingestor, build_pipeline
+from ragdx.caching import CachedPipeline
+from ragdx.cli import main
+from ragdx.config import load_settings
+from ragdx.ingest.ingestor import delete_documents
+from ragdx.store.cache import SQLiteCache, fts5_terms
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.testing.encoders import HashingEncoder
+from ragdx.types import Principal, Query
+from tests.conftest import write
+
+SETTINGS = ["retrieval.dense.enabled=false", "chunking.tokenizer=regex", "rerank.method=none"]
+QUESTION = "Are refunds accepted within 30 days of delivery?"
+REFUND = "# Refund policy\n\nRefunds are accepted within 30 days of delivery.\n"
+# shares no term with QUESTION, as FTS5 stems them
+SHIPPING = "# Shipping\n\nParcels travel by courier.\n"
+STAGES = ("bm25", "rrf", "governance", "context", "extractive", "verify")
+
+
+def corpus(folder: Path, *, refund: str = REFUND, refund_acl=("public",), shipping: str = SHIPPING,
+           extra: dict[str, str] | None = None) -> Path:
+    """refund.md answers QUESTION; shipping.md (and each of ``extra``) is another document."""
+    docs = {"refund.md": refund, "shipping.md": shipping, **(extra or {})}
+    for name, text in docs.items():
+        write(folder / name, text)
+    return write(folder / "m.jsonl", "\n".join(json.dumps(
+        {"doc_id": name, "path": name, "acl": list(refund_acl) if name == "refund.md" else ["public"]})
+        for name in docs) + "\n")
+
+
+def ingest(store, folder: Path, **kwargs) -> None:
+    build_ingestor(store, load_settings(overrides=SETTINGS)).run(corpus(folder, **kwargs))
+
+
+def cached(store, tmp_path: Path, overrides=SETTINGS, **kw) -> CachedPipeline:
+    return CachedPipeline(build_pipeline(store, load_settings(overrides=overrides), **kw),
+                          SQLiteCache(tmp_path / "s.db.cache"))
+
+
+def ask(pipeline, groups=("public",), user="ann", question=QUESTION):
+    return pipeline.run(Query("q", question, Principal(user, tuple(groups))))
+
+
+def docs_in(trace) -> set[str]:
+    found = {c.doc_id for r in trace.ranked for c in (*r.items, *r.dropped)}
+    return found | {u.doc_id for u in trace.context.units}
+
+
+def test_question_terms_are_fts5s_stems():
+    assert fts5_terms([QUESTION]) == {"ar", "refund", "accept", "within", "30", "dai", "of", "deliveri"}
+    assert not fts5_terms([SHIPPING]) & fts5_terms([QUESTION])
+
+
+def test_a_second_ask_is_served_from_the_answer_cache(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        pipeline = cached(store, tmp_path)
+        first, second = ask(pipeline), ask(pipeline)
+    assert first.cached == () and second.cached == STAGES
+    assert second.answer == first.answer and second.context == first.context
+    assert "refund.md" in {u.doc_id for u in second.context.units}
+    assert (pipeline.stats.lookups, pipeline.stats.answer_hits, pipeline.stats.retrieval_hits) == (2, 1, 0)
+    assert second.notes[0].startswith("answer cache: served (made at index version 1")
+    [(kind1, q1, scope1, made1, docs1), (kind2, q2, scope2, made2, docs2)] = pipeline.cache.entries()
+    assert (kind1, kind2, q1, scope1, made1) == ("retrieval", "answer", QUESTION, ("public",), 1)
+    assert docs1 == docs2 == ("refund.md",)
+
+
+def test_a_changed_context_budget_reuses_the_cached_retrieval(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        ask(cached(store, tmp_path))
+        other = cached(store, tmp_path, [*SETTINGS, "context.budget_tokens=500"])
+        trace = ask(other)
+    assert trace.cached == ("bm25", "rrf", "governance")
+    assert (other.stats.answer_hits, other.stats.retrieval_hits) == (0, 1)
+
+
+def test_a_deleted_document_never_resurfaces_through_the_cache(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        pipeline = cached(store, tmp_path)
+        assert "refund.md" in docs_in(ask(pipeline))
+        delete_documents(store, ["refund.md"])
+        after = ask(pipeline)
+    assert after.cached == () and "refund.md" not in docs_in(after)
+    assert all("refund.md" not in docs for *_, docs in pipeline.cache.entries())
+
+
+def test_a_deletion_through_the_cli_purges_the_cache_at_once(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    assert main(["ingest", "--store", store, str(corpus(tmp_path)), *sum((["--set", s] for s in SETTINGS), [])]) == 0
+    ask_json = ["ask", "--store", store, "--json", *sum((["--set", s] for s in SETTINGS), []), QUESTION]
+    capsys.readouterr()
+    assert main(ask_json) == 0
+    assert "cache" not in json.loads(capsys.readouterr().out)
+    assert main(ask_json) == 0
+    served = json.loads(capsys.readouterr().out)
+    assert served["cache"]["stages"] == list(STAGES) and served["stages"][0]["cached"] is True
+    assert {c["doc"] for c in served["evidence"]["cited"]} == {"refund.md"}
+    assert main(["delete", "--store", store, "refund.md"]) == 0
+    assert capsys.readouterr().out == "deleted refund.md (1 version)\nindex version 2\n"
+    with SQLiteCache(store + ".cache") as cache:  # before any other ask: nothing of refund.md is kept
+        assert len(cache) == 0
+    assert main(ask_json) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert "cache" not in again and "refund.md" not in json.dumps(again["stages"])
+
+
+def test_a_revoked_group_cannot_read_at_the_next_query_cached_or_not(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, refund_acl=("staff",))
+        pipeline = cached(store, tmp_path)
+        assert "refund.md" in docs_in(ask(pipeline, ("staff",)))
+        assert ask(pipeline, ("staff",)).cached == STAGES
+        ingest(store, tmp_path, refund_acl=("admin",))  # staff's access revoked
+        after = ask(pipeline, ("staff",))
+    assert after.cached == () and "refund.md" not in docs_in(after) and after.answer.abstained
+
+
+def test_user_b_never_gets_user_as_cached_answer(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, refund_acl=("staff",))
+        pipeline = cached(store, tmp_path)
+        a = ask(pipeline, ("staff",), "ann")
+        b = ask(pipeline, ("public",), "bob")
+        c = ask(pipeline, ("staff",), "cat")  # the same scope as ann's: served
+    assert "refund.md" in docs_in(a) and not a.answer.abstained
+    assert b.cached == () and "refund.md" not in docs_in(b) and b.answer.abstained
+    assert c.cached == STAGES and c.answer == a.answer and c.query.principal.user == "cat"
+
+
+@pytest.mark.parametrize("change, invalidated", [
+    ("unrelated edit", False), ("unrelated new document", False), ("edit of the cited document", True),
+    ("new document matching a term", True), ("unrelated deletion", False)])
+def test_a_change_invalidates_exactly_the_entries_that_depend_on_it(tmp_path, change, invalidated):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, extra={"weather.md": "# Weather\n\nSunny skies.\n"})
+        pipeline = cached(store, tmp_path)
+        ask(pipeline)
+        before = store.index_version
+        if change == "unrelated edit":
+            ingest(store, tmp_path, shipping=SHIPPING.replace("courier", "van"),
+                   extra={"weather.md": "# Weather\n\nSunny skies.\n"})
+        elif change == "unrelated new document":
+            ingest(store, tmp_path, extra={"weather.md": "# Weather\n\nSunny skies.\n", "tea.md": "Green tea."})
+        elif change == "edit of the cited document":
+            ingest(store, tmp_path, refund=REFUND.replace("30", "14"), extra={"weather.md": "# Weather\n\nSunny skies.\n"})
+        elif change == "new document matching a term":
+            ingest(store, tmp_path, extra={"weather.md": "# Weather\n\nSunny skies.\n", "late.md": "Late deliveries."})
+        else:
+            delete_documents(store, ["weather.md"])
+        assert store.index_version == before + 1
+        dropped = pipeline.cache.sync(store)
+        trace = ask(pipeline)
+    assert dropped == (2 if invalidated else 0)
+    assert trace.cached == (() if invalidated else STAGES)
+
+
+def test_a_cached_answer_whose_evidence_changed_is_never_served(tmp_path):
+    """Even if invalidation had missed a change, the recheck before serving refuses the answer."""
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        pipeline = cached(store, tmp_path)
+        ask(pipeline)
+        delete_documents(store, ["refund.md"])
+        last = store.log_entries(0)[-1]
+        db = sqlite3.connect(tmp_path / "s.db.cache")  # pretend the cache was brought up to date
+        with db:
+            db.executemany("UPDATE meta SET value = ? WHERE key = ?", [
+                (str(store.index_version), "version"), (str(last.seq), "seq"),
+                (json.dumps([last.seq, last.at, last.index_version, last.op, last.doc_id, last.version]), "last")])
+        db.close()
+        after = ask(pipeline)
+    assert (pipeline.stats.stale, pipeline.stats.answer_hits, pipeline.stats.retrieval_hits) == (2, 0, 0)
+    assert after.cached == () and "refund.md" not in docs_in(after) and after.answer.abstained
+
+
+def test_a_store_rebuilt_at_the_same_path_empties_the_cache(tmp_path):
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        ask(cached(store, tmp_path))
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{tmp_path / 's.db'}{suffix}").unlink(missing_ok=True)
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, refund=REFUND.replace("30", "60"))
+        pipeline = cached(store, tmp_path)
+        trace = ask(pipeline)
+        assert store.index_version == 1 and trace.cached == ()
+    assert "60 days" in trace.answer.text
+
+
+DENSE = ["retrieval.bm25.enabled=false", "chunking.tokenizer=regex", "rerank.method=none",
+         "generation.semantic_weight=0", "context.tokenizer=regex", "governance.withhold=false"]
+
+
+@pytest.mark.parametrize("top_k, invalidated", [(1, False), (10, True)])
+def test_a_dense_entry_is_invalidated_by_new_content_only_when_it_could_enter(tmp_path, top_k, invalidated):
+    """A full dense list (top_k 1) is entered only by a chunk at least as near the question as its
+    lowest score; a list that is not full (top_k 10 of 3 chunks) by any new chunk."""
+    encoder = HashingEncoder()
+    settings = [*DENSE, f"retrieval.dense.top_k={top_k}"]
+    with SQLiteStore(tmp_path / "s.db") as store:
+        build_ingestor(store, load_settings(overrides=settings), encoder=encoder).run(corpus(tmp_path))
+        pipeline = cached(store, tmp_path, settings, encoder=encoder)
+        ask(pipeline)
+        build_ingestor(store, load_settings(overrides=settings), encoder=encoder).run(
+            corpus(tmp_path, extra={"tea.md": "Green tea."}))
+        trace = ask(pipeline)
+        tea = encoder.encode(["Green tea."], kind="passage").vectors[0] @ \
+            encoder.encode([QUESTION], kind="query").vectors[0]
+        floor = min(c.score for c in trace.stage("dense").items)
+    assert trace.cached == (() if invalidated else ("dense", "rrf", "governance", "context", "extractive", "verify"))
+    if not invalidated:
+        assert tea < floor
