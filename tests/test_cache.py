@@ -225,3 +225,39 @@ def test_a_dense_entry_is_invalidated_by_new_content_only_when_it_could_enter(tm
     assert trace.cached == (() if invalidated else ("dense", "rrf", "governance", "context", "extractive", "verify"))
     if not invalidated:
         assert tea < floor
+
+
+def test_the_caches_bm25_of_a_chunk_is_fts5s(tmp_path):
+    """The score a cache gives a changed chunk, to compare with a full list's lowest score, is
+    the store's own (FTS5's bm25()) for every chunk the question matches."""
+    from ragdx.stages.bm25 import BM25Retriever, query_terms
+    from ragdx.store.cache import _bm25, _chunk_tokens
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, extra={"late.md": "# Late refunds\n\nLate deliveries of refunds: days and days.\n"})
+        ranked = BM25Retriever(store, top_k=10, prefix_weight=0.5).run(Query("q", QUESTION, Principal()))
+        phrases = [t for raw in query_terms(QUESTION) for t in sorted(fts5_terms([raw]))]
+        chunks = store.chunks_by_id([c.chunk_id for c in ranked.items])
+        n_rows, avgdl, df = store.keyword_statistics(phrases)
+        assert n_rows == len(store.chunks()) and df["refund"] == 2
+        for item in ranked.items:
+            [(counts, size)] = _chunk_tokens([chunks[item.chunk_id]])
+            assert _bm25(phrases, counts, size, weights=(0.5, 1.0), n_rows=n_rows, avgdl=avgdl,
+                         df=df) == pytest.approx(item.score, rel=1e-9)
+    assert len(ranked.items) == 2
+
+
+@pytest.mark.parametrize("new, invalidated", [
+    ("Are refunds accepted within 30 days of delivery? Refunds are accepted within 30 days of delivery.", True),
+    ("Delivery of tea.", False)])
+def test_a_full_keyword_list_is_invalidated_only_by_a_chunk_scoring_at_least_its_lowest(tmp_path, new, invalidated):
+    settings = [*SETTINGS, "retrieval.bm25.top_k=1", "governance.withhold=false"]
+    fillers = {f"filler{n}.md": f"Garden note {n}: roses and tulips." for n in range(8)}  # idf needs a corpus
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path, extra=fillers)
+        pipeline = cached(store, tmp_path, settings)
+        ask(pipeline)
+        ingest(store, tmp_path, extra={**fillers, "new.md": new})
+        dropped = pipeline.cache.sync(store)
+        fresh = build_pipeline(store, load_settings(overrides=settings)).run(Query("q", QUESTION, Principal()))
+    assert dropped == (2 if invalidated else 0)
+    assert (fresh.stage("bm25").items[0].doc_id == "new.md") is invalidated

@@ -31,6 +31,7 @@ import numpy as np
 from ragdx.binding import bind_evidence, recheck
 from ragdx.pipeline import Pipeline, StageOutput, Trace
 from ragdx.protocols import Cache, Store
+from ragdx.stages.bm25 import query_terms
 from ragdx.stages.govern import WITHHELD
 from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms
 from ragdx.types import Context, Query, Ranked, StageKind
@@ -90,7 +91,7 @@ def settings_hash(pipeline: Pipeline, upto: StageKind | None = None) -> str:
 
 def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput]) -> Dependencies:
     """What a result depends on: the documents its outputs read, the question's terms for a
-    keyword channel, the lowest score and the question's vector of a dense channel whose list
+    keyword channel (with its lowest score when its list was full), the lowest score and the question's vector of a dense channel whose list
     was full; ``open`` for a dense list that was not full or a channel of unknown kind;
     ``any_change`` for a withheld question."""
     docs: set[str] = set()
@@ -101,6 +102,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
             docs |= {u.doc_id for u in out.units} | {d.doc_id for d in out.dropped}
     stages = {s.name: s for s in pipeline.stages}
     terms: frozenset[str] = frozenset()
+    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[str, ...]] | None = None
     dense: list[tuple[str, float, bytes]] = []
     is_open = False
     for out in outputs:
@@ -109,6 +111,12 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
         config, stage = out.config, stages.get(out.stage)
         if "k1" in config:  # the keyword channel: what matches a term of the question may enter
             terms = frozenset(fts5_terms([query.question]))
+            phrases = tuple(t for raw in query_terms(query.question) for t in sorted(fts5_terms([raw])))
+            if out.items and len(out.items) >= int(config.get("top_k", 0)):
+                floor = min(c.score for c in out.items)
+                if keyword is None or floor < keyword[0]:
+                    keyword = (floor, (float(config["prefix_weight"]), float(config["text_weight"])), phrases,
+                               tuple(c.chunk_id for c in out.items))
         elif "space" in config and getattr(stage, "encoder", None) is not None:
             if len(out.items) < int(config.get("top_k", 0)) or not out.items:
                 is_open = True  # any readable chunk enters a list that is not full
@@ -119,7 +127,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
             is_open = True
     withheld = any(isinstance(o, Ranked) and o.kind is StageKind.GOVERNANCE
                    and any(d.reason == WITHHELD for d in o.dropped) for o in outputs)
-    return Dependencies(frozenset(docs), terms, tuple(dense), is_open, withheld)
+    return Dependencies(frozenset(docs), terms, keyword, tuple(dense), is_open, withheld)
 
 
 def _still_readable(store: Store, query: Query, ranked: Sequence[StageOutput]) -> bool:

@@ -30,9 +30,11 @@ only cache files you (or your own processes) made, as you would any pickle.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
+import math
 import pickle
 import sqlite3
 import threading
@@ -76,6 +78,9 @@ CREATE TABLE IF NOT EXISTS deps (entry INTEGER NOT NULL, doc_id TEXT NOT NULL, P
 CREATE INDEX IF NOT EXISTS deps_by_entry ON deps (entry);
 CREATE TABLE IF NOT EXISTS terms (entry INTEGER NOT NULL, term TEXT NOT NULL, PRIMARY KEY (term, entry));
 CREATE INDEX IF NOT EXISTS terms_by_entry ON terms (entry);
+CREATE TABLE IF NOT EXISTS bm25 (
+    entry INTEGER PRIMARY KEY, floor REAL NOT NULL, weights TEXT NOT NULL, phrases TEXT NOT NULL,
+    listed TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS dense (
     entry INTEGER PRIMARY KEY, space TEXT NOT NULL, floor REAL NOT NULL, vector BLOB NOT NULL);
 """
@@ -114,6 +119,9 @@ class Dependencies:
     Args:
         docs: the documents it read.
         terms: the question's terms as FTS5 indexes them (its keyword channels match on them).
+        keyword: for a keyword channel whose list was full: its lowest score, its column weights
+            (prefix, text), the question's phrases as FTS5 tokens and the listed chunks' ids (a
+            chunk that scores below every listed chunk cannot enter the list).
         dense: per dense channel with a full list: (space id, lowest score, question vector).
         open: any new content invalidates it (a dense list that was not full, a channel of unknown kind).
         any_change: any change invalidates it (a withheld question).
@@ -121,6 +129,7 @@ class Dependencies:
 
     docs: frozenset[str]
     terms: frozenset[str] = frozenset()
+    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[str, ...]] | None = None
     dense: tuple[tuple[str, float, bytes], ...] = ()
     open: bool = False
     any_change: bool = False
@@ -265,7 +274,7 @@ class SQLiteCache:
 
     def _drop_all(self) -> int:
         count = len(self)
-        for table in ("entries", "deps", "terms", "dense"):
+        for table in ("entries", "deps", "terms", "bm25", "dense"):
             self._db.execute(f"DELETE FROM {table}")
         return count
 
@@ -274,6 +283,7 @@ class SQLiteCache:
         self._db.executemany("DELETE FROM entries WHERE id = ?", rows)
         self._db.executemany("DELETE FROM deps WHERE entry = ?", rows)
         self._db.executemany("DELETE FROM terms WHERE entry = ?", rows)
+        self._db.executemany("DELETE FROM bm25 WHERE entry = ?", rows)
         self._db.executemany("DELETE FROM dense WHERE entry = ?", rows)
         return len(rows)
 
@@ -288,7 +298,7 @@ class SQLiteCache:
         if not chunks:
             return hit
         hit |= {r[0] for r in self._db.execute("SELECT id FROM entries WHERE open = 1")}
-        hit |= set(self._ids_where("terms", "term", sorted(fts5_terms(f"{c.prefix}\n{c.text}" for c in chunks))))
+        hit |= self._keyword_reached(store, chunks, hit)
         hit |= self._dense_reached(store, sorted(grown, key=str))
         return hit
 
@@ -297,6 +307,39 @@ class SQLiteCache:
             batch = values[i:i + 500]
             yield from (r[0] for r in self._db.execute(
                 f"SELECT DISTINCT entry FROM {table} WHERE {column} IN ({','.join('?' * len(batch))})", batch))
+
+    def _keyword_reached(self, store: Store, chunks: Sequence[Any], already: set[int]) -> set[int]:
+        """Entries a keyword channel of which the new chunks could enter: they match a term of the
+        question, and the list was not full, or a new chunk scores at least as high as the lowest
+        of the listed chunks (both scored as FTS5's BM25 scores them with the index's statistics
+        after the change: what enters is decided against those, not against the scores the list
+        was cached with)."""
+        rows = _chunk_tokens(chunks)
+        candidates = set(self._ids_where("terms", "term", sorted({t for counts, _ in rows for t in counts}))) - already
+        if not candidates:
+            return set()
+        stats = getattr(store, "keyword_statistics", None)
+        full = {r[0]: r[1:] for r in self._db.execute(
+            f"SELECT entry, weights, phrases, listed FROM bm25 WHERE entry IN ({','.join('?' * len(candidates))})",
+            sorted(candidates))} if stats is not None else {}
+        out = {e for e in candidates if e not in full}  # a list that was not full: any match enters
+        if not full:
+            return out
+        n_rows, avgdl, df = stats(sorted({t for _, p, _ in full.values() for t in json.loads(p)}))
+        listed_ids = sorted({c for *_, listed in full.values() for c in json.loads(listed)})
+        found = store.chunks_by_id(listed_ids)
+        tokens = dict(zip([c for c in listed_ids if c in found], _chunk_tokens([found[c] for c in listed_ids if c in found])))
+        for entry, (weights, phrases, listed) in full.items():
+            score = functools.partial(_bm25, json.loads(phrases), weights=tuple(json.loads(weights)),
+                                      n_rows=n_rows, avgdl=avgdl, df=df)
+            ids = json.loads(listed)
+            if any(c not in tokens for c in ids):  # a listed chunk is gone: the list changes
+                out.add(entry)
+                continue
+            lowest = min(score(*tokens[c]) for c in ids)
+            if max(score(*row) for row in rows) >= lowest - 1e-9:
+                out.add(entry)
+        return out
 
     def _dense_reached(self, store: Store, grown: Sequence[tuple[str, str | None]]) -> set[int]:
         """Dense entries whose lowest score a chunk vector of the grown versions reaches."""
@@ -358,6 +401,10 @@ class SQLiteCache:
                      int(deps.open), int(deps.any_change), blob, time.time())).lastrowid
                 self._db.executemany("INSERT INTO deps VALUES (?, ?)", [(eid, d) for d in sorted(deps.docs)])
                 self._db.executemany("INSERT INTO terms VALUES (?, ?)", [(eid, t) for t in sorted(deps.terms)])
+                if deps.keyword is not None:
+                    floor, weights, phrases, listed = deps.keyword
+                    self._db.execute("INSERT INTO bm25 VALUES (?,?,?,?,?)", (
+                        eid, floor, json.dumps(list(weights)), json.dumps(list(phrases)), json.dumps(list(listed))))
                 for space, floor, vector in deps.dense[:1] if len({d[0] for d in deps.dense}) == 1 else ():
                     self._db.execute("INSERT INTO dense VALUES (?,?,?,?)",
                                      (eid, space, min(d[1] for d in deps.dense), vector))
@@ -378,3 +425,44 @@ def _mark(entry: Any) -> str:
 def _store_id(store: Store) -> str:
     """The store's id, when it has one (a store made before ids, or another backend: "")."""
     return str(getattr(store, "store_id", None) or "")
+
+
+#: FTS5's bm25() constants (ragdx.store.sqlite.FTS_BM25_K1 and FTS_BM25_B).
+_K1, _B = 1.2, 0.75
+
+
+def _chunk_tokens(chunks: Sequence[Any]) -> list[tuple[dict[str, tuple[int, int]], int]]:
+    """Each chunk's tokens as FTS5 indexes its two columns (prefix, text): per term the number of
+    instances in each column, and the row's size in tokens."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{_TOKENIZER}')")
+        db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?, ?, ?)",
+                       [(n, c.prefix, c.text) for n, c in enumerate(chunks, start=1)])
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        counts: list[dict[str, list[int]]] = [{} for _ in chunks]
+        sizes = [0] * len(chunks)
+        for term, row, column in db.execute("SELECT term, doc, col FROM v"):
+            counts[row - 1].setdefault(term, [0, 0])[0 if column == "prefix" else 1] += 1
+            sizes[row - 1] += 1
+        return [({t: (a, b) for t, (a, b) in c.items()}, size) for c, size in zip(counts, sizes)]
+    finally:
+        db.close()
+
+
+def _bm25(phrases: Sequence[str], counts: dict[str, tuple[int, int]], size: int, *, weights: tuple[float, float],
+          n_rows: int, avgdl: float, df: dict[str, int]) -> float:
+    """FTS5's ``bm25()`` of one row (negated, as the store's scores are: higher is better), as
+    fts5_aux.c computes it: per phrase, idf = ln((N - n + 0.5) / (n + 0.5)) (1e-6 when not
+    positive) times f (k1 + 1) / (f + k1 (1 - b + b D / avgdl)), f the column-weighted count."""
+    score = 0.0
+    for phrase in phrases:
+        prefix, text = counts.get(phrase, (0, 0))
+        freq = weights[0] * prefix + weights[1] * text
+        if not freq:
+            continue
+        hits = df.get(phrase, 0)
+        idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+        idf = idf if idf > 0 else 1e-6
+        score += idf * freq * (_K1 + 1) / (freq + _K1 * (1 - _B + _B * size / avgdl))
+    return score

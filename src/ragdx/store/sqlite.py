@@ -222,6 +222,7 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._in_tx = False
         self._readable: dict[tuple[str, ...], tuple[int, frozenset[int]]] = {}
+        self._token_total: tuple[int | None, int] = (None, 0)
         try:
             if self.mode is OpenMode.READ:
                 self._db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True,
@@ -671,6 +672,21 @@ class SQLiteStore:
             f"WHERE a.doc_id = c.doc_id AND a.version = c.version AND a.grp IN ({marks}))", key[0]))
         self._readable[key[0]] = (key[1], rows)
         return rows
+
+    def keyword_statistics(self, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
+        """What FTS5's ``bm25()`` scores with: the index's row count, its average row length in
+        tokens (every column), and how many rows hold each of ``terms`` (tokens as the index holds
+        them). A cache asks, to score a changed document's chunks for a cached question."""
+        self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.ragdx_vocab USING "
+                         "fts5vocab(main, 'chunks_fts', 'row')")
+        version = self.index_version
+        if self._token_total[0] != version:
+            total = self._db.execute("SELECT COALESCE(SUM(cnt), 0) FROM temp.ragdx_vocab").fetchone()[0]
+            self._token_total = (version, total)
+        rows = self._db.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        found = {t: self._db.execute("SELECT doc FROM temp.ragdx_vocab WHERE term = ?", (t,)).fetchone()
+                 for t in dict.fromkeys(terms)}
+        return rows, self._token_total[1] / max(rows, 1), {t: r[0] if r else 0 for t, r in found.items()}
 
     @property
     def bm25_config(self) -> dict[str, object]:
