@@ -261,3 +261,23 @@ def test_a_full_keyword_list_is_invalidated_only_by_a_chunk_scoring_at_least_its
         fresh = build_pipeline(store, load_settings(overrides=settings)).run(Query("q", QUESTION, Principal()))
     assert dropped == (2 if invalidated else 0)
     assert (fresh.stage("bm25").items[0].doc_id == "new.md") is invalidated
+
+
+def test_ragdx_run_reports_the_hit_rate_and_the_time_saved(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    sets = sum((["--set", s] for s in SETTINGS), [])
+    assert main(["ingest", "--store", store, str(corpus(tmp_path)), *sets]) == 0
+    queries = write(tmp_path / "q.jsonl", "".join(json.dumps(
+        {"id": f"q{n}", "question": q, "required": [[{"doc": "refund.md", "quote": "Refunds are accepted"}]]}) + "\n"
+        for n, q in enumerate([QUESTION, "Are refunds accepted?"])))
+    run = ["run", "--store", store, "--queries", str(queries), *sets]
+    assert main([*run, "--out", str(tmp_path / "r1")]) == 0
+    assert "cache: 0 of 2 answers from the answer cache (0%)" in capsys.readouterr().out
+    assert main([*run, "--out", str(tmp_path / "r2")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("cache: "))
+    assert line.startswith("cache: 2 of 2 answers from the answer cache (100%), 0 retrievals from the retrieval "
+                           "cache, 0 cached results refused by their recheck; ")
+    traces = [json.loads(x) for x in (tmp_path / "r2" / "traces.jsonl").read_text().splitlines()]
+    assert [t["cache"]["stages"] for t in traces] == [list(STAGES)] * 2
+    assert main([*run, "--out", str(tmp_path / "r3"), "--set", "cache.enabled=false"]) == 0
+    assert "cache: " not in capsys.readouterr().out

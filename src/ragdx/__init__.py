@@ -15,7 +15,7 @@ from ragdx.types import (
     VersionFilter,
 )
 from ragdx.protocols import (
-    Assembler, DeepRetriever, Encoder, Fuser, Generator, Governor, Reranker, Retriever, Stage, Store,
+    Assembler, Cache, DeepRetriever, Encoder, Fuser, Generator, Governor, Reranker, Retriever, Stage, Store,
     TokenCounter, Verifier,
 )
 from ragdx.config import Settings, load_settings
@@ -30,7 +30,9 @@ from ragdx.pipeline import Pipeline, Trace
 from ragdx.binding import (
     ChangedSpan, CitedSpan, EvidenceBinding, Recheck, RecheckStatus, SpanChange, bind_evidence, recheck,
 )
-from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages, open_store
+from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages, open_cache, open_store
+from ragdx.caching import CachedPipeline, CacheStats
+from ragdx.store.cache import SQLiteCache
 from ragdx.diagnosis.evidence import EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.diagnosis.locate import Diagnoser, TraceView
@@ -55,7 +57,7 @@ __all__ = [
     "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
     "StageKind", "StoredVersion", "Usage", "Verdict", "Verification",
     # protocols
-    "Store", "Stage", "Retriever", "DeepRetriever", "Fuser", "Reranker", "Governor", "Assembler",
+    "Store", "Cache", "Stage", "Retriever", "DeepRetriever", "Fuser", "Reranker", "Governor", "Assembler",
     "Generator", "Verifier", "Encoder", "TokenCounter",
     # settings
     "Settings", "load_settings",
@@ -70,6 +72,8 @@ __all__ = [
     # answers bound to their evidence
     "bind_evidence", "recheck", "EvidenceBinding", "CitedSpan", "Recheck", "ChangedSpan", "SpanChange",
     "RecheckStatus",
+    # result caches
+    "CachedPipeline", "CacheStats", "SQLiteCache", "open_cache",
     # queries, evidence and diagnosis
     "load_queries", "EvidenceResolver", "EvidenceStatus", "QueryEvidence", "ResolvedAlternative",
     "Diagnoser", "Diagnosis", "Outcome", "Loss", "StagePresence", "TraceView",
