@@ -281,3 +281,4 @@ def test_ragdx_run_reports_the_hit_rate_and_the_time_saved(tmp_path, capsys):
     assert [t["cache"]["stages"] for t in traces] == [list(STAGES)] * 2
     assert main([*run, "--out", str(tmp_path / "r3"), "--set", "cache.enabled=false"]) == 0
     assert "cache: " not in capsys.readouterr().out
+

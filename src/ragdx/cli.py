@@ -179,6 +179,14 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"index version {store.index_version}; {counts['chunks']} chunks in "
                   f"{counts['versions']} versions; BM25: FTS5, in step with the store")
             return 0
+        if args.action == "verify" and args.live:
+            problems, notes = store.audit()
+            for line in [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]:
+                print(line)
+            active = store.active_space()
+            print(f"live index (index version {store.index_version}, space {active.id if active else 'none'}): "
+                  + ("sound" if not problems else f"{len(problems)} problem(s)"))
+            return 0 if not problems else 1
         if args.action in ("build", "verify"):
             from ragdx.ingest.embed import Embedder
             from ragdx.build import build_encoder
@@ -570,6 +578,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True)
     p.add_argument("--space", help="a space id (verify, switch)")
     p.add_argument("--force", action="store_true", help="switch to a space that is not verified")
+    p.add_argument("--live", action="store_true", help="verify: audit the live index instead of a space (deleted "
+                   "documents still reachable, chunks without a document, vectors of no or another space, stale "
+                   "versions still indexed); exit 1 on a problem")
     configurable(p)
 
     p = command("delete", cmd_delete, "delete documents (every version) from the store")

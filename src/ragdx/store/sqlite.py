@@ -871,6 +871,49 @@ class SQLiteStore:
             "WHERE a.doc_id = d.doc_id AND a.version = d.version)")]
         return problems
 
+    def audit(self) -> tuple[list[str], list[str]]:
+        """Audit the live index (``ragdx index verify --live``): problems, then notes.
+
+        Problems: documents deleted but still stored or searchable (a version, a chunk, a
+        keyword-index row, a vector), chunks without a document, vectors without a chunk or of a
+        space that was never registered, and FTS5's own integrity check. Notes: superseded and
+        expired versions still indexed (searchable only by a question naming their version, or
+        with ``retrieval.versions = "all"``), and vectors of spaces that are not live (kept for a
+        rollback, or built beside the live one).
+        """
+        q = self._db.execute
+        problems: list[str] = []
+        for doc_id, versions in q("SELECT doc_id, versions FROM tombstones").fetchall():
+            stored = q("SELECT COUNT(*) FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()[0]
+            chunks = q("SELECT COUNT(*) FROM chunks WHERE doc_id = ?", (doc_id,)).fetchone()[0]
+            if stored or chunks:
+                problems.append(f"deleted document {doc_id} is still reachable: {stored} versions, {chunks} chunks")
+        orphans = q("SELECT COUNT(*), MIN(id) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM documents d "
+                    "WHERE d.doc_id = c.doc_id AND d.version = c.version)").fetchone()
+        if orphans[0]:
+            problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
+        indexed = q("SELECT COUNT(*) FROM chunks_fts_docsize f WHERE NOT EXISTS (SELECT 1 FROM chunks c "
+                    "WHERE c.rowid = f.id)").fetchone()[0]
+        if indexed:
+            problems.append(f"{indexed} keyword-index rows of chunks no longer stored (deleted text still searchable)")
+        lost = q("SELECT COUNT(*) FROM vectors v WHERE NOT EXISTS (SELECT 1 FROM chunks c "
+                 "WHERE c.rowid = v.chunk_rowid)").fetchone()[0]
+        if lost:
+            problems.append(f"{lost} vectors without a chunk")
+        problems += [f"{n} vectors of space {sid}, which is not registered" for sid, n in q(
+            "SELECT space_id, COUNT(*) FROM vectors WHERE space_id NOT IN (SELECT id FROM spaces) "
+            "GROUP BY space_id ORDER BY space_id")]
+        problems += self.fts_problems()
+        notes = [f"{n} {status} versions still indexed ({c} chunks): searchable only by a question naming "
+                 "their version" for status, n, c in q(
+                     "SELECT d.status, COUNT(DISTINCT d.doc_id || '@' || d.version), COUNT(c.id) FROM documents d "
+                     "LEFT JOIN chunks c ON c.doc_id = d.doc_id AND c.version = d.version "
+                     "WHERE d.status != 'current' GROUP BY d.status ORDER BY d.status")]
+        notes += [f"{n} vectors of space {sid}, which is not live ({state})" for sid, state, n in q(
+            "SELECT s.id, s.state, COUNT(*) FROM vectors v JOIN spaces s ON s.id = v.space_id "
+            "WHERE s.state != 'active' GROUP BY s.id ORDER BY s.id")]
+        return problems, notes
+
 
 @functools.lru_cache(maxsize=1)
 def _expected_schema() -> dict[tuple[str, str], tuple[str, ...]]:
