@@ -282,3 +282,17 @@ def test_ragdx_run_reports_the_hit_rate_and_the_time_saved(tmp_path, capsys):
     assert main([*run, "--out", str(tmp_path / "r3"), "--set", "cache.enabled=false"]) == 0
     assert "cache: " not in capsys.readouterr().out
 
+
+
+def test_a_durable_run_continues_with_the_cache_turned_off(tmp_path, capsys):
+    """Whether results are cached is not part of a run's identity: a run started with the cache
+    resumes without it."""
+    store = str(tmp_path / "s.db")
+    sets = sum((["--set", s] for s in SETTINGS), [])
+    assert main(["ingest", "--store", store, str(corpus(tmp_path)), *sets]) == 0
+    queries = write(tmp_path / "q.jsonl", json.dumps({"id": "q0", "question": QUESTION}) + "\n")
+    run = ["run", "--store", store, "--queries", str(queries), "--out", str(tmp_path / "r"), *sets]
+    assert main(run) == 0
+    capsys.readouterr()
+    assert main([*run, "--set", "cache.enabled=false"]) == 0
+    assert "finished, nothing left to do (1 published, 0 failed)" in capsys.readouterr().out

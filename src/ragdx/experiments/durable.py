@@ -68,7 +68,10 @@ def _fingerprint(pipeline: Pipeline, queries: Sequence[Query]) -> dict[str, Any]
     info = manifest(pipeline, None)
     canon = json.dumps([[q.id, q.question, q.principal.user, list(q.principal.groups)] for q in queries])
     store = info["store"] or str(getattr(pipeline.store, "where", ""))  # a PostgreSQL store: its redacted DSN
-    return {"ragdx_version": __version__, "settings": info["settings"],
+    settings = info["settings"]
+    if isinstance(settings, dict):  # whether results are cached does not change them
+        settings = {k: v for k, v in settings.items() if k != "cache"}
+    return {"ragdx_version": __version__, "settings": settings,
             "store": store if not store or "://" in store else str(Path(store).resolve()),
             "stages": info["stages"], "queries_sha256": hashlib.sha256(canon.encode()).hexdigest()}
 
