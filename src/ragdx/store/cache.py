@@ -388,6 +388,8 @@ class SQLiteCache:
         store are both still at that version (else a change may have come between, and the
         result is not kept). Returns whether it was kept."""
         blob = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        spaces = {space for space, _, _ in deps.dense}
+        is_open = deps.open or len(spaces) > 1  # dense channels of two spaces: any new content
         try:
             with self._write():
                 if self._meta().version != made_at or store.index_version != made_at:
@@ -398,18 +400,17 @@ class SQLiteCache:
                     "INSERT INTO entries (kind, key, question, scope, made_at, seconds, open, any_change, "
                     "payload, created_at) VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (kind.value, key, question, json.dumps(sorted(set(groups))), made_at, seconds,
-                     int(deps.open), int(deps.any_change), blob, time.time())).lastrowid
+                     int(is_open), int(deps.any_change), blob, time.time())).lastrowid
                 self._db.executemany("INSERT INTO deps VALUES (?, ?)", [(eid, d) for d in sorted(deps.docs)])
                 self._db.executemany("INSERT INTO terms VALUES (?, ?)", [(eid, t) for t in sorted(deps.terms)])
                 if deps.keyword is not None:
                     floor, weights, phrases, listed = deps.keyword
                     self._db.execute("INSERT INTO bm25 VALUES (?,?,?,?,?)", (
                         eid, floor, json.dumps(list(weights)), json.dumps(list(phrases)), json.dumps(list(listed))))
-                for space, floor, vector in deps.dense[:1] if len({d[0] for d in deps.dense}) == 1 else ():
+                if len(spaces) == 1:
+                    space, _, vector = deps.dense[0]
                     self._db.execute("INSERT INTO dense VALUES (?,?,?,?)",
-                                     (eid, space, min(d[1] for d in deps.dense), vector))
-                if len({d[0] for d in deps.dense}) > 1:  # channels of two spaces: keep it simple
-                    self._db.execute("UPDATE entries SET open = 1 WHERE id = ?", (eid,))
+                                     (eid, space, min(floor for _, floor, _ in deps.dense), vector))
             return True
         except sqlite3.OperationalError as exc:  # another process holds the cache: not kept, no harm
             log.debug("%s: result not cached: %s", self.path, exc)
