@@ -33,7 +33,7 @@ from ragdx.pipeline import Pipeline, StageOutput, Trace
 from ragdx.protocols import Cache, Store
 from ragdx.stages.bm25 import query_terms
 from ragdx.stages.govern import WITHHELD
-from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms
+from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms, listed_counts
 from ragdx.types import Context, Query, Ranked, StageKind
 
 __all__ = ["CacheStats", "CachedPipeline", "settings_hash", "dependencies"]
@@ -102,7 +102,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
             docs |= {u.doc_id for u in out.units} | {d.doc_id for d in out.dropped}
     stages = {s.name: s for s in pipeline.stages}
     terms: frozenset[str] = frozenset()
-    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[str, ...]] | None = None
+    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[Any, ...]] | None = None
     dense: list[tuple[str, float, bytes]] = []
     is_open = False
     for out in outputs:
@@ -115,8 +115,9 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
             if out.items and len(out.items) >= int(config.get("top_k", 0)):
                 floor = min(c.score for c in out.items)
                 if keyword is None or floor < keyword[0]:
+                    found = pipeline.store.chunks_by_id([c.chunk_id for c in out.items])
                     keyword = (floor, (float(config["prefix_weight"]), float(config["text_weight"])), phrases,
-                               tuple(c.chunk_id for c in out.items))
+                               listed_counts([found[c.chunk_id] for c in out.items if c.chunk_id in found], phrases))
         elif "space" in config and getattr(stage, "encoder", None) is not None:
             if len(out.items) < int(config.get("top_k", 0)) or not out.items:
                 is_open = True  # any readable chunk enters a list that is not full

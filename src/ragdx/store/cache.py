@@ -50,7 +50,7 @@ from ragdx.errors import StoreError
 from ragdx.protocols import Store
 from ragdx.types import ChoiceEnum
 
-__all__ = ["CacheKind", "Dependencies", "CacheEntry", "SQLiteCache", "fts5_terms", "cache_key"]
+__all__ = ["CacheKind", "Dependencies", "CacheEntry", "SQLiteCache", "fts5_terms", "cache_key", "listed_counts"]
 
 log = logging.getLogger("ragdx.cache")
 
@@ -120,8 +120,9 @@ class Dependencies:
         docs: the documents it read.
         terms: the question's terms as FTS5 indexes them (its keyword channels match on them).
         keyword: for a keyword channel whose list was full: its lowest score, its column weights
-            (prefix, text), the question's phrases as FTS5 tokens and the listed chunks' ids (a
-            chunk that scores below every listed chunk cannot enter the list).
+            (prefix, text), the question's phrases as FTS5 tokens, and each listed chunk's counts
+            of those phrases per column with its length (:func:`listed_counts`): a chunk that
+            scores below every listed chunk cannot enter the list.
         dense: per dense channel with a full list: (space id, lowest score, question vector).
         open: any new content invalidates it (a dense list that was not full, a channel of unknown kind).
         any_change: any change invalidates it (a withheld question).
@@ -129,7 +130,7 @@ class Dependencies:
 
     docs: frozenset[str]
     terms: frozenset[str] = frozenset()
-    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[str, ...]] | None = None
+    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[Any, ...]] | None = None
     dense: tuple[tuple[str, float, bytes], ...] = ()
     open: bool = False
     any_change: bool = False
@@ -326,17 +327,10 @@ class SQLiteCache:
         if not full:
             return out
         n_rows, avgdl, df = stats(sorted({t for _, p, _ in full.values() for t in json.loads(p)}))
-        listed_ids = sorted({c for *_, listed in full.values() for c in json.loads(listed)})
-        found = store.chunks_by_id(listed_ids)
-        tokens = dict(zip([c for c in listed_ids if c in found], _chunk_tokens([found[c] for c in listed_ids if c in found])))
         for entry, (weights, phrases, listed) in full.items():
             score = functools.partial(_bm25, json.loads(phrases), weights=tuple(json.loads(weights)),
                                       n_rows=n_rows, avgdl=avgdl, df=df)
-            ids = json.loads(listed)
-            if any(c not in tokens for c in ids):  # a listed chunk is gone: the list changes
-                out.add(entry)
-                continue
-            lowest = min(score(*tokens[c]) for c in ids)
+            lowest = min(score({t: tuple(c) for t, c in counts.items()}, size) for counts, size in json.loads(listed))
             if max(score(*row) for row in rows) >= lowest - 1e-9:
                 out.add(entry)
         return out
@@ -449,6 +443,14 @@ def _chunk_tokens(chunks: Sequence[Any]) -> list[tuple[dict[str, tuple[int, int]
         return [({t: (a, b) for t, (a, b) in c.items()}, size) for c, size in zip(counts, sizes)]
     finally:
         db.close()
+
+
+def listed_counts(chunks: Sequence[Any], phrases: Sequence[str]) -> tuple[tuple[dict[str, tuple[int, int]], int], ...]:
+    """For each chunk, its counts of ``phrases`` in each column (prefix, text) and its length in
+    tokens: what its BM25 score for the question needs besides the index's statistics (kept with
+    a full keyword list, so a change is checked without reading the listed chunks again)."""
+    wanted = set(phrases)
+    return tuple(({t: c for t, c in counts.items() if t in wanted}, size) for counts, size in _chunk_tokens(chunks))
 
 
 def _bm25(phrases: Sequence[str], counts: dict[str, tuple[int, int]], size: int, *, weights: tuple[float, float],
