@@ -15,22 +15,25 @@ settings is :func:`ragdx.build.build_pipeline`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError
 from ragdx.protocols import STAGE_PROTOCOLS, Assembler, Encoder, Generator, Retriever, Stage, Store, Verifier
-from ragdx.types import Answer, Context, Query, Ranked, StageKind, Verification
+from ragdx.stages.multihop import merge_answers, slot_questions
+from ragdx.stages.rewrite import search_all
+from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind, Verification
 
-StageOutput = Ranked | Context | Answer | Verification
+StageOutput = Rewritten | Ranked | Context | Answer | Verification
 
 __all__ = ["Trace", "Pipeline", "StageOutput"]
 
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """Every stage's artifact for one query, in pipeline order: the ranked lists of retrieval,
-    fusion, reranking and governance, then the context, the answer and its verification."""
+    """Every stage's artifact for one query, in pipeline order: the rewrites (if the pipeline
+    rewrites), the ranked lists of retrieval, fusion, reranking and governance, then the context,
+    the answer and its verification."""
 
     query: Query
     stages: tuple[StageOutput, ...]
@@ -51,6 +54,10 @@ class Trace:
     def final(self) -> Ranked:
         """The last ranked list (what reached assembly)."""
         return self.ranked[-1]
+
+    @property
+    def rewritten(self) -> Rewritten | None:
+        return next((s for s in self.stages if isinstance(s, Rewritten)), None)
 
     @property
     def context(self) -> Context | None:
@@ -77,14 +84,27 @@ class _Run:
 
     def call(self, stage: Any) -> StageOutput:
         kind, q = stage.kind, self.query
+        rewritten = self.last(Rewritten)
+        if kind is StageKind.REWRITE:
+            return stage.run(q)
         if kind is StageKind.RETRIEVAL:
+            # a rewritten question is searched with every text the rewrite stage lists
+            if rewritten is not None and rewritten.searches != (q.question,):
+                return search_all(stage, q, rewritten.searches)
             return stage.run(q)
         if kind is StageKind.FUSION:
             return stage.run([o for o in self.outputs if o.kind is StageKind.RETRIEVAL])
         if kind in (StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT):
             return stage.run(q, self.last(Ranked))
         if kind is StageKind.GENERATION:
-            return stage.run(q, self.last(Context))
+            answer = stage.run(q, self.last(Context))
+            if rewritten is None or not rewritten.slots:
+                return answer
+            # a multi-hop question is also answered slot by slot from the same context; the
+            # merged answer is checked against the original question
+            parts = [stage.run(replace(q, question=text), self.last(Context))
+                     for text in slot_questions(rewritten.slots, rewritten.hops)]
+            return merge_answers(answer, parts, rewritten.slots)
         return stage.run(q, self.last(Context), self.last(Answer))
 
 
@@ -93,8 +113,8 @@ class Pipeline:
 
     Args:
         stages: the stages, in the order they run. Their kinds must follow
-            :class:`~ragdx.types.StageKind`'s order (several retrieval channels, then at most one
-            stage of each later kind); several channels need a fusion stage; a generator needs a
+            :class:`~ragdx.types.StageKind`'s order (at most one rewrite stage, several retrieval
+            channels, then at most one stage of each later kind); several channels need a fusion stage; a generator needs a
             context stage before it, and a verifier a generator.
         store: the store the stages read (the diagnosis reads it too).
         encoder: the dense encoder, if a stage uses one (recorded in the run's manifest).
@@ -123,6 +143,10 @@ class Pipeline:
     def _one(self, kind: StageKind) -> Any:
         found = self.of_kind(kind)
         return found[0] if found else None
+
+    @property
+    def rewriter(self) -> Any:
+        return self._one(StageKind.REWRITE)
 
     @property
     def channels(self) -> tuple[Retriever, ...]:

@@ -5,6 +5,7 @@ evidence lies beyond the encoder's window)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
 from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence
 from ragdx.diagnosis.locate import (
@@ -12,14 +13,34 @@ from ragdx.diagnosis.locate import (
 )
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
-from ragdx.types import DocStatus, Query, Verdict, VersionFilter
+from ragdx.types import DocStatus, Query, StageKind, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
 
-def view_of(trace: Trace, store: Store) -> TraceView:
-    """The neutral view of one of ragdx's own traces."""
+def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> TraceView:
+    """The neutral view of one of ragdx's own traces.
+
+    The rewrite stage's view holds what the original question alone retrieves: the trace's own
+    retrieval when only the original was searched, else what ``channels`` return for it (the
+    rewrite counterfactual): a required group the original would have found and the rewritten
+    retrieval lost is lost at ``rewrite``. A rewritten trace without ``channels`` has no rewrite
+    view."""
     stages = []
+    rewritten = trace.rewritten
+    searched = rewritten is not None and rewritten.searches != (trace.query.question,)
+    if rewritten is not None and (channels or not searched):
+        # the original question's retrieval: the trace's own when it searched the original alone
+        lists = [channel.run(trace.query) for channel in channels] if searched else \
+            [r for r in trace.ranked if r.kind is StageKind.RETRIEVAL]
+        found: dict[str, ItemView] = {}
+        for ranked in lists:
+            for c in ranked.items:
+                found.setdefault(c.chunk_id, ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score))
+        stages.append(StageView(rewritten.stage, rewritten.kind, tuple(found.values()), (),
+                                dict(rewritten.config) | {"route": rewritten.route,
+                                                          "searches": list(rewritten.searches)},
+                                rewritten.seconds))
     for ranked in trace.ranked:
         stages.append(StageView(
             ranked.stage, ranked.kind,
@@ -102,7 +123,7 @@ def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver 
     query = trace.query
     if evidence is None:
         evidence = (resolver or EvidenceResolver(pipeline.store)).run(query)
-    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store))
+    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store, pipeline.channels))
     lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
                  if l.stage == "retrieval" else l for l in diagnosis.lost)
     return replace(diagnosis, lost=lost)

@@ -54,7 +54,7 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
         for n, query in enumerate(queries, start=1):
             trace = produce(query)
             resolved = evidence[n - 1] if evidence is not None else resolver.run(query)
-            view = view_of(trace, pipeline.store)
+            view = view_of(trace, pipeline.store, pipeline.channels)
             diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
             if oracle == "context":
                 diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
