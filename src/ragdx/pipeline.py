@@ -15,12 +15,12 @@ settings is :func:`ragdx.build.build_pipeline`.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError
 from ragdx.protocols import STAGE_PROTOCOLS, Assembler, Encoder, Generator, Retriever, Stage, Store, Verifier
-from ragdx.stages.multihop import merge_answers, slot_questions
+from ragdx.stages.multihop import answer_with_slots
 from ragdx.stages.rewrite import search_all
 from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind, Verification
 
@@ -98,13 +98,9 @@ class _Run:
             return stage.run(q, self.last(Ranked))
         if kind is StageKind.GENERATION:
             answer = stage.run(q, self.last(Context))
-            if rewritten is None or not rewritten.slots:
-                return answer
-            # a multi-hop question is also answered slot by slot from the same context; the
-            # merged answer is checked against the original question
-            parts = [stage.run(replace(q, question=text), self.last(Context))
-                     for text in slot_questions(rewritten.slots, rewritten.hops)]
-            return merge_answers(answer, parts, rewritten.slots)
+            # a multi-hop answer also states the facts its slots hold (each cited and checked)
+            return answer_with_slots(answer, self.last(Context), rewritten.slots) \
+                if rewritten is not None and rewritten.slots else answer
         return stage.run(q, self.last(Context), self.last(Answer))
 
 

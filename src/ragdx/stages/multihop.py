@@ -3,7 +3,7 @@
 A question is decomposed into the evidence it needs, one slot each: a record it names ("order
 NW-1042": its facts must be looked up first), each part of a compound question, and a record of
 the asker's that the question does not identify ("my order" with no number: only a person can
-fill it, so it is never searched). Each hop searches for the first unknown slot, reads the best
+fill it, so it is never searched). Each hop searches for the unknown slot tried least (at most twice each), reads the best
 few chunks, and fills the slot with the first one that passes verification: a record slot's chunk
 must name the record exactly (so "NW-1024" never fills "NW-1042"), any other slot's chunk must
 hold at least half of its query's words. A later slot's query carries the new words of the facts
@@ -31,9 +31,9 @@ from typing import Any, Sequence
 from ragdx.protocols import Retriever, Store
 from ragdx.stages.rewrite import RRF_C, split_question
 from ragdx.text import content_terms, quantities, sentences, statements, stem
-from ragdx.types import Answer, Chunk, Hop, Query, Slot, SlotState
+from ragdx.types import Answer, Chunk, Claim, Context, Hop, Query, Slot, SlotState
 
-__all__ = ["MultiHop", "LoopResult", "merge_answers", "slot_questions"]
+__all__ = ["MultiHop", "LoopResult", "answer_with_slots", "elapsed_days"]
 
 _RECORD = re.compile(r"\b(order|invoice|ticket|case|account|shipment|parcel|booking|reservation)\s+"
                      r"(?:number\s+|no\.?\s*|#)?([A-Z]{1,6}-?\d{3,})\b", re.IGNORECASE)
@@ -138,7 +138,7 @@ class MultiHop:
                                   note=f"the question names no {noun} number: only a person can look it up"))
         if not rest and slots:  # "... order NW-1042. Can I still get a refund?": the question is what remains
             rest = [t for t in sentences(query.question) if not _RECORD.search(t) and content_terms(t)]
-        for n, part in enumerate(rest or [query.question], start=1):
+        for n, part in enumerate(rest if slots else [query.question], start=1):
             slots.append(Slot(f"question {n}" if len(rest) > 1 else "question", part))
         return tuple(slots)
 
@@ -245,7 +245,7 @@ class MultiHop:
                 stopped = f"no progress in {NO_PROGRESS_LIMIT} hops"
                 break
             hop_started = time.perf_counter()
-            slot = open_slots[0]
+            slot = min(open_slots, key=lambda s: tried.get(s.name, 0))  # each slot in turn
             tried[slot.name] = tried.get(slot.name, 0) + 1
             text = self._bridge(slot, query, slots)
             found = self._search(query, text.replace(" | ", " "))
@@ -306,36 +306,30 @@ class MultiHop:
         return progress, reason
 
 
-def merge_answers(answer: Answer, parts: Sequence[Answer], slots: Sequence[Slot]) -> Answer:
-    """The original question's answer with each slot's answer added: claims the original answer
-    lacks, in slot order; abstained only if every one abstained. A slot that needs a person is
-    named as missing. (Each answer comes from the same context; the merged one is checked
-    against the original question by the citation stage.)"""
+def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -> Answer:
+    """The answer with each known slot's fact added as a claim citing the context unit that holds
+    its chunk (the facts a multi-hop answer rests on: the order's dates, the rule, its exception),
+    unless the answer already states it. A slot whose chunk did not reach the context, one still
+    unknown and one that needs a person are named as missing. The claims are checked by the
+    citation stage like any other, against the original question's context."""
     claims = [] if answer.abstained else list(answer.claims)
-    seen = {c.text for c in claims}
-    added = []
-    for part in parts:
-        for claim in () if part.abstained else part.claims:
-            if claim.text not in seen:
-                seen.add(claim.text)
-                added.append(claim)
-    person = tuple(f"{s.name}: {s.note}" for s in slots if s.state is SlotState.NEEDS_PERSON)
-    abstained = answer.abstained and not added
-    extra = " ".join(c.text + "".join(f" [{u}]" for u in c.citations) for c in added)
-    text = answer.text if abstained else " ".join(t for t in ("" if answer.abstained else answer.text, extra) if t)
-    return replace(answer, text=text, claims=answer.claims if abstained else tuple(claims + added),
-                   abstained=abstained, missing=tuple(dict.fromkeys((answer.missing if abstained else ()) + person)),
-                   config=dict(answer.config) | {"slot_answers": len(parts)},
-                   seconds=answer.seconds + sum(p.seconds for p in parts))
-
-
-
-def slot_questions(slots: Sequence[Slot], hops: Sequence[Hop]) -> list[str]:
-    """What each known slot asks, as the hop that filled it searched it (with the facts it bridged
-    from), for answering slot by slot."""
-    out = []
+    seen = {" ".join(c.text.split()) for c in claims}
+    added, missing = [], []
     for slot in slots:
-        if slot.state is SlotState.KNOWN:
-            hop = next((h for h in reversed(hops) if h.slot == slot.name and h.filled == slot.chunk_id), None)
-            out.append((hop.query if hop else slot.query).replace(" | ", " "))
-    return out
+        if slot.state is SlotState.NEEDS_PERSON:
+            missing.append(f"{slot.name}: {slot.note}")
+            continue
+        if slot.state is SlotState.UNKNOWN:
+            missing.append(f"{slot.name}: not found ({slot.query})")
+            continue
+        unit = next((u for u in context.units if slot.chunk_id in u.chunk_ids), None)
+        if unit is None:
+            missing.append(f"{slot.name}: its evidence ({slot.doc_id}) did not reach the context")
+        elif slot.value not in seen:
+            seen.add(slot.value)
+            added.append(Claim(slot.value, (unit.id,)))
+    if not added:
+        return replace(answer, missing=tuple(dict.fromkeys(answer.missing + tuple(missing))))
+    extra = " ".join(f"{c.text} [{c.citations[0]}]" for c in added)
+    return replace(answer, text=extra if answer.abstained else f"{answer.text} {extra}", claims=tuple(claims + added),
+                   abstained=False, missing=tuple(missing), config=dict(answer.config) | {"slot_facts": len(added)})

@@ -46,7 +46,7 @@ _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|neither|nor|without|cann
                        r"[a-z]+n['\u2019]t)\b", re.IGNORECASE)
 _MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|"
           r"sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)")
-_DATE = re.compile(r"\b\d{4}-\d{2}(?:-\d{2})?\b|\b(?:\d{1,2}\s+)?" + _MONTH + r"\b(?:\s+\d{1,2})?(?:,?\s+\d{4})?"
+_DATE = re.compile(r"\b\d{4}-\d{2}(?:-\d{2})?\b|\b(?:\d{1,2}\s+)?" + _MONTH + r"\b(?:\s+\d{1,2}\b)?(?:,?\s+\d{4})?"
                    r"|\b(?:19|20)\d{2}\b|\b(?:yesterday|today|tomorrow|last (?:week|month|year))\b",
                    re.IGNORECASE)
 _NUMBER = re.compile(r"(?<![\w.-])\d+(?:[.,]\d+)*(?![\w-])")
@@ -110,6 +110,8 @@ def split_question(question: str) -> tuple[str, ...]:
     return tuple(parts)
 
 
+# a name written as code: a dotted or underscored identifier, or a call
+_CODE = re.compile(r"\w+(?:[._]\w+)+|\w+\(\)")
 # a question turned into a statement: the question word and its auxiliary go, the rest is stated
 _HYDE_LEAD = re.compile(r"^(?:(?:what|which|who|where|when|why|how(?: (?:long|many|much|often|do|does|can|"
                         r"should))?)\s+)?(?:(?:is|are|was|were|does|do|did|can|could|should|will|would|may|"
@@ -162,11 +164,14 @@ class OfflineRewriter:
         return self._index
 
     def complete(self, query: Query) -> list[str]:
-        """Headings that name the question's rarest terms, best first: each heading scores the idf
-        of the question terms it holds, times the share of its own terms the question holds;
-        among headings naming the same terms, the one whose document shares most of the
-        question's words is taken (disambiguation)."""
+        """Headings that complete a name the question writes in part, best first: a heading that
+        contains a code-like name of the question (``create_function``), or one that shares at
+        least two of its words and half of its own; a heading adding nothing, or naming another
+        number or code, never. Ranked by the idf of the shared words times the share of the
+        heading they make; among equals, the heading whose document shares most of the
+        question's words (disambiguation), then the shorter."""
         terms = {stem(t) for t in content_terms(query.question)}
+        codes = set(_CODE.findall(query.question))
         index = [e for e in self._headings() if query.principal.may_read(e[2])]
         n = len(index) or 1
         doc_terms: dict[str, set[str]] = {}
@@ -175,14 +180,16 @@ class OfflineRewriter:
         scored = []
         for heading, doc, _, own in index:
             shared = own & terms
-            if not shared or len(shared) / len(own) < 0.5 or own <= terms or \
-                    any(any(ch.isdigit() for ch in t) for t in own - terms):
-                continue  # nothing shared, mostly other words, nothing new, or another number or code
+            if own <= terms or any(any(ch.isdigit() for ch in t) for t in own - terms):
+                continue  # nothing new to add, or another number or code
+            named = any(code in heading for code in codes)  # the question writes the name in part
+            if not named and (len(shared) < 2 or len(shared) / len(own) < 0.5):
+                continue
             idf = sum(math.log(n / self._df[t]) for t in shared)
             context = len(doc_terms[doc] & terms)
-            scored.append((-idf * len(shared) / len(own), -context, heading))
+            scored.append((not named, -idf * len(shared) / len(own), -context, len(heading), heading))
         out: list[str] = []
-        for _, _, heading in sorted(scored):
+        for *_, heading in sorted(scored):
             if heading not in out and not any(heading in h or h in heading for h in out):
                 out.append(heading)
             if len(out) >= self.max_entities:

@@ -1,0 +1,118 @@
+"""The multi-hop loop: evidence slots, entity verification, and every bound it stops at."""
+
+import json
+
+import pytest
+
+from ragdx.build import build_pipeline
+from ragdx.config import load_settings
+from ragdx.ingest.ingestor import Ingestor
+from ragdx.queryset import load_queries
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.multihop import MultiHop, elapsed_days
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Query, SlotState
+from tests.conftest import EXAMPLE, write
+
+ORDER = "I reported a quality problem with order NW-1042. Can I still get a refund?"
+
+
+def loop(store, **bounds):
+    return MultiHop(store, [BM25Retriever(store, top_k=20)], **bounds)
+
+
+def test_decomposition_declares_the_slots():
+    hop = MultiHop(None, [])
+    slots = hop.decompose(Query("q", ORDER))
+    assert [(s.name, s.query, s.entity, s.state) for s in slots] == [
+        ("order NW-1042", "I reported a quality problem with order NW-1042.", "NW-1042", SlotState.UNKNOWN),
+        ("question", "Can I still get a refund?", "", SlotState.UNKNOWN)]
+    person = hop.decompose(Query("q", "Can I still return my order for a refund?"))
+    assert [(s.name, s.state) for s in person] == [("your order", SlotState.NEEDS_PERSON),
+                                                   ("question", SlotState.UNKNOWN)]
+    assert person[0].note == "the question names no order number: only a person can look it up"
+    assert [s.name for s in hop.decompose(Query("q", "How long is the warranty?"))] == ["question"]
+
+
+def test_elapsed_days_between_stated_dates():
+    assert elapsed_days("delivered on 2 March 2026; reported on 6 April 2026") == [35.0]
+    assert elapsed_days("from 2025-12-30 to 2026-01-02, not 30 February 2026") == [3.0]
+    assert elapsed_days("delivered on 2 March 2026") == []
+
+
+def test_the_order_facts_fill_their_slot_and_bridge_to_the_rule(example_store):
+    result = loop(example_store).run(Query("q", ORDER))
+    order = result.slots[0]
+    assert order.state is SlotState.KNOWN and order.doc_id == "orders/records.md"
+    assert order.value == ("Order NW-1042 contains one Ridgeline rain jacket. It was delivered on 2 March 2026. "
+                           "On 6 April 2026 the customer reported a quality defect: a seam of the jacket leaks. "
+                           "Order NW-1042 was paid by credit card.")
+    assert result.hops[0].filled == order.chunk_id and result.hops[0].progress
+    # the next hop carries what the facts bring: a name the question lacks and the days elapsed
+    assert result.hops[1].slot == "question" and result.hops[1].query == "Can I still get a refund? | Ridgeline 35 days"
+    assert result.stopped == "every slot is settled"
+
+
+@pytest.fixture
+def wrong_record_store(tmp_path):
+    """A corpus that holds order NW-1024 but not NW-1042, and the refund rule."""
+    docs = {"orders.md": "# Order records\n\n## Order NW-1024\n\nOrder NW-1024 contains one Summit 2 tent. A quality "
+                         "problem was reported. Order NW-1024 was paid with PayPal.",
+            "refund.md": "# Refund policy\n\nRefunds are accepted within 30 days of delivery."}
+    for name, text in docs.items():
+        write(tmp_path / name, text)
+    manifest = write(tmp_path / "manifest.jsonl", "".join(json.dumps({"doc_id": n, "path": n}) + "\n" for n in docs))
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(manifest)
+    yield store
+    store.close()
+
+
+def test_a_wrong_first_hop_entity_is_caught_by_verification(wrong_record_store):
+    result = loop(wrong_record_store).run(Query("q", ORDER))
+    first = result.hops[0]
+    chunk = wrong_record_store.chunks("orders.md")[0]
+    assert first.candidates[0] == chunk.id  # the best match is the other order
+    assert first.rejected[0] == f"{chunk.id}: names NW-1024, not NW-1042" and first.filled is None
+    assert not first.progress and first.reason == "no candidate passed verification"
+    # it steers nothing: no later hop searches with its facts, and its slot stays unknown
+    assert [h.slot for h in result.hops] == ["order NW-1042", "question", "order NW-1042"]
+    assert not any("PayPal" in h.query or "Summit" in h.query for h in result.hops)
+    assert result.hops[1].query == "Can I still get a refund?" and result.hops[1].filled is not None
+    assert {s.name: s.state for s in result.slots} == {"order NW-1042": SlotState.UNKNOWN,
+                                                       "question": SlotState.KNOWN}
+    assert result.stopped == "every unknown slot was searched twice"
+
+
+def test_the_loop_stops_at_each_bound_and_lists_what_is_unknown(example_store):
+    query = Query("q", ORDER)
+    hops = loop(example_store, max_hops=1).run(query)
+    assert hops.stopped == "max hops (1)" and len(hops.hops) == 1
+    assert [s.name for s in hops.slots if s.state is SlotState.UNKNOWN] == ["question"]
+    queries = loop(example_store, max_queries=1).run(query)
+    assert queries.stopped == "max queries (1)" and len(queries.hops) == 1
+    tokens = loop(example_store, budget_tokens=1).run(query)
+    assert len(tokens.hops) == 1 and tokens.stopped == f"token budget ({tokens.hops[0].tokens} of 1 tokens read)"
+    assert tokens.hops[0].tokens == sum(c.token_count for c in example_store.chunks_by_id(
+        list(tokens.hops[0].candidates)).values())
+    latency = loop(example_store, budget_ms=1e-9).run(query)
+    assert latency.hops == () and latency.stopped.startswith("latency budget (")
+    assert [s.state for s in latency.slots] == [SlotState.UNKNOWN, SlotState.UNKNOWN]
+    stuck = loop(example_store).run(Query("q", "How was order ZZ-9999 paid, and when was order ZZ-9998 delivered?"))
+    assert stuck.stopped == "no progress in 2 hops" and [h.progress for h in stuck.hops] == [False, False]
+    assert [(s.name, s.state) for s in stuck.slots] == [("order ZZ-9999", SlotState.UNKNOWN),
+                                                        ("order ZZ-9998", SlotState.UNKNOWN)]
+
+
+def test_the_multi_hop_path_answers_from_the_order_facts_the_rule_and_the_exception(example_store):
+    pipeline = build_pipeline(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]))
+    query = next(q for q in load_queries(EXAMPLE / "queries.jsonl") if q.id == "q-order-quality-refund")
+    trace = pipeline.run(query)
+    rewritten = trace.rewritten
+    assert rewritten.route == "multi-hop" and rewritten.slots_in(SlotState.UNKNOWN) == ()
+    cited = {trace.context.unit(c).doc_id for c in trace.answer.citations}
+    assert {"orders/records.md", "policies/quality.md"} <= cited and cited & {"policies/refund.md", "help/faq.html"}
+    # a question that needs a person says so in the answer
+    person = pipeline.run(Query("p", "Can I still return my order for a refund?"))
+    assert person.rewritten.slots_in(SlotState.NEEDS_PERSON)[0].name == "your order"
+    assert "your order: the question names no order number: only a person can look it up" in person.answer.missing
