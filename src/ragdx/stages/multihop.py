@@ -43,6 +43,8 @@ NO_PROGRESS_LIMIT = 2  # hops in a row without progress before the loop gives up
 # a name a fact brings that the question lacks (a bridge entity): a capitalised word inside a
 # sentence, or a code-like token ("PayPal", "StopIteration", "create_function")
 _NAME = re.compile(r"(?<=[a-z,;:] )[A-Z][\w.]*[A-Za-z0-9]|\b\w+_\w+\b|\b[a-z]+[A-Z]\w*\b")
+# a slot that refers back ("that payment method", "that exception") takes the facts' names
+_REFERS = re.compile(r"\b(?:that|this|these|those|it|its|they|them|their|such|the same)\b", re.IGNORECASE)
 _MONTHS = re.compile(r"(?:January|February|March|April|May|June|July|August|September|October|November|"
                      r"December|Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)")
 _DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2}) (January|February|March|April|May|June|July|August|September|October|"
@@ -138,7 +140,7 @@ class MultiHop:
                                   note=f"the question names no {noun} number: only a person can look it up"))
         if not rest and slots:  # "... order NW-1042. Can I still get a refund?": the question is what remains
             rest = [t for t in sentences(query.question) if not _RECORD.search(t) and content_terms(t)]
-        for n, part in enumerate(rest if slots else [query.question], start=1):
+        for n, part in enumerate(rest if rest or slots else [query.question], start=1):
             slots.append(Slot(f"question {n}" if len(rest) > 1 else "question", part))
         return tuple(slots)
 
@@ -188,14 +190,15 @@ class MultiHop:
         return " ".join(s.value for s in slots if s.state is SlotState.KNOWN and s.name != exclude)
 
     def _bridge(self, slot: Slot, query: Query, slots: Sequence[Slot]) -> str:
-        """The slot's query with what the facts already known bring: names the question lacks (at
-    most 8) and the days elapsed between the dates they state."""
+        """The slot's query with what the facts already known bring: the names the question lacks
+    (at most 8) when the slot refers back to something ("that payment method"), and the days
+    elapsed between the dates they state."""
         facts = self._facts(slots, slot.name)
         if not facts:
             return slot.query
         have = _terms(query.question) | _terms(slot.query)
         new = [t for t in dict.fromkeys(_NAME.findall(facts)) if stem(t.lower()) not in have
-               and not _MONTHS.fullmatch(t) and t.lower() not in have]
+               and not _MONTHS.fullmatch(t) and t.lower() not in have] if _REFERS.search(slot.query) else []
         new += [f"{days:g} days" for days in elapsed_days(facts)]  # dates known: how long after
         return f"{slot.query} | {' '.join(new[:8])}" if new else slot.query
 
