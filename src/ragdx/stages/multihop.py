@@ -312,7 +312,8 @@ class MultiHop:
 def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -> Answer:
     """The answer with each known slot's fact added as a claim citing the context unit that holds
     its chunk (the facts a multi-hop answer rests on: the order's dates, the rule, its exception),
-    unless the answer already states it. A slot whose chunk did not reach the context, one still
+    unless the answer already states it; only when no slot is still unknown (a partial set of
+    facts does not answer the question). A slot whose chunk did not reach the context, one still
     unknown and one that needs a person are named as missing. The claims are checked by the
     citation stage like any other, against the original question's context."""
     claims = [] if answer.abstained else list(answer.claims)
@@ -331,7 +332,8 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
         elif slot.value not in seen:
             seen.add(slot.value)
             added.append(Claim(slot.value, (unit.id,)))
-    if not added:
+    if not added or any(s.state is SlotState.UNKNOWN for s in slots):
+        # a slot still unknown: the facts found do not answer the question, the answer stands
         return replace(answer, missing=tuple(dict.fromkeys(answer.missing + tuple(missing))))
     extra = " ".join(f"{c.text} [{c.citations[0]}]" for c in added)
     return replace(answer, text=extra if answer.abstained else f"{answer.text} {extra}", claims=tuple(claims + added),
