@@ -26,7 +26,8 @@ from ragdx.queryset import load_queries
 from ragdx.store.sqlite import OpenMode, SQLiteStore
 from ragdx.store.postgres import PostgresStore
 from ragdx.stages.custom import FunctionRetriever
-from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter, RoutedRewrite
+from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
+from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.multihop import MultiHop
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages, open_store

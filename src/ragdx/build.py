@@ -26,7 +26,8 @@ from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
 from ragdx.stages.multihop import MultiHop
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
-from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter, RoutedRewrite
+from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
+from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 
 __all__ = ["open_store", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
@@ -122,7 +123,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                             max_retries=g.max_retries, max_tokens=g.max_tokens,
                             price_prompt_per_1k=g.price_prompt_per_1k,
                             price_completion_per_1k=g.price_completion_per_1k)
-    stages = [_rewrite_stage(store, settings, stages, client)] + stages
+    stages = [_rewrite_stage(store, settings, client)] + stages
     f = settings.fusion
     stages.append(WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted"
                   else RRF(f.c, f.top_k))
@@ -154,15 +155,15 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     return stages
 
 
-def _rewrite_stage(store: Store, settings: Settings, channels: list[Any], client: ChatClient | None) -> RoutedRewrite:
-    """The rewrite stage: the rewriter and the multi-hop loop over the pipeline's own channels."""
+def _rewrite_stage(store: Store, settings: Settings, client: ChatClient | None) -> RoutedRewrite:
+    """The rewrite stage: the rewriter and the multi-hop loop (over the pipeline's channels)."""
     w = settings.rewrite
     rewriter: Any = None
     if w.rewriter == "offline":
         rewriter = OfflineRewriter(store, entities=w.entities, expand=w.expand, hyde=w.hyde)
     elif w.rewriter == "llm" and client is not None:
         rewriter = LlmRewriter(client, hyde=w.hyde)
-    loop = MultiHop(store, channels, max_hops=w.max_hops, max_queries=w.max_queries,
+    loop = MultiHop(store, max_hops=w.max_hops, max_queries=w.max_queries,
                     budget_tokens=w.budget_tokens, budget_ms=w.budget_ms)
     return RoutedRewrite(rewriter, loop, route=w.route, rewrite_single=w.rewrite_single,
                          search_original=w.search_original)

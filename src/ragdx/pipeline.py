@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError
-from ragdx.protocols import STAGE_PROTOCOLS, Assembler, Encoder, Generator, Retriever, Stage, Store, Verifier
-from ragdx.stages.multihop import answer_with_slots
-from ragdx.stages.rewrite import search_all
+from ragdx.protocols import (
+    STAGE_PROTOCOLS, Assembler, Encoder, Generator, QueryRewriter, Retriever, Stage, Store, Verifier,
+)
 from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind, Verification
 
 StageOutput = Rewritten | Ranked | Context | Answer | Verification
@@ -75,8 +75,10 @@ class Trace:
 class _Run:
     """What the stages have produced so far for one query, and what the next stage is given."""
 
-    def __init__(self, query: Query) -> None:
+    def __init__(self, query: Query, rewriter: QueryRewriter | None = None,
+                 channels: tuple[Retriever, ...] = ()) -> None:
         self.query = query
+        self.rewriter, self.channels = rewriter, channels
         self.outputs: list[StageOutput] = []
 
     def last(self, cls: type) -> Any:
@@ -86,11 +88,11 @@ class _Run:
         kind, q = stage.kind, self.query
         rewritten = self.last(Rewritten)
         if kind is StageKind.REWRITE:
-            return stage.run(q)
+            return stage.run(q, self.channels)
         if kind is StageKind.RETRIEVAL:
-            # a rewritten question is searched with every text the rewrite stage lists
+            # a rewritten question is searched as its rewrite stage says (every text it lists)
             if rewritten is not None and rewritten.searches != (q.question,):
-                return search_all(stage, q, rewritten.searches)
+                return self.rewriter.search(stage, q, rewritten)
             return stage.run(q)
         if kind is StageKind.FUSION:
             return stage.run([o for o in self.outputs if o.kind is StageKind.RETRIEVAL])
@@ -98,9 +100,8 @@ class _Run:
             return stage.run(q, self.last(Ranked))
         if kind is StageKind.GENERATION:
             answer = stage.run(q, self.last(Context))
-            # a multi-hop answer also states the facts its slots hold (each cited and checked)
-            return answer_with_slots(answer, self.last(Context), rewritten.slots) \
-                if rewritten is not None and rewritten.slots else answer
+            # the rewrite stage may add to the answer (a multi-hop answer states its slots' facts)
+            return self.rewriter.answer(answer, self.last(Context), rewritten) if rewritten is not None else answer
         return stage.run(q, self.last(Context), self.last(Answer))
 
 
@@ -141,7 +142,7 @@ class Pipeline:
         return found[0] if found else None
 
     @property
-    def rewriter(self) -> Any:
+    def rewriter(self) -> QueryRewriter | None:
         return self._one(StageKind.REWRITE)
 
     @property
@@ -190,7 +191,7 @@ class Pipeline:
     def run(self, query: Query) -> Trace:
         """Run every stage for one query."""
         started = time.perf_counter()
-        state = _Run(query)
+        state = _Run(query, self.rewriter, self.channels)
         for stage in self.stages:
             state.outputs.append(state.call(stage))
         return Trace(query, tuple(state.outputs), time.perf_counter() - started)
@@ -202,7 +203,7 @@ class Pipeline:
 
         Used by ablations: a context-budget variant does not recompute retrieval.
         """
-        state = _Run(base.query)
+        state = _Run(base.query, self.rewriter, self.channels)
         previous = {s.stage: s for s in base.stages}
         reused = []
         for stage in self.stages:

@@ -9,7 +9,7 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 | kind | protocol | ``run`` |
 |---|---|---|
-| rewrite | :class:`QueryRewriter` | ``(query) -> Rewritten`` |
+| rewrite | :class:`QueryRewriter` | ``(query, channels) -> Rewritten`` |
 | retrieval | :class:`Retriever` | ``(query) -> Ranked`` |
 | fusion | :class:`Fuser` | ``(lists) -> Ranked`` |
 | rerank | :class:`Reranker` | ``(query, ranked) -> Ranked`` |
@@ -171,10 +171,16 @@ class Rewriter(Protocol):
 
 @runtime_checkable
 class QueryRewriter(Stage, Protocol):
-    """The rewrite stage: the question -> the texts retrieval searches with (and, for a multi-hop
-    question, its evidence slots and hops)."""
+    """The rewrite stage: the question (and the pipeline's retrieval channels, for a multi-hop
+    loop to search) -> the texts retrieval searches with (and, for a multi-hop question, its
+    evidence slots and hops). It also says how its output is used: how a channel
+    searches a rewritten question, and what it adds to the answer to the original question."""
 
-    def run(self, query: Query) -> Rewritten: ...
+    def run(self, query: Query, channels: Sequence["Retriever"]) -> Rewritten: ...
+
+    def search(self, channel: "Retriever", query: Query, rewritten: Rewritten) -> Ranked: ...
+
+    def answer(self, answer: Answer, context: Context, rewritten: Rewritten) -> Answer: ...
 
 
 @runtime_checkable

@@ -17,12 +17,22 @@ from tests.conftest import EXAMPLE, write
 ORDER = "I reported a quality problem with order NW-1042. Can I still get a refund?"
 
 
+class Loop:
+    """A multi-hop loop over one BM25 channel."""
+
+    def __init__(self, store, **bounds):
+        self.hop, self.channels = MultiHop(store, **bounds), [BM25Retriever(store, top_k=20)]
+
+    def run(self, query):
+        return self.hop.run(query, self.channels)
+
+
 def loop(store, **bounds):
-    return MultiHop(store, [BM25Retriever(store, top_k=20)], **bounds)
+    return Loop(store, **bounds)
 
 
 def test_decomposition_declares_the_slots():
-    hop = MultiHop(None, [])
+    hop = MultiHop(None)
     slots = hop.decompose(Query("q", ORDER))
     assert [(s.name, s.query, s.entity, s.state) for s in slots] == [
         ("order NW-1042", "I reported a quality problem with order NW-1042.", "NW-1042", SlotState.UNKNOWN),

@@ -11,8 +11,8 @@ from ragdx.pipeline import Pipeline
 from ragdx.queryset import load_queries
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.generate import ChatClient
-from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter, RoutedRewrite, diff, hypothetical, markers, \
-    split_question
+from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter, diff, hypothetical, markers, split_question
+from ragdx.stages.routed import RoutedRewrite
 from ragdx.testing.chat import ChatServer
 from ragdx.tracefile import trace_to_dict
 from ragdx.types import Marker, MarkerKind, Principal, Query, Rewrite, RewriteKind, StageKind

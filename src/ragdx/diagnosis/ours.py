@@ -13,7 +13,7 @@ from ragdx.diagnosis.locate import (
 )
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
-from ragdx.types import DocStatus, Query, StageKind, Verdict, VersionFilter
+from ragdx.types import DocStatus, Query, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
@@ -21,21 +21,17 @@ DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> TraceView:
     """The neutral view of one of ragdx's own traces.
 
-    The rewrite stage's view holds what the original question alone retrieves: the trace's own
-    retrieval when only the original was searched, else what ``channels`` return for it (the
-    rewrite counterfactual): a required group the original would have found and the rewritten
-    retrieval lost is lost at ``rewrite``. A rewritten trace without ``channels`` has no rewrite
-    view."""
+    When the trace's rewrite stage searched with more than the original question (or without
+    it), the view gains a rewrite stage holding what ``channels`` retrieve for the original
+    question alone (the rewrite counterfactual): a required group the original would have found
+    and the rewritten retrieval lost is lost at ``rewrite``. A question searched as asked has no
+    rewrite view (its retrieval is the original's), nor does a trace viewed without ``channels``."""
     stages = []
     rewritten = trace.rewritten
-    searched = rewritten is not None and rewritten.searches != (trace.query.question,)
-    if rewritten is not None and (channels or not searched):
-        # the original question's retrieval: the trace's own when it searched the original alone
-        lists = [channel.run(trace.query) for channel in channels] if searched else \
-            [r for r in trace.ranked if r.kind is StageKind.RETRIEVAL]
+    if rewritten is not None and channels and rewritten.searches != (trace.query.question,):
         found: dict[str, ItemView] = {}
-        for ranked in lists:
-            for c in ranked.items:
+        for channel in channels:  # the counterfactual: what the original question alone retrieves
+            for c in channel.run(trace.query).items:
                 found.setdefault(c.chunk_id, ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score))
         stages.append(StageView(rewritten.stage, rewritten.kind, tuple(found.values()), (),
                                 dict(rewritten.config) | {"route": rewritten.route,

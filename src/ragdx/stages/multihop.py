@@ -94,11 +94,11 @@ def _authority(store: Store, chunk: Chunk) -> tuple[int, float]:
 
 
 class MultiHop:
-    """The multi-hop loop over a pipeline's retrieval channels.
+    """The multi-hop loop over a pipeline's retrieval channels (given to :meth:`run`; each hop
+    searches all of them and fuses their lists by RRF).
 
     Args:
         store: the store (chunk texts, document status and authority).
-        channels: the retrieval channels each hop searches (their lists fused by RRF).
         max_hops: the most hops.
         max_queries: the most searches (one per hop per channel).
         budget_tokens: the most tokens of chunk text the hops may read.
@@ -108,10 +108,10 @@ class MultiHop:
             entity).
     """
 
-    def __init__(self, store: Store, channels: Sequence[Retriever], *, max_hops: int = 4, max_queries: int = 12,
+    def __init__(self, store: Store, *, max_hops: int = 4, max_queries: int = 12,
                  budget_tokens: int = 4000, budget_ms: float = 5000.0, read: int = 5,
                  min_cover: float = 0.5) -> None:
-        self.store, self.channels = store, tuple(channels)
+        self.store = store
         self.max_hops, self.max_queries = max_hops, max_queries
         self.budget_tokens, self.budget_ms = budget_tokens, budget_ms
         self.read, self.min_cover = read, min_cover
@@ -120,7 +120,7 @@ class MultiHop:
     def config(self) -> dict[str, Any]:
         return {"max_hops": self.max_hops, "max_queries": self.max_queries, "budget_tokens": self.budget_tokens,
                 "budget_ms": self.budget_ms, "read": self.read, "min_cover": self.min_cover,
-                "no_progress_limit": NO_PROGRESS_LIMIT, "channels": [c.name for c in self.channels]}
+                "no_progress_limit": NO_PROGRESS_LIMIT}
 
     def decompose(self, query: Query) -> tuple[Slot, ...]:
         """The question's evidence slots: records it names, records of the asker it does not
@@ -144,10 +144,10 @@ class MultiHop:
             slots.append(Slot(f"question {n}" if len(rest) > 1 else "question", part))
         return tuple(slots)
 
-    def _search(self, query: Query, text: str) -> list[str]:
+    def _search(self, channels: Sequence[Retriever], query: Query, text: str) -> list[str]:
         """The channels' lists for ``text``, fused by RRF: chunk ids, best first."""
         scores: dict[str, float] = {}
-        for channel in self.channels:
+        for channel in channels:
             for c in channel.run(replace(query, question=text)).items:
                 scores[c.chunk_id] = scores.get(c.chunk_id, 0.0) + 1.0 / (RRF_C + c.rank)
         return sorted(scores, key=lambda cid: (-scores[cid], cid))
@@ -218,7 +218,7 @@ class MultiHop:
                 return Slot(f"exception to {slot.name}", text), (unit, limit)
         return None
 
-    def run(self, query: Query) -> LoopResult:
+    def run(self, query: Query, channels: Sequence[Retriever]) -> LoopResult:
         started = time.perf_counter()
         slots = list(self.decompose(query))
         needs: dict[str, tuple[str, float]] = {}
@@ -235,7 +235,7 @@ class MultiHop:
             if len(hops) >= self.max_hops:
                 stopped = f"max hops ({self.max_hops})"
                 break
-            if queries + len(self.channels) > self.max_queries:
+            if queries + len(channels) > self.max_queries:
                 stopped = f"max queries ({self.max_queries})"
                 break
             if tokens >= self.budget_tokens:
@@ -251,8 +251,8 @@ class MultiHop:
             slot = min(open_slots, key=lambda s: tried.get(s.name, 0))  # each slot in turn
             tried[slot.name] = tried.get(slot.name, 0) + 1
             text = self._bridge(slot, query, slots)
-            found = self._search(query, text.replace(" | ", " "))
-            queries += len(self.channels)
+            found = self._search(channels, query, text.replace(" | ", " "))
+            queries += len(channels)
             read = self.store.chunks_by_id(found[:self.read])
             candidates = [read[c] for c in found[:self.read] if c in read]
             spent = sum(c.token_count or len(c.text.split()) for c in candidates)

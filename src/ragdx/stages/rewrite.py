@@ -17,9 +17,9 @@ is used only to search.
 - :class:`LlmRewriter`: the same rewrites from a chat model (:class:`~ragdx.stages.generate.ChatClient`).
 - :func:`search_all`: one channel searched with several texts, its lists merged by reciprocal
   rank fusion (Cormack et al., SIGIR 2009), as RAG-Fusion does (Rackauckas, 2024).
-- :class:`RoutedRewrite`: the rewrite stage. Routing is on by default: only a question that needs
-  it (a compound question, or one that names a record whose facts must be looked up first) takes
-  the multi-hop path (:mod:`ragdx.stages.multihop`); any other question is searched as asked.
+
+The rewrite stage itself, which routes between the single pass and the multi-hop path, is
+:class:`ragdx.stages.routed.RoutedRewrite`.
 """
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ from ragdx.types import (
     StageKind,
 )
 
-__all__ = ["markers", "diff", "split_question", "OfflineRewriter", "LlmRewriter", "search_all",
-           "RoutedRewrite", "ROUTES"]
+__all__ = ["markers", "diff", "split_question", "hypothetical", "OfflineRewriter", "LlmRewriter", "search_all"]
 
 _NEGATION = re.compile(r"\b(?:not|no|never|none|nothing|neither|nor|without|cannot|except|unless|"
                        r"[a-z]+n['\u2019]t)\b", re.IGNORECASE)
@@ -297,69 +296,3 @@ def search_all(channel: Retriever, query: Query, texts: Sequence[str]) -> Ranked
     config = dict(lists[0].config) if lists else {}
     return Ranked(channel.name, StageKind.RETRIEVAL, items, (),
                   config | {"searches": len(texts), "merge": f"rrf c={RRF_C:g}"}, time.perf_counter() - started)
-
-
-ROUTES = ("auto", "single", "multi-hop")
-
-
-class RoutedRewrite:
-    """The rewrite stage: the route (``auto``: multi-hop only for a question whose decomposition
-    has two or more slots; ``single``; ``multi-hop``), the rewriter's rewrites, and for a multi-hop
-    question the loop's slots and hops.
-
-    A question routed ``single`` is rewritten only if ``rewrite_single`` (so simple questions pay
-    for nothing by default). The original question is searched too unless ``search_original`` is
-    False, and it is the only question generation and citation checking see.
-
-    Args:
-        rewriter: a :class:`~ragdx.protocols.Rewriter` (None: no rewrites).
-        multihop: a :class:`~ragdx.stages.multihop.MultiHop` loop (None: no multi-hop path).
-        route: ``auto``, ``single`` or ``multi-hop``.
-        rewrite_single: rewrite questions routed ``single`` too.
-        search_original: search with the original question as well as the rewrites.
-    """
-
-    kind = StageKind.REWRITE
-
-    def __init__(self, rewriter: Rewriter | None = None, multihop: Any = None, *, route: str = "auto",
-                 rewrite_single: bool = False, search_original: bool = True, name: str = "rewrite") -> None:
-        if route not in ROUTES:
-            raise ValueError(f"rewrite route must be one of {', '.join(ROUTES)}, not {route!r}")
-        self.rewriter, self.multihop, self.route = rewriter, multihop, route
-        self.rewrite_single, self.search_original, self.name = rewrite_single, search_original, name
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return {"route": self.route, "rewrite_single": self.rewrite_single,
-                "search_original": self.search_original,
-                **({"rewriter": dict(getattr(self.rewriter, "config", {"rewriter": self.rewriter.name}))}
-                   if self.rewriter is not None else {}),
-                **({"multihop": dict(self.multihop.config)} if self.multihop is not None else {})}
-
-    def warm_up(self) -> None:
-        load = getattr(self.rewriter, "_headings", None)
-        if load is not None:
-            load()
-
-    def routes(self, query: Query) -> str:
-        if self.multihop is None or self.route == "single":
-            return "single"
-        if self.route == "multi-hop":
-            return "multi-hop"
-        return "multi-hop" if len(self.multihop.decompose(query)) > 1 else "single"
-
-    def run(self, query: Query) -> Rewritten:
-        started = time.perf_counter()
-        route = self.routes(query)
-        rewrites: tuple[Rewrite, ...] = ()
-        if self.rewriter is not None and (route == "multi-hop" or self.rewrite_single):
-            rewrites = self.rewriter.rewrite(query)
-        slots, hops, stopped = (), (), ""
-        if route == "multi-hop":
-            loop = self.multihop.run(query)
-            slots, hops, stopped = loop.slots, loop.hops, loop.stopped
-            known = {r.text for r in rewrites}
-            rewrites += tuple(Rewrite(h.query, RewriteKind.HOP, diff(query.question, h.query))
-                              for h in hops if h.filled and h.query not in known)
-        return Rewritten(self.name, query.question, rewrites, route, self.search_original, slots, hops, stopped,
-                         self.config, time.perf_counter() - started)
