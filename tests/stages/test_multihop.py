@@ -132,3 +132,16 @@ def test_the_multi_hop_path_answers_from_the_order_facts_the_rule_and_the_except
     person = pipeline.run(Query("p", "Can I still return my order for a refund?"))
     assert person.rewritten.slots_in(SlotState.NEEDS_PERSON)[0].name == "your order"
     assert "your order: the question names no order number: only a person can look it up" in person.answer.missing
+
+
+def test_a_multi_hop_trace_follows_the_trace_schema(example_store):
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+    from ragdx.tracefile import trace_to_dict
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "schemas" / "trace.schema.json").read_text())
+    pipeline = build_pipeline(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]))
+    trace = trace_to_dict(pipeline.run(Query("q", ORDER)))
+    jsonschema.validate(trace, schema)
+    rewrite = trace["stages"][0]
+    assert rewrite["route"] == "multi-hop" and [h["hop"] for h in rewrite["hops"]] == [1, 2, 3]
+    assert {"slot": "order NW-1042", "progress": True, "rejected": []}.items() <= rewrite["hops"][0].items()
