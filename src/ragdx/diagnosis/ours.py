@@ -13,6 +13,7 @@ from ragdx.diagnosis.locate import (
 )
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
+from ragdx.tracefile import stage_to_dict
 from ragdx.types import DocStatus, Query, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
@@ -34,8 +35,8 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
             for c in channel.run(trace.query).items:
                 found.setdefault(c.chunk_id, ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score))
         stages.append(StageView(rewritten.stage, rewritten.kind, tuple(found.values()), (),
-                                dict(rewritten.config) | {"route": rewritten.route,
-                                                          "searches": list(rewritten.searches)},
+                                {k: v for k, v in stage_to_dict(rewritten).items()
+                                 if k not in ("name", "kind", "seconds")},
                                 rewritten.seconds))
     for ranked in trace.ranked:
         stages.append(StageView(
