@@ -4,9 +4,12 @@ counterfactual in the diagnosis, routing, and the LLM rewriter."""
 import json
 from dataclasses import replace
 
+import pytest
+
 from ragdx.build import build_pipeline
 from ragdx.config import load_settings
 from ragdx.diagnosis.ours import diagnose_trace
+from ragdx.errors import ConfigError
 from ragdx.pipeline import Pipeline
 from ragdx.queryset import load_queries
 from ragdx.stages.bm25 import BM25Retriever
@@ -148,3 +151,11 @@ def test_the_llm_rewriter_flags_what_the_model_dropped():
     hyde = rewrites[1].diff
     assert hyde.flags == ("dropped the negation \"Can't\"",) and hyde.dropped[-1] == Marker(MarkerKind.NUMBER, "40")
     assert StageKind.REWRITE.order < StageKind.RETRIEVAL.order
+
+
+def test_an_unknown_route_is_refused_with_the_valid_ones():
+    with pytest.raises(ConfigError, match="rewrite stage 'rewrite': the route must be one of auto, single, "
+                                          "multi-hop, not 'always'"):
+        RoutedRewrite(route="always")
+    with pytest.raises(ConfigError, match="setting 'rewrite.route' must be one of 'auto', 'single', 'multi-hop'"):
+        load_settings(overrides=["rewrite.route=always"])

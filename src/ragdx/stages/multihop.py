@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ragdx.protocols import Retriever, Store
 from ragdx.stages.rewrite import RRF_C, split_question
 from ragdx.text import content_terms, quantities, sentences, statements, stem
-from ragdx.types import Answer, Chunk, Claim, Context, Hop, Query, Slot, SlotState
+from ragdx.types import Answer, Chunk, Claim, Context, DocStatus, Hop, Query, Slot, SlotState
 
 __all__ = ["MultiHop", "LoopResult", "answer_with_slots", "elapsed_days"]
 
@@ -90,7 +90,7 @@ def _authority(store: Store, chunk: Chunk) -> tuple[int, float]:
         authority = float(doc.metadata.get("authority", 0))
     except (TypeError, ValueError):
         authority = 0.0
-    return int(doc.status.value == "current"), authority
+    return int(doc.status is DocStatus.CURRENT), authority
 
 
 class MultiHop:

@@ -35,7 +35,7 @@ from ragdx.errors import ChatError
 from ragdx.protocols import Retriever, Rewriter, Store
 from ragdx.text import content_terms, sentences, stem
 from ragdx.types import (
-    Candidate, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, Rewritten,
+    Candidate, DocStatus, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, Rewritten,
     StageKind,
 )
 
@@ -143,13 +143,17 @@ class OfflineRewriter:
         return {"rewriter": self.name, "entities": self.entities, "expand": self.expand, "hyde": self.hyde,
                 "max_entities": self.max_entities}
 
+    def warm_up(self) -> None:
+        """Read the title and heading index now, so no question's latency includes it."""
+        self._headings()
+
     def _headings(self) -> list[tuple[str, str, tuple[str, ...], frozenset[str]]]:
         """(heading, doc_id, acl, stemmed terms) of every current document's title and headings."""
         if self._index is None:
             seen: dict[tuple[str, str], tuple[str, ...]] = {}
             for stored in self.store.versions():
                 doc = stored.document
-                if doc.status.value != "current":
+                if doc.status is not DocStatus.CURRENT:
                     continue
                 if doc.title:
                     seen.setdefault((doc.title, doc.doc_id), doc.acl)

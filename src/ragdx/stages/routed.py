@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any, Sequence
 
+from ragdx.errors import ConfigError
 from ragdx.protocols import Retriever, Rewriter
 from ragdx.stages.multihop import MultiHop, answer_with_slots
 from ragdx.stages.rewrite import diff, search_all
@@ -46,7 +47,7 @@ class RoutedRewrite:
     def __init__(self, rewriter: Rewriter | None = None, multihop: MultiHop | None = None, *, route: str = "auto",
                  rewrite_single: bool = False, search_original: bool = True, name: str = "rewrite") -> None:
         if route not in ROUTES:
-            raise ValueError(f"rewrite route must be one of {', '.join(ROUTES)}, not {route!r}")
+            raise ConfigError(f"rewrite stage {name!r}: the route must be one of {', '.join(ROUTES)}, not {route!r}")
         self.rewriter, self.multihop, self.route = rewriter, multihop, route
         self.rewrite_single, self.search_original, self.name = rewrite_single, search_original, name
 
@@ -59,11 +60,13 @@ class RoutedRewrite:
                 **({"multihop": dict(self.multihop.config)} if self.multihop is not None else {})}
 
     def warm_up(self) -> None:
-        load = getattr(self.rewriter, "_headings", None)
+        """Load what the rewriter reads once (the offline rewriter's heading index)."""
+        load = getattr(self.rewriter, "warm_up", None)
         if load is not None:
             load()
 
     def routes(self, query: Query) -> str:
+        """The route a question takes: ``multi-hop`` or ``single``."""
         if self.multihop is None or self.route == "single":
             return "single"
         if self.route == "multi-hop":
