@@ -12,8 +12,9 @@ four variants of the rewrite stage:
 
 Then, per kind of question (the first tag) and variant: answer success, evidence complete at
 the context, and mean latency, baseline against variant, with ragdx's paired tests (exact
-McNemar for success and completeness, the paired randomization test for latency), and how many
-questions each variant routed down the multi-hop path. Reproduce, from the repository root::
+McNemar for success and completeness, the paired randomization test for latency), how many
+questions each variant routed down the multi-hop path, and the rewrite stage's own mean time
+(in brackets: over how many questions it was recorded). Reproduce, from the repository root::
 
     .venv/bin/python bench/quality.py                  # builds the dev set, the encoder, the store
     .venv/bin/python bench/rewrite_ablation.py         # the ablation (about an hour on 2 cores), the table
@@ -93,6 +94,8 @@ def compare(out: Path, queries: Path) -> dict:
                     randomization(a, b, seed=0)
                 row[measure] = {"n": len(pairs), "baseline": sum(a) / len(a) if a else None,
                                 "variant": sum(b) / len(b) if b else None, "p": test.p, "detail": test.detail}
+            spent = [variant[q]["latency_ms rewrite"] for q in ids if variant[q].get("latency_ms rewrite") is not None]
+            row["rewrite stage ms"] = {"n": len(spent), "mean": sum(spent) / len(spent) if spent else None}
             rows[kind] = row
         result["variants"][name] = rows
     return result
@@ -102,8 +105,9 @@ def table(result: dict) -> str:
     lines = []
     for name, rows in result["variants"].items():
         lines += [f"**{name}** (`{VARIANTS[name]}`)", "",
-                  "| kind | questions | multi-hop | success | p | complete@context | p | mean latency ms | p |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| kind | questions | multi-hop | success | p | complete@context | p | mean latency ms | p | "
+                  "rewrite stage ms |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for kind, row in rows.items():
             cells = [kind, str(row["queries"]), str(row["multi-hop"])]
             for measure, how in MEASURES:
@@ -113,6 +117,8 @@ def table(result: dict) -> str:
                     continue
                 fmt = (lambda v: f"{v:.0f}") if how == "latency" else (lambda v: f"{v:.3f}")
                 cells += [f"{fmt(m['baseline'])} -> {fmt(m['variant'])}", f"{m['p']:.3g}"]
+            spent = row["rewrite stage ms"]
+            cells.append(f"{spent['mean']:.0f} ({spent['n']})" if spent["mean"] is not None else "–")
             lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
