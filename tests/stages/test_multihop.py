@@ -145,3 +145,24 @@ def test_a_multi_hop_trace_follows_the_trace_schema(example_store):
     rewrite = trace["stages"][0]
     assert rewrite["route"] == "multi-hop" and [h["hop"] for h in rewrite["hops"]] == [1, 2, 3]
     assert {"slot": "order NW-1042", "progress": True, "rejected": []}.items() <= rewrite["hops"][0].items()
+
+
+def test_a_more_authoritative_source_replaces_a_fact_and_counts_as_progress(tmp_path):
+    docs = {"crm.md": ("# Notes\n\nOrder NW-1042: a quality problem was reported by phone for order NW-1042.", 0),
+            "ledger.md": ("# Ledger\n\nOrder NW-1042 was delivered on 2 March 2026; a refund is still open.", 2),
+            "refund.md": ("# Refund policy\n\nCan I still get a refund? Refunds are accepted within 30 days of "
+                          "delivery, and a refund is still possible for 30 days.", 0)}
+    lines = []
+    for name, (text, authority) in docs.items():
+        write(tmp_path / name, text)
+        lines.append(json.dumps({"doc_id": name, "path": name, "metadata": {"authority": authority}}))
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(write(tmp_path / "manifest.jsonl", "\n".join(lines) + "\n"))
+    result = loop(store).run(Query("q", ORDER))
+    store.close()
+    assert [(h.slot, h.progress) for h in result.hops][:2] == [("order NW-1042", True), ("question", True)]
+    assert result.hops[0].reason == "filled order NW-1042 from crm.md"
+    assert result.hops[1].reason == ("filled question from refund.md; raised the source's authority for "
+                                     "order NW-1042 (ledger.md)")
+    order = next(s for s in result.slots if s.name == "order NW-1042")
+    assert order.doc_id == "ledger.md" and order.value.startswith("Order NW-1042 was delivered on 2 March 2026")

@@ -3,12 +3,14 @@
 A question is decomposed into the evidence it needs, one slot each: a record it names ("order
 NW-1042": its facts must be looked up first), each part of a compound question, and a record of
 the asker's that the question does not identify ("my order" with no number: only a person can
-fill it, so it is never searched). Each hop searches for the unknown slot tried least (at most twice each), reads the best
-few chunks, and fills the slot with the first one that passes verification: a record slot's chunk
-must name the record exactly (so "NW-1024" never fills "NW-1042"), any other slot's chunk must
-hold at least half of its query's words. A later slot's query carries the new words of the facts
-already known (the bridge: "next() raises StopIteration" lets the next hop search for
-StopIteration), and a known rule whose limit the facts exceed (30 days, asked about 35) opens a
+fill it, so it is never searched). Each hop searches for the unknown slot tried least (at most
+twice each), reads the best few chunks, and fills the slot with the first one that passes
+verification: a record slot's chunk must name the record exactly (so "NW-1024" never fills
+"NW-1042"), any other slot's chunk must hold at least half of its query's words. A later slot's
+query carries what the facts already known bring: the days elapsed between the dates they state,
+and, for a slot that refers back ("what happens if that exception is raised"), the names the
+question lacks (the bridge: "next() ... otherwise StopIteration is raised" lets the next hop
+search for StopIteration); and a known rule whose limit the facts exceed (30 days, 35 elapsed) opens a
 slot for its exception. This is the self-ask pattern (Press et al., "Measuring and Narrowing the
 Compositionality Gap in Language Models", 2023) with retrieval and verification in place of a
 model.
