@@ -25,7 +25,7 @@ def test_ingest_ask_and_docs_through_a_dsn_on_a_sharded_store(pg_store_factory, 
     assert bm25["items"][0]["doc"] == "internal/refund-runbook.md"
     assert main(["docs", "--store", dsn]) == 0
     assert "internal/refund-runbook.md" in capsys.readouterr().out
-    assert store.counts()["versions"] == 14
+    assert store.counts()["versions"] == 15
 
 
 def test_an_unreachable_server_is_exit_2_with_the_reason(capsys):
