@@ -145,7 +145,7 @@ def run(html_dir: Path, target_chunks: int, n_questions: int, edits: int) -> dic
             assert trace.cached, "the second ask must be served"
             hit.append(clock)
             trace, clock = timed(budget.run, q)
-            assert trace.cached == ("bm25", "rrf", "governance"), trace.cached
+            assert "governance" in trace.cached and "context" not in trace.cached, trace.cached
             retrieval_hit.append(clock)
             print(f"\rquestion {n}/{len(asked)}", end="", file=sys.stderr, flush=True)
         print(file=sys.stderr)

@@ -26,7 +26,7 @@ QUESTION = "Are refunds accepted within 30 days of delivery?"
 REFUND = "# Refund policy\n\nRefunds are accepted within 30 days of delivery.\n"
 # shares no term with QUESTION, as FTS5 stems them
 SHIPPING = "# Shipping\n\nParcels travel by courier.\n"
-STAGES = ("bm25", "rrf", "governance", "context", "extractive", "verify")
+STAGES = ("rewrite", "bm25", "rrf", "governance", "context", "extractive", "verify")
 
 
 def corpus(folder: Path, *, refund: str = REFUND, refund_acl=("public",), shipping: str = SHIPPING,
@@ -84,7 +84,7 @@ def test_a_changed_context_budget_reuses_the_cached_retrieval(tmp_path):
         ask(cached(store, tmp_path))
         other = cached(store, tmp_path, [*SETTINGS, "context.budget_tokens=500"])
         trace = ask(other)
-    assert trace.cached == ("bm25", "rrf", "governance")
+    assert trace.cached == ("rewrite", "bm25", "rrf", "governance")
     assert (other.stats.answer_hits, other.stats.retrieval_hits) == (0, 1)
 
 
@@ -222,7 +222,7 @@ def test_a_dense_entry_is_invalidated_by_new_content_only_when_it_could_enter(tm
         tea = encoder.encode(["Green tea."], kind="passage").vectors[0] @ \
             encoder.encode([QUESTION], kind="query").vectors[0]
         floor = min(c.score for c in trace.stage("dense").items)
-    assert trace.cached == (() if invalidated else ("dense", "rrf", "governance", "context", "extractive", "verify"))
+    assert trace.cached == (() if invalidated else ("rewrite", "dense", "rrf", "governance", "context", "extractive", "verify"))
     if not invalidated:
         assert tea < floor
 
@@ -296,3 +296,21 @@ def test_a_durable_run_continues_with_the_cache_turned_off(tmp_path, capsys):
     capsys.readouterr()
     assert main([*run, "--set", "cache.enabled=false"]) == 0
     assert "finished, nothing left to do (1 published, 0 failed)" in capsys.readouterr().out
+
+
+def test_a_rewritten_question_depends_on_every_change(tmp_path):
+    """A question searched with rewrites (or by the multi-hop path) read more than its trace's
+    lists show: its entries are dropped by any change; one searched as asked is not."""
+    from ragdx.caching import dependencies
+    from ragdx.types import Rewrite, RewriteKind, Rewritten
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        pipeline = build_pipeline(store, load_settings(overrides=SETTINGS))
+        trace = pipeline.run(Query("q", QUESTION, Principal()))
+    rewritten = next(s for s in trace.stages if isinstance(s, Rewritten))
+    assert rewritten.rewrites == () and not dependencies(pipeline, trace.query, trace.stages).any_change
+    widened = Rewritten(rewritten.stage, QUESTION, (Rewrite("refund window", RewriteKind.parse(list(RewriteKind)[0].value)),),
+                        "single")
+    outputs = tuple(widened if s is rewritten else s for s in trace.stages)
+    deps = dependencies(pipeline, trace.query, outputs)
+    assert deps.any_change and deps.docs == frozenset({"refund.md"})

@@ -34,7 +34,7 @@ from ragdx.protocols import Cache, Store
 from ragdx.stages.bm25 import query_terms
 from ragdx.stages.govern import WITHHELD
 from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms, listed_counts
-from ragdx.types import Context, Query, Ranked, StageKind
+from ragdx.types import Context, Query, Ranked, Rewritten, StageKind
 
 __all__ = ["CacheStats", "CachedPipeline", "settings_hash", "dependencies"]
 
@@ -93,7 +93,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
     """What a result depends on: the documents its outputs read, the question's terms for a
     keyword channel (with its lowest score when its list was full), the lowest score and the question's vector of a dense channel whose list
     was full; ``open`` for a dense list that was not full or a channel of unknown kind;
-    ``any_change`` for a withheld question."""
+    ``any_change`` for a withheld question, or one rewritten or answered by the multi-hop path."""
     docs: set[str] = set()
     for out in outputs:
         if isinstance(out, Ranked):
@@ -128,7 +128,10 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
             is_open = True
     withheld = any(isinstance(o, Ranked) and o.kind is StageKind.GOVERNANCE
                    and any(d.reason == WITHHELD for d in o.dropped) for o in outputs)
-    return Dependencies(frozenset(docs), terms, keyword, tuple(dense), is_open, withheld)
+    # a rewritten or multi-hop question searched texts besides its own and read what its hops
+    # found (and a rewriter may read the corpus's headings): any change may alter it
+    rewritten = any(isinstance(o, Rewritten) and (o.rewrites or o.hops) for o in outputs)
+    return Dependencies(frozenset(docs), terms, keyword, tuple(dense), is_open, withheld or rewritten)
 
 
 def _still_readable(store: Store, query: Query, ranked: Sequence[StageOutput]) -> bool:
