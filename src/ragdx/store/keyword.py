@@ -124,7 +124,7 @@ class KeywordIndex:
         self.terms: dict[str, int] = {}
         self.indptr = np.zeros(1, np.int64)
         self.pos = np.zeros(0, np.int32)
-        self.tf = np.zeros((0, 2), np.int32)
+        self.tf = np.zeros((2, 0), np.float32)  # per posting: count in the prefix, in the text
         self.rowid = np.zeros(0, np.int64)
         self.length = np.zeros(0, np.int64)
         self.key = np.zeros(0, np.int32)  # index into keys: the row's (doc_id, version)
@@ -188,7 +188,7 @@ class KeywordIndex:
         kept = np.r_[0, np.cumsum(keep)]
         self.indptr = kept[self.indptr]
         self.pos = remap[self.pos[keep]].astype(np.int32)
-        self.tf = self.tf[keep]
+        self.tf = self.tf[:, keep]
         self.total -= int(self.length[gone].sum())
         self.rowid, self.length = self.rowid[keep_row], self.length[keep_row]
         self.key, self.duplicate = self.key[keep_row], self.duplicate[keep_row]
@@ -224,7 +224,7 @@ class KeywordIndex:
         ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
         where = ends[term]  # each new posting goes after its term's existing ones
         self.pos = np.insert(self.pos, where, pos.astype(np.int32))
-        self.tf = np.insert(self.tf, where, tf, axis=0)
+        self.tf = np.insert(self.tf, where, tf.T.astype(np.float32), axis=1)
         counts = old_counts + np.bincount(term, minlength=n_terms)
         self.indptr = np.r_[0, np.cumsum(counts)]
 
@@ -325,9 +325,17 @@ class KeywordIndex:
                 self._masks = {k: v for k, v in self._masks.items() if k[0] != "part"}
                 self._cached = 0
             sl = slice(self.indptr[t], self.indptr[t + 1])
-            found = self._masks[key] = self._contribution(1.0, self.tf[sl] @ w, norm[self.pos[sl]])
+            found = self._masks[key] = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]])
             self._cached += found.size
         return found
+
+    def _freq(self, postings: slice | np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The column-weighted frequency of these postings, in float64 (FTS5 adds a column's
+        weight per occurrence: the same sum for weights such as 0.5 and 1, within rounding for
+        others)."""
+        f = np.multiply(self.tf[0, postings], w[0], dtype=np.float64)
+        f += np.multiply(self.tf[1, postings], w[1], dtype=np.float64)
+        return f
 
     def _contribution(self, idf: float, f: np.ndarray, norm: np.ndarray) -> np.ndarray:
         return idf * ((f * (self.k1 + 1.0)) / (f + norm))
@@ -343,9 +351,9 @@ class KeywordIndex:
                 continue
             lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
             pos = self.pos[lo:hi]
-            at = np.searchsorted(pos, rows).clip(max=hi - lo - 1)
+            at = np.minimum(np.searchsorted(pos, rows), hi - lo - 1)
             # a row without the phrase has f = 0, so adds 0.0 exactly, as in FTS5
-            f = (self.tf[lo:hi][at] @ w) * (pos[at] == rows)
+            f = self._freq(lo + at, w) * (pos[at] == rows)
             score += idf[i] * ((f * k1_1) / (f + row_norm))
         return score
 

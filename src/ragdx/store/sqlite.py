@@ -664,21 +664,6 @@ class SQLiteStore:
             f"SELECT 1 FROM acl WHERE doc_id = ? AND version = ? AND grp IN ({marks}) LIMIT 1",
             (doc_id, version, *groups)).fetchone() is not None
 
-    def readable_many(self, groups: tuple[str, ...],
-                      keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        """Which of these (doc_id, version) pairs the groups may read, in one query."""
-        keys = list(dict.fromkeys(keys))
-        if not keys or not groups:
-            return set()
-        found: set[tuple[str, str]] = set()
-        for i in range(0, len(keys), 400):
-            batch = keys[i:i + 400]
-            found.update(self._db.execute(
-                f"SELECT doc_id, version FROM acl WHERE grp IN ({','.join('?' * len(groups))}) AND "
-                f"(doc_id, version) IN (VALUES {','.join(['(?, ?)'] * len(batch))})",
-                (*groups, *(v for key in batch for v in key))).fetchall())
-        return found
-
     # -- lexical search ---------------------------------------------------------------------
     def readable_rowids(self, groups: tuple[str, ...], versions: VersionFilter | None = None) -> frozenset[int]:
         """Row ids of the searchable chunks (not duplicates) that these groups may read, of the
