@@ -410,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def configurable(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr (they are "
+                       "drawn only when stderr is a terminal)")
         p.add_argument("--config", help="a TOML settings file")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
@@ -542,8 +544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     log.propagate = False
     from ragdx.errors import RagdxError
+    from ragdx.progress import quiet
     try:
-        return args.func(args)
+        with quiet(getattr(args, "quiet", False)):
+            return args.func(args)
     except RagdxError as exc:
         print(f"ragdx {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

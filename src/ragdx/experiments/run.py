@@ -9,8 +9,8 @@ the same for both.
 from __future__ import annotations
 
 import json
-import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -23,6 +23,7 @@ from ragdx.diagnosis.ours import diagnose_trace, view_of
 from ragdx.diagnosis.records import GOOD_OUTCOMES
 from ragdx.evaluation.layered import Metrics, layered, query_values
 from ragdx.pipeline import Pipeline, Trace
+from ragdx.progress import Progress
 from ragdx.protocols import Store
 from ragdx.runfolder import Executed, manifest, write_json, write_report
 from ragdx.tracefile import trace_to_dict
@@ -49,8 +50,9 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
     pipeline.warm_up()
     resolver = EvidenceResolver(pipeline.store)
     traces, diagnoses, rows, views, evidences = [], [], [], [], []
+    shown = Progress(label, len(queries), unit="queries") if progress else nullcontext(None)
     with open(out / "traces.jsonl", "w", encoding="utf-8") as trace_file, \
-            open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag:
+            open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag, shown as bar:
         for n, query in enumerate(queries, start=1):
             trace = produce(query)
             resolved = evidence[n - 1] if evidence is not None else resolver.run(query)
@@ -65,12 +67,8 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
             views.append(view)
             evidences.append(resolved)
             rows.append(query_values(query, diagnosis, view, resolved))
-            if progress:
-                bar = "#" * (30 * n // len(queries))
-                print(f"\r{label} [{bar:<30}] {n}/{len(queries)} {query.id[:40]:<40}", end="",
-                      file=sys.stderr, flush=True)
-    if progress:
-        print(file=sys.stderr)
+            if bar is not None:
+                bar.advance(1, query.id[:40])
     return Executed(tuple(traces), tuple(diagnoses), tuple(rows), tuple(views), tuple(evidences))
 
 

@@ -15,6 +15,7 @@ from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
 from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
+from ragdx.progress import Progress
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
 
@@ -150,7 +151,8 @@ class Ingestor:
         entries, skipped = load_source(Path(source))
         for path in skipped:
             log.warning("skipped %s: no parser for its format", path)
-        prepared = _supersede_earlier([self.prepare(entry) for entry in entries])
+        with Progress("parsing and chunking", len(entries), unit="documents") as progress:
+            prepared = _supersede_earlier([self.prepare(entry) for entry in progress.iterate(entries)])
         self._refuse_lost_vectors(prepared)
         vectors: dict[str, VectorRow] = {}
         stats = None
@@ -169,12 +171,13 @@ class Ingestor:
                 space = self.embedder.space
                 self.store.register_space(space, self.embedder.backend)
                 self.store.set_space_state(space.id, "active", "first space of this store")
-            for item in prepared:
-                action = self._write(item)
-                actions.append(action)
-                if vectors and item.chunked and action.action in ("add", "rechunk"):
-                    self.store.write_vectors(self.embedder.space.id, [
-                        vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
+            with Progress("writing", len(prepared), unit="documents") as progress:
+                for item in progress.iterate(prepared):
+                    action = self._write(item)
+                    actions.append(action)
+                    if vectors and item.chunked and action.action in ("add", "rechunk"):
+                        self.store.write_vectors(self.embedder.space.id, [
+                            vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
                          for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
