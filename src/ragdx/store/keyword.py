@@ -40,6 +40,9 @@ __all__ = ["KeywordIndex", "IDF_FLOOR"]
 
 #: FTS5's floor for a phrase's idf when more than half the rows hold it.
 IDF_FLOOR = 1e-6
+#: Up to this many postings, a query's first use of a pair of column weights computes every
+#: posting's BM25 part at once (8 bytes each); above it, each term's on its first use.
+WHOLE_PARTS = 8_000_000
 _COLUMNS = ("prefix", "text")  # chunks_fts's columns, in FTS5's order (the bm25() weights')
 
 
@@ -317,11 +320,19 @@ class KeywordIndex:
         return found
 
     def _part(self, t: int, w: np.ndarray, norm: np.ndarray) -> np.ndarray:
-        """A term's postings' BM25 part without the idf (cached per generation and weights)."""
+        """A term's postings' BM25 part without the idf (cached per generation and weights: for
+        every posting at once up to :data:`WHOLE_PARTS` postings, else term by term, at most the
+        matrix's size again)."""
+        if self.pos.size <= WHOLE_PARTS:
+            key = ("parts", float(w[0]), float(w[1]))
+            every = self._masks.get(key)
+            if every is None:
+                every = self._masks[key] = self._contribution(1.0, self._freq(slice(None), w), norm[self.pos])
+            return every[self.indptr[t]:self.indptr[t + 1]]
         key = ("part", t, float(w[0]), float(w[1]))
         found = self._masks.get(key)
         if found is None:
-            if self._cached > self.pos.size:  # at most the matrix's own size again
+            if self._cached > self.pos.size:
                 self._masks = {k: v for k, v in self._masks.items() if k[0] != "part"}
                 self._cached = 0
             sl = slice(self.indptr[t], self.indptr[t + 1])
