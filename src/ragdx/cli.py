@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import sys
@@ -42,7 +43,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.build import build_ingestor
     settings = _settings(args)
     with _store(args, "create") as store:
-        report = build_ingestor(store, settings).run(Path(args.path))
+        report = build_ingestor(store, settings, workers=args.workers).run(Path(args.path))
     if args.json:
         print(json.dumps({
             "documents": report.documents, "bytes": report.bytes, "chunks": report.chunks,
@@ -394,6 +395,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
+
+
 class _UsageError(Exception):
     """Bad usage found after argument parsing (exit 2)."""
 
@@ -420,6 +427,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="the store file (created when missing)")
     p.add_argument("path", help="a manifest JSONL file or a folder")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
+                   help="processes that parse documents (default: one per core); one process writes")
     configurable(p)
 
     p = command("ask", cmd_ask, "run the pipeline for one question and show what it found")
