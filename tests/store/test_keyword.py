@@ -181,3 +181,19 @@ def test_a_writer_killed_mid_write_leaves_keyword_search_consistent(fruit, tmp_p
     assert search(reader, ["apple", "cherry"]) == [("a", "v1", bm25(idf(4, 1), 1, 2, 11 / 4))]
     assert search(reader, ["apple", "cherry"]) == reference(reader, ["apple", "cherry"])
     reader.close()
+
+
+def test_a_deletion_below_an_eighth_of_the_rows_is_buried_with_exact_statistics(fruit, tmp_path):
+    for i in range(5):
+        add(fruit, f"more{i}", "banana split")  # N = 10, 24 tokens
+    reader = SQLiteStore(tmp_path / "store.db", mode="read")
+    assert [d for d, _, _ in search(reader, ["banana", "cherry"])][:2] == ["b", "a"]
+    with fruit.transaction():
+        fruit.delete_document("b")
+    found = search(reader, ["banana", "cherry"])
+    assert reader._keyword.buried == 1  # the row is out of N and df, its postings still there
+    avgdl = 21 / 9
+    assert found[0] == ("a", "v1", bm25(idf(9, 6), 1, 2, avgdl))
+    assert found == reference(reader, ["banana", "cherry"])
+    assert [d for d, _, _ in found] == ["a", "more0", "more1", "more2", "more3", "more4"]
+    reader.close()

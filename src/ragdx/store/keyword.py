@@ -134,7 +134,9 @@ class KeywordIndex:
         self.duplicate = np.zeros(0, bool)
         self.keys: list[tuple[str, str]] = []
         self.key_ids: dict[tuple[str, str], int] = {}
-        self.total = 0
+        self.total = 0  # tokens of the live rows
+        self.dead = np.zeros(0, bool)  # buried rows: deleted from the store, postings kept for now
+        self.buried = 0
         self._masks: dict[object, Any] = {}  # what is derived from this generation
         self._cached = 0  # postings whose BM25 part is in _masks
 
@@ -162,7 +164,7 @@ class KeywordIndex:
             gone = np.zeros(len(self.keys), bool)
             wanted = set(doc_ids)
             gone[[i for i, (doc_id, _) in enumerate(self.keys) if doc_id in wanted]] = True
-            self._remove(gone[self.key])
+            self._bury(gone[self.key])
             for i in range(0, len(doc_ids), 500):
                 batch = doc_ids[i:i + 500]
                 marks = ",".join("?" * len(batch))
@@ -177,23 +179,39 @@ class KeywordIndex:
     def check(self, db: sqlite3.Connection) -> None:
         """The mirror's N and total length must be FTS5's own, else it disagrees with the store."""
         found = fts5_totals(db)
-        if found != (self.rowid.size, self.total):
-            raise StoreError(f"the keyword index mirror ({self.rowid.size} rows, {self.total} tokens) "
+        if found != (self.rows, self.total):
+            raise StoreError(f"the keyword index mirror ({self.rows} rows, {self.total} tokens) "
                              f"disagrees with FTS5 ({found[0]} rows, {found[1]} tokens)")
 
-    def _remove(self, gone: np.ndarray) -> None:
-        """Drop the rows (positions) flagged in ``gone``; positions keep their order."""
+    @property
+    def rows(self) -> int:
+        """N: the rows of the FTS5 table (the live ones)."""
+        return self.rowid.size - self.buried
+
+    def _bury(self, gone: np.ndarray) -> None:
+        """Take the rows (positions) flagged in ``gone`` out of every statistic and result, at
+        the cost of their number (their postings stay until an eighth of the rows are buried,
+        then :meth:`_compact` drops them all at once)."""
+        gone = gone & ~self.dead
         if not gone.any():
             return
-        keep_row = ~gone
+        self.dead |= gone
+        self.buried += int(gone.sum())
+        self.total -= int(self.length[gone].sum())
+        if self.buried * 8 > self.rowid.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the buried rows and their postings; positions keep their order."""
+        keep_row = ~self.dead
         remap = np.cumsum(keep_row) - 1
         keep = keep_row[self.pos]
         kept = np.r_[0, np.cumsum(keep)]
         self.indptr = kept[self.indptr]
         self.pos = remap[self.pos[keep]].astype(np.int32)
         self.tf = self.tf[:, keep]
-        self.total -= int(self.length[gone].sum())
         self.rowid, self.length = self.rowid[keep_row], self.length[keep_row]
+        self.dead, self.buried = np.zeros(self.rowid.size, bool), 0
         self.key, self.duplicate = self.key[keep_row], self.duplicate[keep_row]
 
     def _append(self, rows: "_Rows", postings: _Postings) -> None:
@@ -214,6 +232,7 @@ class KeywordIndex:
         self.length = np.r_[self.length, length]
         self.key = np.r_[self.key, key_ids[rows.key[order]]].astype(np.int32)
         self.duplicate = np.r_[self.duplicate, rows.duplicate[order]]
+        self.dead = np.r_[self.dead, np.zeros(rowid.size, bool)]
         self.total += int(length.sum())
         # term ids in this index's vocabulary, new terms appended
         ids = np.fromiter((self.terms.setdefault(t, len(self.terms)) for t in postings.terms),
@@ -254,13 +273,21 @@ class KeywordIndex:
 
     def row_mask(self, key_flags: np.ndarray) -> np.ndarray:
         """The rows a search may return: of the flagged (doc_id, version) keys, not duplicates."""
-        return key_flags[self.key] & ~self.duplicate
+        return key_flags[self.key] & ~self.duplicate & ~self.dead
 
     # -- search ---------------------------------------------------------------------------------
     def phrases(self, tokens: Sequence[str | None]) -> list[int]:
         """Each phrase's term id, -1 for a term no row holds (any more)."""
         ids = [self.terms.get(t, -1) if t is not None else -1 for t in tokens]
-        return [t if t >= 0 and self.indptr[t + 1] > self.indptr[t] else -1 for t in ids]
+        return [t if t >= 0 and self.hits(t) > 0 else -1 for t in ids]
+
+    def hits(self, t: int) -> int:
+        """n: how many live rows hold the term."""
+        held = int(self.indptr[t + 1] - self.indptr[t])
+        if not self.buried:
+            return held
+        return held - int(self.cached(("buried", t), lambda: np.count_nonzero(
+            self.dead[self.pos[self.indptr[t]:self.indptr[t + 1]]])))
 
     def search(self, phrases: Sequence[int], weights: tuple[float, float], allowed: np.ndarray,
                limit: int) -> list[tuple[int, float]]:
@@ -274,13 +301,13 @@ class KeywordIndex:
             limit: how many to return.
         """
         n = self.rowid.size
-        if not n or limit <= 0:
+        if not self.rows or limit <= 0:
             return []
-        avgdl = self.total / n
+        avgdl = self.total / self.rows
         idf = []
         for t in phrases:
-            hits = int(self.indptr[t + 1] - self.indptr[t]) if t >= 0 else 0
-            value = math.log((n - hits + 0.5) / (hits + 0.5))
+            hits = self.hits(t) if t >= 0 else 0
+            value = math.log((self.rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0.0 else IDF_FLOOR)
         present = [i for i, t in enumerate(phrases) if t >= 0]
         strong = [i for i in present if idf[i] > IDF_FLOOR]
