@@ -95,9 +95,11 @@ def top_docs(store: SQLiteStore, question: str, k: int = 10) -> list[str]:
     return [item.doc_id for item in ranked.items]
 
 
-def side_by_side(store: SQLiteStore, db_path: Path, model, n: int) -> dict[str, object]:
+def side_by_side(store: SQLiteStore, db_path: Path, model, n: int, copies: int) -> dict[str, object]:
     """Keyword latency and agreement at this size: ragdx's ``BM25Retriever`` (both columns weight
-    1) against the last bm25s rebuild, on ``n`` runs of 12 words from random chunks."""
+    1) against the last bm25s rebuild, on ``n`` runs of 12 words from random chunks. The copies
+    tie every score ``copies`` ways: for the agreement, bm25s's ties are ordered by row as
+    ragdx's are (its top ``10 * copies``, re-sorted); latency is bm25s's plain top 10."""
     rows = Rows.load(db_path)
     rng = random.Random(13)
     texts = [t for t, dup in zip(rows.texts, rows.duplicate) if not dup and len(t.split()) >= 12]
@@ -108,7 +110,8 @@ def side_by_side(store: SQLiteStore, db_path: Path, model, n: int) -> dict[str, 
         questions.append(" ".join(words[start:start + 12]))
     engines = {"ragdx": ragdx_search(store, 1.0, 1.0), "bm25s": Bm25sSearch(model, rows)}
     timing = latency(engines, questions, 10)
-    agree = agreement([engines["ragdx"](q, 10) for q in questions], [engines["bm25s"](q, 10) for q in questions])
+    tied = Bm25sSearch(model, rows, ties_by_row=copies)
+    agree = agreement([engines["ragdx"](q, 10) for q in questions], [tied(q, 10) for q in questions])
     return {"latency_top10": timing, "agreement_top10": agree}
 
 
@@ -196,7 +199,7 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int, n_queries: 
         n_tokens = sum(map(len, tokens))
         del tokens
         store = SQLiteStore(db_path, mode="read")
-        queries = side_by_side(store, db_path, model, n_queries)
+        queries = side_by_side(store, db_path, model, n_queries, copies)
         store.close()
         del model
 

@@ -168,17 +168,26 @@ def ms_summary(seconds: list[float]) -> dict[str, float]:
 class Bm25sSearch:
     """bm25s as a search function over the store's chunks: question in, chunk ids out."""
 
-    def __init__(self, model, rows: Rows) -> None:
+    def __init__(self, model, rows: Rows, *, ties_by_row: int = 0) -> None:
         self.model = model
         self.ids = np.array(rows.ids, dtype=object)
         self.mask = (~rows.duplicate).astype(model.dtype)
+        self.ties_by_row = ties_by_row
 
     def __call__(self, question: str, k: int) -> list[tuple[str, float]]:
+        """The top ``k``; with ``ties_by_row`` N, bm25s's top k * N re-sorted so equal scores go
+        to the older row as in ragdx (for corpora of N identical copies, where every score ties
+        N ways and bm25s's own order of ties decides which copies make the top k)."""
         tokens = fts5_query_tokens(question)
-        found = self.model.retrieve([tokens], k=k, weight_mask=self.mask, show_progress=False,
+        deep = min(k * self.ties_by_row, len(self.ids)) if self.ties_by_row else k
+        found = self.model.retrieve([tokens], k=deep, weight_mask=self.mask, show_progress=False,
                                     n_threads=0)
-        matched = found.scores[0] > 0
-        return list(zip(self.ids[found.documents[0][matched]], found.scores[0][matched].tolist()))
+        docs, scores = found.documents[0], found.scores[0]
+        if self.ties_by_row:
+            order = np.lexsort((docs, -scores))[:k]
+            docs, scores = docs[order], scores[order]
+        matched = scores > 0
+        return list(zip(self.ids[docs[matched]], scores[matched].tolist()))
 
 
 def ragdx_search(store: SQLiteStore, prefix_weight: float, text_weight: float):

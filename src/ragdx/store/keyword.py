@@ -137,6 +137,7 @@ class KeywordIndex:
         self.total = 0  # tokens of the live rows
         self.dead = np.zeros(0, bool)  # buried rows: deleted from the store, postings kept for now
         self.buried = 0
+        self.patched = False  # changed since it was built
         self._masks: dict[object, Any] = {}  # what is derived from this generation
         self._cached = 0  # postings whose BM25 part is in _masks
 
@@ -171,6 +172,7 @@ class KeywordIndex:
                 rows = _chunk_rows(db, f"WHERE doc_id IN ({marks})", batch, texts=True)
                 self._append(rows, _tokenize(rows, tokenizer))
         self.generation = generation
+        self.patched = True
         self.log_seq = max([self.log_seq] + [seq for seq, _ in entries])
         self._masks.clear()
         self._cached = 0
@@ -348,9 +350,10 @@ class KeywordIndex:
 
     def _part(self, t: int, w: np.ndarray, norm: np.ndarray) -> np.ndarray:
         """A term's postings' BM25 part without the idf (cached per generation and weights: for
-        every posting at once up to :data:`WHOLE_PARTS` postings, else term by term, at most the
-        matrix's size again)."""
-        if self.pos.size <= WHOLE_PARTS:
+        every posting at once up to :data:`WHOLE_PARTS` postings in a mirror as built, else term
+        by term, at most the matrix's size again; after a patch, term by term, so that the query
+        after an edit pays for its own terms only)."""
+        if self.pos.size <= WHOLE_PARTS and not self.patched:
             key = ("parts", float(w[0]), float(w[1]))
             every = self._masks.get(key)
             if every is None:
