@@ -318,21 +318,26 @@ class KeywordIndex:
         w = np.asarray(weights, np.float64)
         # first pass: the phrases that are not floored, summed in the query's order as FTS5 does,
         # so that without floored phrases these are FTS5's scores
-        partial = np.zeros(n)
-        for i in strong:
-            t = phrases[i]
-            partial[self.pos[self.indptr[t]:self.indptr[t + 1]]] += idf[i] * self._part(t, w, norm)
-        positive = np.flatnonzero(partial > 0)
+        # (bincount adds in array order, so each row's sum runs in phrase order too)
+        if strong:
+            partial = np.bincount(
+                np.concatenate([self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]] for i in strong]),
+                np.concatenate([idf[i] * self._part(phrases[i], w, norm) for i in strong]), minlength=n)
+        else:
+            partial = np.zeros(n)
+        # with weights >= 0 every share is >= 0: the rows holding a phrase are the nonzero ones
+        positive = np.flatnonzero(partial) if min(weights) >= 0 else np.zeros(0, np.int64)
         positive = positive[allowed[positive]]
-        if positive.size >= limit and min(weights) >= 0:
-            kth = np.partition(partial[positive], positive.size - limit)[positive.size - limit]
+        if positive.size >= limit:
+            values = partial[positive]
+            kth = np.partition(values, positive.size - limit)[positive.size - limit]
             if not weak:
-                candidates = positive[partial[positive] >= kth]
+                candidates = positive[values >= kth]
                 return self._rank(candidates, partial[candidates], limit)
             # a floored phrase adds at most 1e-6 * (k1 + 1) to a row (a little more, for rounding)
             margin = len(weak) * IDF_FLOOR * (self.k1 + 1.0) * (1 + 1e-9) + 1e-12 * kth
             if kth > margin:
-                candidates = positive[partial[positive] >= kth - margin]
+                candidates = positive[values >= kth - margin]
                 return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
         # the common words decide some of the top: every row holding any phrase is scored
         held = np.zeros(n, bool)
