@@ -722,7 +722,7 @@ class SQLiteStore:
                 frequency; lengths and document frequencies count every column).
             versions: which versions may be returned (None: every version).
         """
-        if match_expression(terms) is None:
+        if not terms:
             return []
         with self._lock:
             if self._in_tx:  # our uncommitted writes: only FTS5 sees them
