@@ -325,8 +325,8 @@ class KeywordIndex:
                 np.concatenate([idf[i] * self._part(phrases[i], w, norm) for i in strong]), minlength=n)
         else:
             partial = np.zeros(n)
-        # with weights >= 0 every share is >= 0: the rows holding a phrase are the nonzero ones
-        positive = np.flatnonzero(partial) if min(weights) >= 0 else np.zeros(0, np.int64)
+        # (with a negative weight, a share can be negative: only the full pass below is exact)
+        positive = np.flatnonzero(partial > 0) if min(weights) >= 0 else np.zeros(0, np.int64)
         positive = positive[allowed[positive]]
         if positive.size >= limit:
             values = partial[positive]

@@ -809,7 +809,7 @@ class SQLiteStore:
         if versions is None or not versions.current_only:
             return index.cached(("rows", who), lambda: index.row_mask(readable))
         current, others = index.cached(("status",), lambda: self._status_masks(index))
-        named = tuple(i for i, version in others if versions.names(version))
+        named = tuple(i for i, version in others if versions.names(version)) if versions.named else ()
         def make() -> Any:
             flags = current.copy()
             flags[list(named)] = True
