@@ -27,12 +27,17 @@ from ragdx.store.sqlite import OpenMode, SQLiteStore
 from ragdx.store.postgres import PostgresStore
 from ragdx.stages.custom import FunctionRetriever
 from ragdx.pipeline import Pipeline, Trace
+from ragdx.binding import (
+    ChangedSpan, CitedSpan, EvidenceBinding, Recheck, RecheckStatus, SpanChange, bind_evidence, recheck,
+)
 from ragdx.build import build_encoder, build_ingestor, build_pipeline, default_stages, open_store
 from ragdx.diagnosis.evidence import EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.diagnosis.locate import Diagnoser, TraceView
 from ragdx.evaluation.layered import Metric, Metrics
 from ragdx.experiments.run import RunResult, run, run_pipeline
+from ragdx.experiments.durable import DurableRun, Fault, inspect_run, run_durable
+from ragdx.experiments.runstate import ItemState
 from ragdx.experiments.ablate import AblationResult, Variant, ablate, ablate_pipelines
 from ragdx.experiments.imported import ImportedRun, diagnose_imported
 from ragdx.examples import example_dir
@@ -62,10 +67,14 @@ __all__ = [
     # pipeline
     "Pipeline", "Trace", "FunctionRetriever", "build_pipeline", "default_stages", "build_ingestor",
     "build_encoder",
+    # answers bound to their evidence
+    "bind_evidence", "recheck", "EvidenceBinding", "CitedSpan", "Recheck", "ChangedSpan", "SpanChange",
+    "RecheckStatus",
     # queries, evidence and diagnosis
     "load_queries", "EvidenceResolver", "EvidenceStatus", "QueryEvidence", "ResolvedAlternative",
     "Diagnoser", "Diagnosis", "Outcome", "Loss", "StagePresence", "TraceView",
     # evaluation and experiments
     "Metric", "Metrics", "run", "run_pipeline", "RunResult", "ablate", "ablate_pipelines", "Variant",
     "AblationResult", "diagnose_imported", "ImportedRun", "example_dir",
+    "run_durable", "DurableRun", "ItemState", "Fault", "inspect_run",
 ]

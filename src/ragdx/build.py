@@ -25,6 +25,7 @@ from ragdx.stages.fuse import RRF, WeightedFusion
 from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
+from ragdx.types import StageKind
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 
 __all__ = ["open_store", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
@@ -124,7 +125,9 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                       else FeatureReranker(store, top_n=rr.top_n))
     elif rr.method == "cross-encoder":
         stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
-    stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded))
+    channels = [stage for stage in stages if stage.kind is StageKind.RETRIEVAL]
+    stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded,
+                             withhold=channels if settings.governance.withhold else ()))
     c = settings.context
     if c.tokenizer == "encoder" and encoder is None and context_counter is None:
         raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")
@@ -142,7 +145,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
                                       max_sentences=g.max_sentences, encoder=encoder,
-                                      semantic_weight=g.semantic_weight))
+                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight))
     v = settings.verify
     checker: Any = LexicalChecker()
     if v.method == "nli":

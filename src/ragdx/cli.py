@@ -1,7 +1,8 @@
 """The ``ragdx`` command line: a thin layer over the library.
 
 Data goes to stdout (or files); logs and progress go to stderr. Exit codes: 0 success, 2 bad
-usage or bad input (the message names what is wrong), 1 an internal failure.
+usage or bad input (the message names what is wrong), 1 an internal failure; ``ragdx recheck``
+3 when the answer's evidence changed or expired; ``ragdx run --fault`` 4 (a crash on purpose).
 """
 
 from __future__ import annotations
@@ -72,10 +73,13 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     query = Query("ask", args.question, _principal(args))
     with _store(args) as store:
+        index_version = store.index_version  # before the answer: a change while it runs shows in a recheck
         trace = build_pipeline(store, settings).run(query)
         if args.json:
+            from ragdx.binding import bind_evidence
             from ragdx.tracefile import trace_to_dict
-            print(json.dumps(trace_to_dict(trace), indent=2))
+            binding = bind_evidence(store, query.principal, trace.context, trace.answer, index_version)
+            print(json.dumps(trace_to_dict(trace, binding), indent=2))
             return 0
         print_answer(trace)
         for stage in trace.stages:
@@ -259,16 +263,87 @@ def _queries(args: argparse.Namespace) -> list:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ragdx.experiments.run import run
+    from ragdx.experiments import durable
+    if args.inspect:
+        found = durable.inspect_run(Path(args.inspect))
+        if args.json:
+            print(json.dumps(found, indent=2))
+        else:
+            _print_inspection(found)
+        return 0
+    if args.resume:
+        recorded = durable.invocation_of(Path(args.resume))
+        for name in ("store", "queries", "config", "set", "strict", "oracle", "lease_seconds"):
+            if getattr(args, name) in (None, False):
+                setattr(args, name, recorded.get(name))
+        args.out = args.resume
+    missing = [f"--{n}" for n in ("store", "queries", "out") if not getattr(args, n)]
+    if missing:
+        raise _UsageError(f"run needs {', '.join(missing)} (or --resume RUN, or --inspect RUN)")
+    from ragdx.build import build_pipeline
     from ragdx.report.summary import summary
     settings = _settings(args)
     queries = _queries(args)
+    invocation = {"store": _absolute(args.store), "queries": _absolute(args.queries), "config":
+                  _absolute(args.config) if args.config else None, "set": list(args.set or ()),
+                  "strict": args.strict, "oracle": args.oracle}
     with _store(args) as store:
-        result = run(store, settings, queries, Path(args.out), Path(args.queries), oracle=args.oracle)
+        worked = durable.run_durable(
+            build_pipeline(store, settings), queries, Path(args.out), queries_path=Path(args.queries),
+            lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
+            retry_failed=args.retry_failed, oracle=args.oracle,
+            fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None, invocation=invocation)
+    for query_id, reason in worked.failed:
+        log.warning("query %r not published: %s", query_id, reason)
+    result = worked.result
+    if result is None:
+        from ragdx.experiments.runstate import ItemState
+        held = sum(worked.counts[s] for s in (ItemState.LEASED, ItemState.DRAFTED, ItemState.QUEUED))
+        print(f"run folder: {worked.folder}: " + (
+            f"{held} items still held by other workers; the last to finish writes the manifest, metrics and report"
+            if held else f"finished, nothing left to do ({worked.counts[ItemState.PUBLISHED]} published, "
+            f"{worked.counts[ItemState.FAILED]} failed); open {worked.folder / 'report.html'}"))
+        return 0
     print(summary(result.diagnoses, result.metrics))
-    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries, {result.seconds:.1f} s); "
-          f"open {result.folder / 'report.html'}")
+    if len(worked.index_versions) > 1:
+        print(f"\nthe index version changed while the run ran: answers made at versions "
+              f"{', '.join(map(str, worked.index_versions))} (manifest.json, 'durable')")
+    failed = (f", {len(worked.failed)} failed (ragdx run --resume {worked.folder} --retry-failed)"
+              if worked.failed else "")
+    print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries published{failed}, "
+          f"{result.seconds:.1f} s); open {result.folder / 'report.html'}")
     return 0
+
+
+def _absolute(location: str) -> str:
+    """A path made absolute (a run is resumed from anywhere); a DSN as it is."""
+    return location if "://" in location else str(Path(location).resolve())
+
+
+def _print_inspection(found: dict) -> None:
+    from ragdx.report.terminal import printable, table
+    print(", ".join(f"{n} {state}" for state, n in found["counts"].items()))
+    rows = [(state, item["id"], item["attempts"], item["checkpoints"], item.get("reason", ""))
+            for state, items in found["items"].items() for item in items]
+    print(table(["state", "query", "attempts", "checkpoints", "reason"], rows, max_width=80))
+    print(f"\n{len(found['checkpoints'])} draft checkpoints kept:")
+    for c in found["checkpoints"]:
+        print(printable(f"  {c['query_id']} attempt {c['attempt']} by {c['worker']} at {c['created_at']}, "
+                        f"index version {c['index_version']}"))
+
+
+def cmd_recheck(args: argparse.Namespace) -> int:
+    from ragdx.binding import EvidenceBinding, recheck
+    path = Path(args.answer)
+    try:
+        answer = json.loads(sys.stdin.read() if args.answer == "-" else path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise _UsageError(f"{args.answer}: not a JSON answer from 'ragdx ask --json': {exc}") from None
+    binding = EvidenceBinding.from_trace(answer, args.answer)
+    with _store(args) as store:
+        found = recheck(store, binding)
+    print(json.dumps(found.to_dict(), indent=2))
+    return 0 if found.valid else RECHECK_CHANGED
 
 
 def cmd_ablate(args: argparse.Namespace) -> int:
@@ -401,6 +476,11 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+RECHECK_CHANGED = 3
+"""``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
+_FAULT_EXIT = 4  # ragdx.experiments.durable.FAULT_EXIT (a test checks), not imported at start-up
+
+
 class _UsageError(Exception):
     """Bad usage found after argument parsing (exit 2)."""
 
@@ -467,14 +547,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
 
-    p = command("run", cmd_run, "run the pipeline over a query set and diagnose every query")
-    p.add_argument("--store", required=True)
-    p.add_argument("--queries", required=True, help="the query set (JSONL)")
-    p.add_argument("--out", required=True, help="the run folder to write")
+    p = command("run", cmd_run, "run the pipeline over a query set and diagnose every query, durably: "
+                "run it again (or in several processes at once) to continue or share the work")
+    p.add_argument("--store", help="the store (required unless --resume or --inspect)")
+    p.add_argument("--queries", help="the query set (JSONL)")
+    p.add_argument("--out", help="the run folder to write (or to continue, when it holds this run)")
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     p.add_argument("--oracle", choices=["context"], help="also answer from the gold evidence, with the "
                    "same generator, and say which queries flip")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in folder RUN with the store, queries "
+                   "and settings it was started with")
+    p.add_argument("--inspect", metavar="RUN", help="list RUN's items by state, with reasons, and the draft "
+                   "checkpoints kept; runs nothing")
+    p.add_argument("--json", action="store_true", help="--inspect: print JSON")
+    p.add_argument("--lease-seconds", type=float, metavar="S", help="how long a worker holds an item before "
+                   "another may take it (default 300; longer than one query takes)")
+    p.add_argument("--retry-failed", action="store_true", help="run the items that failed "
+                   "(evidence_changed_or_expired) again")
+    p.add_argument("--fault", choices=["after_draft", "before_publish"], help="stop this worker as a crash "
+                   f"would (exit {_FAULT_EXIT}): right after its first draft, or after appending its first "
+                   "publication but before committing it")
     configurable(p)
+
+    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store: exit 0 and "
+                f"status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired with each "
+                "changed span and its reason")
+    p.add_argument("--store", required=True)
+    p.add_argument("answer", metavar="ANSWER.json", help="an answer from 'ragdx ask --json' (or a traces.jsonl "
+                   "line), '-' for stdin")
 
     p = command("ablate", cmd_ablate, "run single-setting variants against a baseline and compare them "
                 "with paired tests")

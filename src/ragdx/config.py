@@ -101,9 +101,12 @@ class RerankSettings:
 
 @dataclass(frozen=True, slots=True)
 class GovernanceSettings:
-    """What may reach the context: superseded and expired versions are dropped unless allowed."""
+    """What may reach the context: superseded and expired versions are dropped unless allowed;
+    with ``withhold``, nothing reaches it when the question's best match, in every retrieval
+    channel searched with every access group, is a source the asker may not read."""
 
     allow_superseded: bool = False
+    withhold: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +127,9 @@ class GenerationSettings:
     method: str = _choice("extractive", "extractive", "chat")
     min_coverage: float = _at_least(0.51, 0.0)  # fitted on the dev set (docs/benchmarks.md)
     keep_ratio: float = _at_least(0.5, 0.0)
-    max_sentences: int = _at_least(4, 1)
+    max_sentences: int = _at_least(5, 1)
     semantic_weight: float = _at_least(0.7, 0.0, 1.0)
+    rank_weight: float = _at_least(0.3, 0.0)
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"

@@ -75,6 +75,10 @@ class Progress:
         self.note = note
         self._draw(force=self.total is not None and self.done >= self.total)
 
+    def set(self, done: int, note: str = "") -> None:
+        """``done`` items are done in all (another process may have done some of them)."""
+        self.advance(done - self.done, note)
+
     def iterate(self, items: Iterable[T]) -> Iterator[T]:
         """Yield the items, advancing by one after each."""
         for item in items:

@@ -8,19 +8,22 @@
 | ``diagnosis.jsonl`` | the first-loss diagnosis, per query |
 | ``metrics.json`` | the layered metrics, overall and per tag, and every query's values |
 | ``report.html`` | one self-contained page: funnel, outcomes, per-tag tables, drill-down |
+| ``run.db`` | ``ragdx run`` only: the durable run state (items, leases, draft checkpoints, what is published) |
 
-Running a query set is :mod:`ragdx.experiments.run`; this module only writes what it produced.
+Running a query set is :mod:`ragdx.experiments.run`, durably :mod:`ragdx.experiments.durable`;
+this module only writes what they produced.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ragdx.diagnosis.evidence import QueryEvidence
 from ragdx.diagnosis.locate import Diagnosis, TraceView
@@ -28,7 +31,13 @@ from ragdx.evaluation.layered import Metrics, QueryValues
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.types import Query
 
-__all__ = ["Executed", "write_json", "manifest", "write_report"]
+__all__ = ["Executed", "write_json", "manifest", "write_report", "RUN_DB", "PUBLISHED", "append_published"]
+
+RUN_DB = "run.db"
+"""The durable run state's SQLite database, inside the run folder (docs/durable.md)."""
+
+PUBLISHED = ("traces.jsonl", "diagnosis.jsonl")
+"""The files a published item appends one line to each, in this order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +56,32 @@ def write_json(path: Path, obj: Any) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
     tmp.replace(path)
+
+
+def append_published(out: Path, sizes: tuple[int, ...], lines: tuple[str, ...],
+                     history: Callable[[], Sequence[tuple[str, ...]]]) -> tuple[int, ...]:
+    """Append one published item's lines to :data:`PUBLISHED`, after cutting each file back to
+    ``sizes``, the sizes the last committed publication left: a publication torn by a crash is
+    undone, never doubled. A file shorter than that (the machine was lost before the system wrote
+    it to disk) is written again from ``history``, every line published so far, in order.
+
+    Returns:
+        The files' new sizes, for the caller to commit with the publication.
+    """
+    paths = [out / name for name in PUBLISHED]
+    if any(not p.exists() or p.stat().st_size < size for p, size in zip(paths, sizes)):
+        earlier = history()
+        for k, path in enumerate(paths):
+            path.write_text("".join(line[k] + "\n" for line in earlier), encoding="utf-8")
+    else:
+        for path, size in zip(paths, sizes):
+            os.truncate(path, size)
+    new = []
+    for path, line in zip(paths, lines):
+        with open(path, "ab") as fh:
+            fh.write(line.encode("utf-8") + b"\n")
+            new.append(fh.tell())
+    return tuple(new)
 
 
 def _sha256(path: Path) -> str:

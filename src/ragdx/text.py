@@ -143,3 +143,34 @@ def quantities(text: str) -> list[tuple[str, str]]:
             unit = unit[:-1]
         out.append((number.replace(",", "."), unit))
     return out
+
+
+_ASKS_COUNT = re.compile(r"\bhow (?:many|much) ([^\W\d_]+)", re.IGNORECASE)
+_ASKS_AMOUNT = re.compile(r"\bhow (?:long|large|big|often|much)\b|\bwhat is the (?:maximum|minimum|largest|smallest) "
+                          r"(?:number|size|length|count|value)\b", re.IGNORECASE)
+_ASKS_UNIT = re.compile(r"\bin (milliseconds|seconds|minutes|hours|days|bytes|kilobytes|megabytes|percent)\W*$",
+                        re.IGNORECASE)
+_NUMBER = re.compile(r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
+                     r"hundred|thousand|million|billion|once|twice|unlimited|no limit)\b", re.IGNORECASE)
+
+
+def asked_quantity(question: str) -> str | None:
+    """What a question asking for an amount must be answered with: the stem of its unit
+    (``"How many bytes ..."`` gives ``"byte"``, ``"... in milliseconds?"`` gives ``"millisecond"``),
+    ``""`` for a number of any unit (``"How long ..."``, ``"What is the maximum size ..."``), or
+    None when the question does not ask for an amount."""
+    unit = _ASKS_UNIT.search(question)
+    if unit:
+        return stem(unit.group(1).lower())
+    count = _ASKS_COUNT.search(question)
+    if count:
+        word = count.group(1).lower()
+        return "" if word in STOPWORDS else stem(word)
+    return "" if _ASKS_AMOUNT.search(question) else None
+
+
+def states_quantity(text: str, unit: str) -> bool:
+    """Whether ``text`` states a number, and (given a unit stem) names that unit too."""
+    if not _NUMBER.search(text):
+        return False
+    return not unit or unit in {stem(t) for t in content_terms(text)}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ragdx.binding import EvidenceBinding
 from ragdx.pipeline import StageOutput, Trace
 from ragdx.types import Answer, Candidate, Context, Dropped, Ranked, Verification
 
@@ -50,8 +51,13 @@ def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
     return out
 
 
-def trace_to_dict(trace: Trace) -> dict[str, Any]:
+def trace_to_dict(trace: Trace, evidence: EvidenceBinding | None = None) -> dict[str, Any]:
+    """A trace as JSON; with ``evidence`` (:func:`ragdx.binding.bind_evidence`), the document
+    versions and spans its answer cites, so ``ragdx recheck`` can tell whether they still stand."""
     q = trace.query
-    return {"format": TRACE_FORMAT, "query_id": q.id, "question": q.question,
-            "principal": {"user": q.principal.user, "groups": list(q.principal.groups)},
-            "seconds": trace.seconds, "stages": [stage_to_dict(s) for s in trace.stages]}
+    out = {"format": TRACE_FORMAT, "query_id": q.id, "question": q.question,
+           "principal": {"user": q.principal.user, "groups": list(q.principal.groups)},
+           "seconds": trace.seconds, "stages": [stage_to_dict(s) for s in trace.stages]}
+    if evidence is not None:
+        out["evidence"] = evidence.to_dict()
+    return out

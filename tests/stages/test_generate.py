@@ -105,3 +105,38 @@ def test_sentence_vectors_are_encoded_once():
     again = gen.run(Query("q2", QUESTION), ctx)
     assert encoder.calls == 3            # only the question: the sentences are known
     assert again.claims == first.claims
+
+
+# the rank prior: words alone score the second unit's sentence higher (both question terms
+# against one); the first-ranked unit's sentence wins once its prior outweighs the gap
+RANKED_QUESTION = "When are refunds approved?"     # content terms: refunds, approved
+FIRST = "Refunds need a signed form."              # 1/2
+SECOND = "Refunds are approved by the team lead."  # 2/2
+
+
+@pytest.mark.parametrize("rank_weight, first_cited", [(0.0, "S2"), (1.3, "S2"), (1.4, "S1")])
+def test_the_rank_prior_orders_sentences_by_their_units_rank(rank_weight, first_cited):
+    # S1 (rank 1) scores 1/2 + w / log2(2), S2 (rank 2) 1 + w / log2(3): S1 leads when
+    # w (1 - 1 / log2 3) > 1/2, that is w > 1.355
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, max_sentences=2, rank_weight=rank_weight)
+    answer = gen.run(Query("q", RANKED_QUESTION), context(unit("S1", FIRST, 1), unit("S2", SECOND, 2)))
+    assert answer.claims[0].citations == (first_cited,)
+
+
+def test_abstention_compares_the_score_without_the_rank_prior():
+    # half the question's terms is below 0.6 however large the prior
+    gen = ExtractiveGenerator(min_coverage=0.6, rank_weight=5.0)
+    ctx = context(unit("S1", FIRST, 1))
+    assert gen.best_score(Query("q", RANKED_QUESTION), ctx) == 0.5
+    assert gen.run(Query("q", RANKED_QUESTION), ctx).abstained
+
+
+def test_a_question_asking_for_an_amount_needs_a_sentence_stating_it():
+    question = "How many bytes does the header use?"
+    vague = "The header uses a compact layout."
+    figure = "The header uses 100 bytes."
+    gen = ExtractiveGenerator(min_coverage=0.1)
+    refused = gen.run(Query("q", question), context(unit("S1", vague)))
+    assert refused.abstained and refused.missing == ("a number of bytes",)
+    answered = gen.run(Query("q", question), context(unit("S1", figure)))
+    assert not answered.abstained and answered.claims[0].text == figure

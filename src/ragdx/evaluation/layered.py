@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import QueryEvidence
+from ragdx.errors import ConfigError
 from ragdx.diagnosis.locate import TraceView, touching
 from ragdx.diagnosis.records import GOOD_OUTCOMES, Diagnosis, Outcome
 from ragdx.evaluation.measures import Measure, evaluate, parse_measure
@@ -154,10 +155,28 @@ def metric(name: str) -> Metric:
     Raises:
         KeyError: naming the metric, when no run defined it.
     """
+    found = _DEFINED.get(name) or _from_name(name)
+    if found is None:
+        raise KeyError(f"no metric {name!r} has been defined")
+    return found
+
+
+def _from_name(name: str) -> Metric | None:
+    """A stage's metric defined from its name alone (``complete@bm25``, ``nDCG@10 fusion``,
+    ``latency_ms rerank``): a process that reads results another process computed (a durable
+    run's drafts) knows them without running a query."""
+    if name.startswith("complete@"):
+        stage, _, channel = name.removeprefix("complete@").partition(":")
+        return completeness(stage, channel or None)
+    head, _, stage = name.partition(" ")
+    if not stage:
+        return None
+    if head == "latency_ms":
+        return latency(stage)
     try:
-        return _DEFINED[name]
-    except KeyError:
-        raise KeyError(f"no metric {name!r} has been defined") from None
+        return ranking(parse_measure(head), stage)
+    except ConfigError:
+        return None
 
 
 def relevant_chunks(evidence: QueryEvidence, view: TraceView | None) -> set[str]:

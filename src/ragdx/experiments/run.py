@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from ragdx.binding import EvidenceBinding, bind_evidence
 from ragdx.build import build_pipeline
 from ragdx.config import Settings
 from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence
-from ragdx.diagnosis.locate import Diagnosis
+from ragdx.diagnosis.locate import Diagnosis, TraceView
 from ragdx.diagnosis.ours import diagnose_trace, view_of
 from ragdx.diagnosis.records import GOOD_OUTCOMES
-from ragdx.evaluation.layered import Metrics, layered, query_values
+from ragdx.evaluation.layered import Metrics, QueryValues, layered, query_values
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.progress import Progress
 from ragdx.protocols import Store
@@ -29,7 +30,7 @@ from ragdx.runfolder import Executed, manifest, write_json, write_report
 from ragdx.tracefile import trace_to_dict
 from ragdx.types import Query
 
-__all__ = ["RunResult", "execute", "run_pipeline", "run"]
+__all__ = ["RunResult", "Answered", "answer_one", "execute", "executed", "run_pipeline", "run"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,37 @@ class RunResult:
     diagnoses: tuple[Diagnosis, ...]
     seconds: float
     metrics: Metrics
+
+
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """One query run and diagnosed: its trace (as JSON too, with the evidence its answer cites),
+    the diagnosis, the trace's view, the resolved evidence and the metric values."""
+
+    trace: Trace
+    binding: EvidenceBinding
+    diagnosis: Diagnosis
+    view: TraceView
+    evidence: QueryEvidence
+    row: QueryValues
+
+    def trace_json(self) -> dict:
+        return trace_to_dict(self.trace, self.binding)
+
+
+def answer_one(pipeline: Pipeline, query: Query, produce: Callable[[Query], Trace], resolver: EvidenceResolver,
+               *, oracle: str | None = None, evidence: QueryEvidence | None = None) -> Answered:
+    """Produce one query's trace, bind its answer to the evidence it cites, diagnose it and
+    compute its metric values."""
+    index_version = pipeline.store.index_version  # before the answer: a change while it runs shows in a recheck
+    trace = produce(query)
+    binding = bind_evidence(pipeline.store, query.principal, trace.context, trace.answer, index_version)
+    resolved = evidence if evidence is not None else resolver.run(query)
+    view = view_of(trace, pipeline.store)
+    diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
+    if oracle == "context":
+        diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
+    return Answered(trace, binding, diagnosis, view, resolved, query_values(query, diagnosis, view, resolved))
 
 
 def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Callable[[Query], Trace],
@@ -49,27 +81,25 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
     out.mkdir(parents=True, exist_ok=True)
     pipeline.warm_up()
     resolver = EvidenceResolver(pipeline.store)
-    traces, diagnoses, rows, views, evidences = [], [], [], [], []
+    done: list[Answered] = []
     shown = Progress(label, len(queries), unit="queries") if progress else nullcontext(None)
     with open(out / "traces.jsonl", "w", encoding="utf-8") as trace_file, \
             open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag, shown as bar:
         for n, query in enumerate(queries, start=1):
-            trace = produce(query)
-            resolved = evidence[n - 1] if evidence is not None else resolver.run(query)
-            view = view_of(trace, pipeline.store)
-            diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
-            if oracle == "context":
-                diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
-            trace_file.write(json.dumps(trace_to_dict(trace)) + "\n")
-            diag.write(json.dumps(diagnosis.to_dict()) + "\n")
-            traces.append(trace)
-            diagnoses.append(diagnosis)
-            views.append(view)
-            evidences.append(resolved)
-            rows.append(query_values(query, diagnosis, view, resolved))
+            one = answer_one(pipeline, query, produce, resolver, oracle=oracle,
+                             evidence=evidence[n - 1] if evidence is not None else None)
+            trace_file.write(json.dumps(one.trace_json()) + "\n")
+            diag.write(json.dumps(one.diagnosis.to_dict()) + "\n")
+            done.append(one)
             if bar is not None:
                 bar.advance(1, query.id[:40])
-    return Executed(tuple(traces), tuple(diagnoses), tuple(rows), tuple(views), tuple(evidences))
+    return executed(done)
+
+
+def executed(done: Sequence[Answered]) -> Executed:
+    """What a run produced, as the run folder's writers take it."""
+    return Executed(tuple(a.trace for a in done), tuple(a.diagnosis for a in done), tuple(a.row for a in done),
+                    tuple(a.view for a in done), tuple(a.evidence for a in done))
 
 
 def run_pipeline(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, queries_path: Path | None = None,

@@ -492,6 +492,11 @@ def _facts(info: dict, queries: int) -> str:
         facts.append(_e(info["created_at"]))
     if info.get("seed") is not None:
         facts.append(f"seed {_e(info['seed'])}")
+    durable = info.get("durable") or {}
+    if durable.get("failed"):
+        facts.append(f"<strong>{len(durable['failed'])} not published: evidence_changed_or_expired</strong>")
+    if durable.get("index_version_changed"):
+        facts.append(f"<strong>{_e(durable['note'])}</strong>")
     return " · ".join(facts)
 
 

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import socket
@@ -30,7 +31,7 @@ from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
-from ragdx.text import content_terms, sentences, statements, stem
+from ragdx.text import asked_quantity, content_terms, sentences, statements, states_quantity, stem
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -61,6 +62,7 @@ class _Candidate:
     score: float
     density: float  # covered question terms per word: among equal scores, the more focused
     index: int = 0  # the statement's position in its unit
+    content: float = 0.0  # the score before the unit's rank prior: what abstention compares
 
 
 class ExtractiveGenerator:
@@ -75,7 +77,9 @@ class ExtractiveGenerator:
     score at least ``keep_ratio`` of the best, up to ``max_sentences``; equal scores go to the
     denser sentence (more question terms per word). A chosen sentence whose next sentence limits
     it (``except``, ``unless``, ``however``, ...) brings that sentence too, so a rule is never
-    cited without its exception. A table row is read with its header (``column: value``). When
+    cited without its exception. A question that asks for an amount ("How many bytes ...", "...
+    in milliseconds?") is answered only when a chosen sentence states a number with that unit
+    (:func:`ragdx.text.asked_quantity`): related sentences without the figure are no answer. A table row is read with its header (``column: value``). When
     the context flags a conflict, both conflicting statements are given and the answer says the
     sources disagree.
 
@@ -86,14 +90,18 @@ class ExtractiveGenerator:
         max_sentences: the most sentences in an answer, besides the exceptions they bring.
         encoder: the dense encoder, to score sentences by meaning (None: words only).
         semantic_weight: the share of the score that is the cosine (with an encoder).
+        rank_weight: a prior for the sentences of better-ranked units, added to the score to
+            order them: ``rank_weight / log2(1 + rank)`` (retrieval ranked whole passages with
+            more context than one sentence has). Abstention compares the score without it.
     """
 
     kind = StageKind.GENERATION
 
     def __init__(self, *, min_coverage: float = 0.5, keep_ratio: float = 0.6, max_sentences: int = 3,
-                 encoder: Encoder | None = None, semantic_weight: float = 0.5,
+                 encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
+        self.rank_weight = rank_weight
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
         self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
@@ -103,7 +111,7 @@ class ExtractiveGenerator:
     def config(self) -> dict[str, Any]:
         return {"method": "extractive", "min_coverage": self.min_coverage,
                 "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences,
-                "semantic_weight": self.semantic_weight,
+                "semantic_weight": self.semantic_weight, "rank_weight": self.rank_weight,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -147,19 +155,21 @@ class ExtractiveGenerator:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
             found = [replace(c, score=(1 - w) * c.score + w * m) for c, m in zip(found, meaning)]
+        found = [replace(c, content=c.score, score=c.score + self.rank_weight / math.log2(1 + c.unit.rank))
+                 for c in found]
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
 
     def best_score(self, query: Query, context: Context) -> float:
-        """The best sentence's score (what ``min_coverage`` is compared with), 0 without one."""
-        found = self._candidates(query.question, context)
-        return found[0].score if found else 0.0
+        """The best sentence's score without the rank prior (what ``min_coverage`` is compared
+        with), 0 without one."""
+        return max((c.content for c in self._candidates(query.question, context)), default=0.0)
 
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
         weights = question_weights(query.question)
         found = self._candidates(query.question, context)
-        if not found or found[0].score < self.min_coverage:
-            best = found[0].covered if found else frozenset()
+        if not found or max(c.content for c in found) < self.min_coverage:
+            best = max(found, key=lambda c: c.content).covered if found else frozenset()
             missing = tuple(t for t in content_terms(query.question)
                             if stem(t) in weights and stem(t) not in best)
             why = ("no source the asker may read was found" if not context.units else
@@ -183,6 +193,12 @@ class ExtractiveGenerator:
             if following is not None and EXCEPTION_LIKE.search(following) \
                     and all(following != claim.text for claim in claims):
                 claims.append(Claim(following, (c.unit.id,)))  # the rule's exception
+        unit = asked_quantity(query.question)
+        if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
+            amount = f"a number of {unit}s" if unit else "a number"
+            return Answer(self.name, f"I cannot answer this from the sources: the sources found state no "
+                          f"{amount}.", (), True, (amount,), self.name, Usage(), self.config,
+                          time.perf_counter() - started)
         prefix = ""
         for conflict in context.conflicts:
             if conflict.units[0] in units_used or conflict.units[1] in units_used:

@@ -11,6 +11,13 @@ A candidate the principal may not read (whatever an earlier stage did) is remove
 to the operator's log only, as the channels do (:func:`ragdx.stages._access.readable_only`): a
 trace shown to this principal must not name it, even as a dropped item.
 
+A question whose best match is a source the asker may not read is *withheld*: given the
+retrieval channels (``withhold``), governance asks each of them, with every access group, for its
+best match; when that match is unreadable by the asker in every channel, every candidate is
+dropped, so the generator abstains instead of answering from loosely related public text (the
+answer would rest on what the asker may not read). The drop reason names no source, and the
+answer is the same abstention as for a question no readable source covers.
+
 Conflicting current documents are *not* resolved here: both stay, and the assembler flags the
 conflict in the context.
 """
@@ -20,9 +27,13 @@ from __future__ import annotations
 import logging
 import time
 
-from ragdx.protocols import Store
+from dataclasses import replace
+from typing import Sequence
+
+from ragdx.protocols import DeepRetriever, Store
 from ragdx.types import (
-    Candidate, DocStatus, Dropped, Provenance, Query, Ranked, StageKind, StoredVersion, VersionFilter,
+    Candidate, DocStatus, Dropped, Principal, Provenance, Query, Ranked, StageKind, StoredVersion,
+    VersionFilter,
 )
 
 log = logging.getLogger("ragdx.access")
@@ -31,6 +42,9 @@ log = logging.getLogger("ragdx.access")
 #: item is removed without a record.
 UNREADABLE = "unreadable"
 
+#: The reason every candidate of a withheld question is dropped with (it names no source).
+WITHHELD = "withheld: the best match for this question is a source the asker may not read"
+
 
 class Governance:
     """Drops what may not reach the context, with a reason for each.
@@ -38,13 +52,37 @@ class Governance:
     Args:
         store: the store (the authority on versions, statuses and access).
         allow_superseded: keep superseded and expired versions (marked in the context).
+        withhold: the retrieval channels whose best match, searched with every access group,
+            decides whether a question is withheld (empty: no question is).
     """
 
     kind = StageKind.GOVERNANCE
 
     def __init__(self, store: Store, *, allow_superseded: bool = False,
-                 name: str = "governance") -> None:
+                 withhold: Sequence[DeepRetriever] = (), name: str = "governance") -> None:
         self.store, self.allow_superseded, self.name = store, allow_superseded, name
+        self.withhold = tuple(channel.deeper(1) for channel in withhold)
+        self._groups: tuple[int, tuple[str, ...]] | None = None
+
+    def _every_group(self) -> tuple[str, ...]:
+        """Every access group the store knows (read again when the index changed)."""
+        version = self.store.index_version
+        if self._groups is None or self._groups[0] != version:
+            groups = sorted({g for acl in self.store.acl_table().values() for g in acl})
+            self._groups = (version, tuple(groups))
+        return self._groups[1]
+
+    def withheld(self, query: Query) -> bool:
+        """Whether, in every withholding channel, the best match over every source is one the
+        asker may not read."""
+        if not self.withhold:
+            return False
+        everyone = replace(query, principal=Principal(query.principal.user, self._every_group()))
+        for channel in self.withhold:
+            best = channel.run(everyone).items[:1]
+            if not best or self.store.readable(query.principal.groups, best[0].doc_id, best[0].version):
+                return False
+        return True
 
     def reason(self, query: Query, item: Candidate, versions: dict[str, list[StoredVersion]]) -> str | None:
         """Why an item may not be used (:data:`UNREADABLE` when the principal may not read it), or
@@ -71,8 +109,11 @@ class Governance:
         started = time.perf_counter()
         versions: dict[str, list[StoredVersion]] = {}
         kept, dropped = [], []
+        withheld = bool(ranked.items) and self.withheld(query)
         for item in ranked.items:
             why = self.reason(query, item, versions)
+            if withheld and why is None:
+                why = WITHHELD
             if why == UNREADABLE:
                 log.error("%s received %s (%s@%s) for query %s, which the principal may not read; "
                           "removed", self.name, item.chunk_id, item.doc_id, item.version, query.id)
@@ -85,4 +126,5 @@ class Governance:
             kept.append(Candidate(item.chunk_id, item.doc_id, item.version, item.start, item.end, rank,
                                   item.score, item.history + (Provenance(self.name, rank, item.score),)))
         return Ranked(self.name, self.kind, tuple(kept), tuple(dropped),
-                      {"allow_superseded": self.allow_superseded}, time.perf_counter() - started)
+                      {"allow_superseded": self.allow_superseded,
+                       "withhold": [c.name for c in self.withhold]}, time.perf_counter() - started)

@@ -1,0 +1,333 @@
+"""The durable state of a run: an SQLite database in the run folder (``run.db``).
+
+Every query is an item. A worker claims one under a lease (a deadline), writes a draft
+checkpoint, and publishes it; every state change is one ``BEGIN IMMEDIATE`` transaction, so
+workers in several processes never claim the same item at once, and a worker killed at any
+point leaves the items it held to be taken again when their lease expires. Drafts are kept
+after publication or failure, for inspection. The life of an item (docs/durable.md):
+
+    queued -> leased -> drafted -> published
+                 ^         |
+                 |         +-> failed (evidence_changed_or_expired) -> queued on --retry-failed
+                 +-- lease expired without a draft
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import socket
+import sqlite3
+import time
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from ragdx.errors import StoreError
+from ragdx.types import ChoiceEnum
+
+__all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "worker_id"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items (
+    n INTEGER PRIMARY KEY, query_id TEXT NOT NULL UNIQUE, state TEXT NOT NULL, worker TEXT,
+    lease_until REAL, attempts INTEGER NOT NULL DEFAULT 0, reason TEXT NOT NULL DEFAULT '',
+    published_seq INTEGER UNIQUE, updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    id INTEGER PRIMARY KEY, n INTEGER NOT NULL REFERENCES items(n), attempt INTEGER NOT NULL,
+    worker TEXT NOT NULL, created_at TEXT NOT NULL, index_version INTEGER NOT NULL,
+    trace TEXT NOT NULL, diagnosis TEXT NOT NULL, objects BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS checkpoints_n ON checkpoints(n);
+CREATE INDEX IF NOT EXISTS items_state ON items(state, n);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY, at TEXT NOT NULL, n INTEGER, worker TEXT, event TEXT NOT NULL,
+    detail TEXT NOT NULL DEFAULT '');
+"""
+
+
+class ItemState(ChoiceEnum):
+    """Where an item of a durable run stands."""
+
+    QUEUED = "queued"
+    LEASED = "leased"
+    DRAFTED = "drafted"
+    PUBLISHED = "published"
+    FAILED = "failed"
+
+
+def worker_id() -> str:
+    """A worker's id: the host, the process and a random part (a pid can be reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """An item a worker holds under a lease; ``recover``: it holds a dead worker's draft, to be
+    rechecked and published or failed, not recomputed."""
+
+    n: int
+    query_id: str
+    attempt: int
+    recover: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """A draft checkpoint: the item's trace (with the evidence its answer cites) and diagnosis as
+    the JSON lines publication appends, the store's index version, and the in-memory results the
+    report is built from."""
+
+    n: int
+    attempt: int
+    worker: str
+    created_at: str
+    index_version: int
+    trace_line: str
+    diagnosis_line: str
+    objects: tuple[Any, ...]
+
+    @property
+    def trace(self) -> dict[str, Any]:
+        return json.loads(self.trace_line)
+
+    @property
+    def diagnosis(self) -> dict[str, Any]:
+        return json.loads(self.diagnosis_line)
+
+
+@dataclass(frozen=True, slots=True)
+class ItemRecord:
+    """One item as ``ragdx run --inspect`` lists it."""
+
+    n: int
+    query_id: str
+    state: ItemState
+    worker: str | None
+    lease_until: float | None
+    attempts: int
+    reason: str
+    checkpoints: int
+
+
+class RunState:
+    """A run's ``run.db``: opened by each worker process (one connection each).
+
+    Args:
+        path: the database file (created with its folder when missing).
+        wait: seconds a transaction waits for another worker's to finish (the summary files are
+            written inside one).
+    """
+
+    def __init__(self, path: Path, *, wait: float = 600.0) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=wait)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL: a commit may be lost with the machine, never half-kept; the published files are then
+            # cut back to the last commit kept, or written again from the drafts held here (append_published)
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path}: not a ragdx run database: {exc}") from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> "RunState":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction, holding the database's write lock from its start."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # -- the run --------------------------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM run")}
+
+    def submitted(self) -> bool:
+        return self._db.execute("SELECT 1 FROM run WHERE key = 'fingerprint'").fetchone() is not None
+
+    def submit(self, query_ids: Sequence[str], info: Mapping[str, Any]) -> bool:
+        """Record the run (``info``: its fingerprint and how to resume it) and queue every query,
+        unless another worker did first. Returns whether this call submitted."""
+        with self.transaction() as db:
+            if db.execute("SELECT 1 FROM run WHERE key = 'fingerprint'").fetchone():
+                return False
+            at = _now()
+            db.executemany("INSERT INTO run VALUES (?, ?)",
+                           [(k, json.dumps(v)) for k, v in {**info, "sizes": [0, 0], "submitted_at": at}.items()])
+            db.executemany("INSERT INTO items (n, query_id, state, updated_at) VALUES (?, ?, 'queued', ?)",
+                           [(n, q, at) for n, q in enumerate(query_ids)])
+            db.execute("INSERT INTO events (at, event, detail) VALUES (?, 'submitted', ?)",
+                       (at, f"{len(query_ids)} items"))
+        return True
+
+    def retry_failed(self, worker: str) -> int:
+        """Queue every failed item again (its drafts stay); returns how many."""
+        with self.transaction() as db:
+            failed = [r[0] for r in db.execute("SELECT n FROM items WHERE state = 'failed'")]
+            db.execute("UPDATE items SET state = 'queued', worker = NULL, lease_until = NULL, reason = '', "
+                       "updated_at = ? WHERE state = 'failed'", (_now(),))
+            self._events(db, [(n, worker, "retried", "") for n in failed])
+        return len(failed)
+
+    # -- items ----------------------------------------------------------------------------
+    def claim(self, worker: str, lease_seconds: float) -> Claim | None:
+        """Take the first item that is queued or whose lease expired, under a new lease."""
+        with self.transaction() as db:
+            now = time.time()
+            row = db.execute(
+                "SELECT n, query_id, state, worker, attempts FROM items WHERE state = 'queued' OR "
+                "(state IN ('leased', 'drafted') AND lease_until < ?) ORDER BY n LIMIT 1", (now,)).fetchone()
+            if row is None:
+                return None
+            n, query_id, state, old, attempts = row
+            recover = state == ItemState.DRAFTED.value
+            attempt = attempts if recover else attempts + 1
+            db.execute("UPDATE items SET state = ?, worker = ?, lease_until = ?, attempts = ?, updated_at = ? "
+                       "WHERE n = ?", (ItemState.DRAFTED.value if recover else ItemState.LEASED.value, worker,
+                                       now + lease_seconds, attempt, _now(), n))
+            events = [(n, worker, "claimed", f"attempt {attempt}")]
+            if state != ItemState.QUEUED.value:
+                events.insert(0, (n, old, "lease_expired", f"{state}; taken by {worker}"))
+            self._events(db, events)
+        return Claim(n, query_id, attempt, recover)
+
+    def wait_hint(self) -> tuple[int, float | None]:
+        """How many items other workers hold, and the seconds until the first of their leases ends."""
+        count, first = self._db.execute(
+            "SELECT COUNT(*), MIN(lease_until) FROM items WHERE state IN ('leased', 'drafted')").fetchone()
+        return count, None if first is None else max(0.0, first - time.time())
+
+    def write_draft(self, claim: Claim, worker: str, index_version: int, trace_line: str, diagnosis_line: str,
+                    objects: tuple[Any, ...]) -> Draft | None:
+        """Keep a draft checkpoint, if ``worker`` still holds the item (a worker whose lease
+        expired and was taken by another discards its work). Returns it, or None if discarded."""
+        with self.transaction() as db:
+            if not self._holds(db, claim.n, worker, ItemState.LEASED):
+                self._events(db, [(claim.n, worker, "draft_discarded", "the lease was taken by another worker")])
+                return None
+            at = _now()
+            db.execute("INSERT INTO checkpoints (n, attempt, worker, created_at, index_version, trace, diagnosis, "
+                       "objects) VALUES (?,?,?,?,?,?,?,?)",
+                       (claim.n, claim.attempt, worker, at, index_version, trace_line, diagnosis_line,
+                        pickle.dumps(objects, protocol=pickle.HIGHEST_PROTOCOL)))
+            db.execute("UPDATE items SET state = 'drafted', updated_at = ? WHERE n = ?", (at, claim.n))
+            self._events(db, [(claim.n, worker, "drafted", f"index version {index_version}")])
+        return Draft(claim.n, claim.attempt, worker, at, index_version, trace_line, diagnosis_line, objects)
+
+    def draft(self, n: int) -> Draft | None:
+        """An item's latest draft checkpoint."""
+        row = self._db.execute(
+            "SELECT n, attempt, worker, created_at, index_version, trace, diagnosis, objects FROM checkpoints "
+            "WHERE n = ? ORDER BY id DESC LIMIT 1", (n,)).fetchone()
+        # the objects are this run's own results, pickled by the worker that drafted them
+        return None if row is None else Draft(*row[:7], pickle.loads(row[7]))
+
+    def published(self) -> list[tuple[int, int, tuple[Any, ...]]]:
+        """The published items' query number, index version and results, in query order."""
+        return [(n, version, pickle.loads(objects)) for n, version, objects in self._db.execute(
+            "SELECT c.n, c.index_version, c.objects FROM items i JOIN checkpoints c ON c.id = "
+            "(SELECT MAX(id) FROM checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY i.n")]
+
+    def index_versions(self) -> list[int]:
+        """The index versions the published items' drafts were made at."""
+        return [v for (v,) in self._db.execute(
+            "SELECT DISTINCT c.index_version FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM "
+            "checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY 1")]
+
+    def published_lines(self) -> list[tuple[str, str]]:
+        """Every published item's trace and diagnosis, as published: in publication order."""
+        return [(t, d) for t, d in self._db.execute(
+            "SELECT c.trace, c.diagnosis FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM "
+            "checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY i.published_seq")]
+
+    @contextmanager
+    def publishing(self, n: int, worker: str) -> Iterator[tuple[int, ...] | None]:
+        """Publish an item ``worker`` holds as drafted: yields the published files' committed
+        sizes (None if the worker no longer holds it), and commits the sizes the caller sets with
+        :meth:`set_sizes` together with the item's new state, in one transaction."""
+        with self.transaction() as db:
+            if not self._holds(db, n, worker, ItemState.DRAFTED):
+                yield None
+                return
+            yield tuple(json.loads(db.execute("SELECT value FROM run WHERE key = 'sizes'").fetchone()[0]))
+            db.execute("UPDATE items SET state = 'published', lease_until = NULL, updated_at = ?, published_seq = "
+                       "(SELECT COALESCE(MAX(published_seq), 0) + 1 FROM items) WHERE n = ?", (_now(), n))
+            self._events(db, [(n, worker, "published", "")])
+
+    def set_sizes(self, sizes: tuple[int, ...]) -> None:
+        """Inside :meth:`publishing`: the published files' sizes after this publication."""
+        self._db.execute("UPDATE run SET value = ? WHERE key = 'sizes'", (json.dumps(list(sizes)),))
+
+    def fail(self, n: int, worker: str, reason: str) -> bool:
+        """Fail an item ``worker`` holds: it is not published, and its drafts stay."""
+        with self.transaction() as db:
+            if not self._holds(db, n, worker, ItemState.DRAFTED):
+                return False
+            db.execute("UPDATE items SET state = 'failed', lease_until = NULL, reason = ?, updated_at = ? "
+                       "WHERE n = ?", (reason, _now(), n))
+            self._events(db, [(n, worker, "failed", reason)])
+        return True
+
+    def _holds(self, db: sqlite3.Connection, n: int, worker: str, state: ItemState) -> bool:
+        return db.execute("SELECT 1 FROM items WHERE n = ? AND worker = ? AND state = ?",
+                          (n, worker, state.value)).fetchone() is not None
+
+    def _events(self, db: sqlite3.Connection, rows: list[tuple[int, str | None, str, str]]) -> None:
+        at = _now()
+        db.executemany("INSERT INTO events (at, n, worker, event, detail) VALUES (?,?,?,?,?)",
+                       [(at, *r) for r in rows])
+
+    def summarised(self) -> bool:
+        """Whether the folder's summary files were written since the last change of any item."""
+        last = self._db.execute("SELECT event FROM events ORDER BY id DESC LIMIT 1").fetchone()
+        return last is not None and last[0] == "summarised"
+
+    def note_summarised(self, worker: str) -> None:
+        """Inside a transaction: the summary files now show every item's state."""
+        self._events(self._db, [(None, worker, "summarised", "")])
+
+    # -- reading --------------------------------------------------------------------------
+    def counts(self) -> dict[ItemState, int]:
+        found = dict(self._db.execute("SELECT state, COUNT(*) FROM items GROUP BY state").fetchall())
+        return {s: found.get(s.value, 0) for s in ItemState}
+
+    def items(self) -> list[ItemRecord]:
+        return [ItemRecord(n, q, ItemState.parse(s), w, lease, attempts, reason, drafts) for n, q, s, w, lease,
+                attempts, reason, drafts in self._db.execute(
+                    "SELECT n, query_id, state, worker, lease_until, attempts, reason, "
+                    "(SELECT COUNT(*) FROM checkpoints c WHERE c.n = items.n) FROM items ORDER BY n")]
+
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """Every draft checkpoint kept (without its contents)."""
+        return [{"item": n, "query_id": q, "attempt": a, "worker": w, "created_at": at, "index_version": v}
+                for n, q, a, w, at, v in self._db.execute(
+                    "SELECT c.n, i.query_id, c.attempt, c.worker, c.created_at, c.index_version FROM checkpoints c "
+                    "JOIN items i ON i.n = c.n ORDER BY c.id")]
+
+    def events(self, event: str | None = None) -> list[tuple[int | None, str | None, str, str]]:
+        """The run's history: (item, worker, event, detail), oldest first."""
+        sql = "SELECT n, worker, event, detail FROM events"
+        return [tuple(r) for r in (self._db.execute(sql + " WHERE event = ? ORDER BY id", (event,)) if event
+                                   else self._db.execute(sql + " ORDER BY id"))]
