@@ -53,3 +53,11 @@ def test_every_long_command_takes_quiet():
                  ["ablate", "--store", "s.db", "--queries", "q.jsonl", "--out", "o"]):
         assert parser.parse_args(argv + ["--quiet"]).quiet is True
         assert parser.parse_args(argv).quiet is False
+
+
+def test_progress_set_takes_a_count_shared_with_other_workers():
+    progress = Progress("ragdx run", 10, unit="queries", stream=Terminal(), every=0)
+    progress.advance(2)
+    progress.set(7, "q7")  # other workers finished five meanwhile
+    assert progress.done == 7 and progress.line().startswith("ragdx run: 7/10 queries (70%)")
+    assert progress.line().endswith("q7")
