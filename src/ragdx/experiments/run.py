@@ -65,7 +65,7 @@ def answer_one(pipeline: Pipeline, query: Query, produce: Callable[[Query], Trac
     trace = produce(query)
     binding = bind_evidence(pipeline.store, query.principal, trace.context, trace.answer, index_version)
     resolved = evidence if evidence is not None else resolver.run(query)
-    view = view_of(trace, pipeline.store)
+    view = view_of(trace, pipeline.store, pipeline.channels)
     diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
     if oracle == "context":
         diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
