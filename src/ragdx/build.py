@@ -104,8 +104,10 @@ def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerCon
     return config, counter
 
 
-def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None) -> Ingestor:
-    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say."""
+def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None, *,
+                   workers: int = 1) -> Ingestor:
+    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say,
+    parsing on ``workers`` processes."""
     dense = settings.retrieval.dense
     backend = type(encoder).__name__ if encoder is not None else dense.backend
     if dense.enabled and encoder is None:
@@ -114,7 +116,7 @@ def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = Non
         encoder = None
     config, counter = chunker_for(settings, encoder)
     embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
-    return Ingestor(store, config, counter, embedder)
+    return Ingestor(store, config, counter, embedder, workers=workers)
 
 
 def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None = None,
