@@ -485,16 +485,8 @@ class PostgresStore:
 
     def _shard_conninfo(self, server: str) -> str:
         """How to reach a shard, from its foreign server and user mapping on the coordinator."""
-        from psycopg.conninfo import make_conninfo
-        row = self._one("SELECT s.srvoptions, u.umoptions FROM pg_foreign_server s LEFT JOIN "
-                        "pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user "
-                        "WHERE s.srvname = %s", (server,))
-        if row is None:
-            raise StoreError(f"{self.where}: the shard server {server!r} recorded in the store is "
-                             "not defined on the coordinator")
-        options = dict(o.split("=", 1) for o in (row[0] or []) + (row[1] or []))
-        keep = {k: v for k, v in options.items() if k in ("host", "port", "dbname", "user", "password")}
-        return make_conninfo("", **keep)
+        with self._conn() as conn:
+            return _server_conninfo(conn, server, self.where)
 
     def _on_each_shard(self, statements: Callable[[int], list[str]]) -> None:
         """Run DDL on every shard for each part it holds (committed at once, idempotently: an
@@ -1171,6 +1163,20 @@ class PostgresStore:
         return problems
 
 
+def _server_conninfo(conn: Any, server: str, where: str) -> str:
+    """How to reach a shard, from its foreign server and user mapping on the coordinator."""
+    from psycopg.conninfo import make_conninfo
+    row = conn.execute("SELECT s.srvoptions, u.umoptions FROM pg_foreign_server s LEFT JOIN "
+                       "pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user "
+                       "WHERE s.srvname = %s", (server,)).fetchone()
+    if row is None:
+        raise StoreError(f"{where}: the shard server {server!r} recorded in the store is "
+                         "not defined on the coordinator")
+    options = dict(o.split("=", 1) for o in (row[0] or []) + (row[1] or []))
+    keep = {k: v for k, v in options.items() if k in ("host", "port", "dbname", "user", "password")}
+    return make_conninfo("", **keep)
+
+
 def _reason(exc: Exception) -> str:
     """A connection error's first line, without libpq's "connection failed:" preamble."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -1258,19 +1264,28 @@ def setup_shards(dsn: str, shards: Sequence[str], *, parts_per_shard: int = 2) -
 
 
 def drop_store(dsn: str) -> None:
-    """Remove a store: its schema on the coordinator and on every shard, and its shard servers."""
+    """Remove a store: its schema on the coordinator and on every shard, and its shard servers.
+    Reads only the ``partitions`` table, so a store of an older schema version can be dropped.
+
+    Raises:
+        StoreError: the server is unreachable, or its schema holds no ragdx store.
+    """
     psycopg = _psycopg()
-    schema = _schema_of(dsn)
-    store = PostgresStore(dsn, OpenMode.READ)
+    schema, where = _schema_of(dsn), _redact(dsn)
     try:
-        servers = sorted({s for s in store.partitions().values() if s})
-        shards = [store._shard_conninfo(s) for s in servers]
-    finally:
-        store.close()
-    for conninfo in shards:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"{where}: cannot connect to PostgreSQL: {_reason(exc)}") from None
+    with coordinator as conn:
+        if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                            "table_name = 'partitions'", (schema,)).fetchone():
+            raise StoreError(f"{where}: no ragdx store in the schema {schema!r}")
+        servers = [r[0] for r in conn.execute(f"SELECT DISTINCT server FROM {schema}.partitions "
+                                              "WHERE server IS NOT NULL ORDER BY 1")]
+        shards = [_server_conninfo(conn, server, where) for server in servers]
+        for conninfo in shards:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as shard:
+                shard.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         for server in servers:
             conn.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
