@@ -11,8 +11,9 @@ Layout (docs/postgres.md). Everything lives in one schema (``ragdx`` unless the 
   ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens under a GIN index, and the tokens'
   frequencies per column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)``
   column under an HNSW index);
-- per-part BM25 statistics, kept exact by statement triggers in the same transaction as the
-  chunk rows: ``term_df`` (rows holding each term) and ``corpus`` (rows and tokens).
+- per-part BM25 statistics, kept exact by triggers in the same transaction as the chunk rows:
+  ``term_df`` (rows holding each term), ``term_delta`` (the transaction's changes to it, folded
+  in before commit) and ``corpus`` (rows and tokens).
 
 Access groups and statuses are never stored on chunk or vector rows: an access change rewrites
 one ``acl`` row, and no HNSW-indexed row is touched (re-inserting a vector into the graph is what
