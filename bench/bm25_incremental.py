@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import random
 import sqlite3
 import statistics
 import sys
@@ -52,8 +53,10 @@ from ragdx.types import Principal, Query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
-    Stopwatch, missing_modules, DEFAULT_HTML, REPO, code_version, html_pages, machine, missing_pages, write_result,
+    Stopwatch, missing_modules, DEFAULT_HTML, REPO, code_version, html_pages, machine, missing_pages, peak_rss_mb,
+    write_result,
 )
+from bm25_vs_bm25s import Bm25sSearch, Rows, agreement, latency, ragdx_search  # noqa: E402
 
 DEFAULT_OUT = REPO / "bench" / "results" / "bm25_incremental.json"
 EVERYONE = Principal("bench", ("public",))
@@ -92,7 +95,27 @@ def top_docs(store: SQLiteStore, question: str, k: int = 10) -> list[str]:
     return [item.doc_id for item in ranked.items]
 
 
-def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str, object]:
+def side_by_side(store: SQLiteStore, db_path: Path, model, n: int, copies: int) -> dict[str, object]:
+    """Keyword latency and agreement at this size: ragdx's ``BM25Retriever`` (both columns weight
+    1) against the last bm25s rebuild, on ``n`` runs of 12 words from random chunks. The copies
+    tie every score ``copies`` ways: for the agreement, bm25s's ties are ordered by row as
+    ragdx's are (its top ``10 * copies``, re-sorted); latency is bm25s's plain top 10."""
+    rows = Rows.load(db_path)
+    rng = random.Random(13)
+    texts = [t for t, dup in zip(rows.texts, rows.duplicate) if not dup and len(t.split()) >= 12]
+    questions = []
+    for text in rng.sample(texts, n):
+        words = text.split()
+        start = rng.randrange(len(words) - 11)
+        questions.append(" ".join(words[start:start + 12]))
+    engines = {"ragdx": ragdx_search(store, 1.0, 1.0), "bm25s": Bm25sSearch(model, rows)}
+    timing = latency(engines, questions, 10)
+    tied = Bm25sSearch(model, rows, ties_by_row=copies)
+    agree = agreement([engines["ragdx"](q, 10) for q in questions], [tied(q, 10) for q in questions])
+    return {"latency_top10": timing, "agreement_top10": agree}
+
+
+def run(html_dir: Path, target_chunks: int, edits: int, repeat: int, n_queries: int) -> dict[str, object]:
     pages = html_pages(html_dir)
     with tempfile.TemporaryDirectory(prefix="ragdx-bm25-inc-") as tmp_name:
         tmp = Path(tmp_name)
@@ -112,6 +135,13 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
             c += 1
         chunks_before = store.counts()
 
+        probe = "sqlite3 connection cursor execute"
+        with Stopwatch() as first_query:  # the keyword mirror is built from FTS5's index here
+            top_docs(store, probe)
+        with Stopwatch() as warm_query:
+            top_docs(store, probe)
+        print(f"first keyword query {first_query.wall:.1f} s (mirror built)", file=sys.stderr, flush=True)
+
         targets = median_documents(db_path, "copy0/", 2 * edits)
         to_edit, to_delete = targets[0::2], targets[1::2]
         by_id = {f"copy0/{p.relative_to(html_dir).as_posix()}": p for p in pages}
@@ -127,8 +157,9 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
                 ingestor.prepare(entry)  # parse and chunk alone, for the breakdown
             with Stopwatch() as clock:
                 report = ingestor.run(manifest)
-            found = top_docs(store, word)
-            edit_rows.append({"doc_id": doc_id, "chunks_before": n_chunks, "seconds": clock.wall,
+            with Stopwatch() as next_query:  # the mirror is patched here
+                found = top_docs(store, word)
+            edit_rows.append({"next_query_s": next_query.wall, "doc_id": doc_id, "chunks_before": n_chunks, "seconds": clock.wall,
                               "cpu_s": clock.cpu, "parse_and_chunk_s": prepare.wall,
                               "parse_and_chunk_cpu_s": prepare.cpu, "action": report.actions[0].action,
                               "new_chunks": report.chunks, "found_by_next_query": found[:1] == [doc_id],
@@ -142,8 +173,9 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
             found_before = doc_id in top_docs(store, question, 100)
             with Stopwatch() as clock:
                 delete_documents(store, [doc_id])
-            gone = doc_id not in top_docs(store, question, 100)
-            delete_rows.append({"doc_id": doc_id, "chunks": n_chunks, "seconds": clock.wall, "cpu_s": clock.cpu,
+            with Stopwatch() as next_query:
+                gone = doc_id not in top_docs(store, question, 100)
+            delete_rows.append({"next_query_s": next_query.wall, "doc_id": doc_id, "chunks": n_chunks, "seconds": clock.wall, "cpu_s": clock.cpu,
                                 "found_before": found_before, "absent_from_next_query": gone})
             print(f"delete {doc_id}: {clock.wall * 1000:.1f} ms", file=sys.stderr, flush=True)
 
@@ -157,7 +189,8 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
             with Stopwatch() as tokenizing:
                 tokens = [fts5_tokens(t) for t in texts]
             with Stopwatch() as indexing:
-                reference_bm25("float32", backend="numpy").index(tokens, show_progress=False)
+                model = reference_bm25("float32", backend="numpy")
+                model.index(tokens, show_progress=False)
             tokenize_s.append(tokenizing.wall)
             index_s.append(indexing.wall)
             rebuild_cpu.append(tokenizing.cpu + indexing.cpu)
@@ -165,6 +198,10 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
                   f"index {index_s[-1]:.1f} s", file=sys.stderr, flush=True)
         n_tokens = sum(map(len, tokens))
         del tokens
+        store = SQLiteStore(db_path, mode="read")
+        queries = side_by_side(store, db_path, model, n_queries, copies)
+        store.close()
+        del model
 
         db = sqlite3.connect(str(db_path))
         with Stopwatch() as fts5_rebuild:
@@ -196,6 +233,11 @@ def run(html_dir: Path, target_chunks: int, edits: int, repeat: int) -> dict[str
                           "index_s": index_s, "cpu_each": rebuild_cpu,
                           "index_only_median_s": statistics.median(index_s)},
         "fts5_rebuild": {"wall_s": fts5_rebuild.wall, "cpu_s": fts5_rebuild.cpu},
+        "keyword_mirror": {"first_query_s": first_query.wall, "warm_query_s": warm_query.wall,
+                           "edit_next_query_median_s": statistics.median(r["next_query_s"] for r in edit_rows),
+                           "delete_next_query_median_s": statistics.median(r["next_query_s"] for r in delete_rows)},
+        "queries": queries,
+        "peak_rss_mb": peak_rss_mb(),
         "ratios": {"bm25s_rebuild_over_ragdx_edit": rebuild_s / edit_s,
                    "bm25s_rebuild_over_ragdx_delete": rebuild_s / delete_s,
                    "bm25s_index_only_over_ragdx_edit": statistics.median(index_s) / edit_s,
@@ -236,6 +278,17 @@ def table(r: dict) -> str:
         f"(index() alone: {r['ratios']['bm25s_index_only_over_ragdx_edit']:.0f}x wall)",
         f"ratio: bm25s rebuild / ragdx delete {r['ratios']['bm25s_rebuild_over_ragdx_delete']:6.0f}x wall, "
         f"{r['ratios']['cpu_bm25s_rebuild_over_ragdx_delete']:.0f}x CPU",
+        "",
+        f"keyword mirror: first query {r['keyword_mirror']['first_query_s']:.2f} s (built from FTS5's index), "
+        f"warm {r['keyword_mirror']['warm_query_s'] * 1000:.1f} ms; the query after an edit "
+        f"{r['keyword_mirror']['edit_next_query_median_s'] * 1000:.0f} ms, after a delete "
+        f"{r['keyword_mirror']['delete_next_query_median_s'] * 1000:.0f} ms (patched; medians)",
+        "latency, top 10, ms   wall p50    p95    CPU p50",
+        *[f"  {name:6}             {s['p50_ms']:8.2f} {s['p95_ms']:6.2f} {s['cpu']['p50_ms']:9.2f}"
+          for name, s in r["queries"]["latency_top10"].items()],
+        f"agreement@10: overlap {r['queries']['agreement_top10']['overlap@10_mean']:.3f}, identical "
+        f"{r['queries']['agreement_top10']['identical_lists']}/{r['queries']['agreement_top10']['queries']}",
+        f"peak RSS of the benchmark process: {r['peak_rss_mb']:.0f} MB",
         f"checks: {r['checks']}",
     ]
     return "\n".join(lines)
@@ -249,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="about how many chunks the index should hold (default 100000)")
     ap.add_argument("--edits", type=int, default=5, help="documents edited, and as many deleted (default 5)")
     ap.add_argument("--repeat", type=int, default=2, help="bm25s rebuilds (default 2)")
+    ap.add_argument("--queries", type=int, default=200, help="questions for the latency comparison (default 200)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args(argv)
     if args.chunks < 1 or args.edits < 1 or args.repeat < 1:
@@ -257,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    result = run(args.html_dir, args.chunks, args.edits, args.repeat)
+    result = run(args.html_dir, args.chunks, args.edits, args.repeat, args.queries)
     write_result(args.out, result, table(result))
     return 0
 

@@ -23,12 +23,14 @@ What it measures:
   FTS5 alone (``INSERT INTO chunks_fts(chunks_fts) VALUES('rebuild')``, re-tokenizing every
   chunk); bm25s's tokenization and ``index()``; the median of ``--repeat`` runs each (the
   ingest runs once);
-- latency, for ``--queries`` questions at top_k 10 and 100: ragdx's ``BM25Retriever.run`` (MATCH
-  expression, SQL with the access filter, chunk rows, the read-time access check) against
-  ``fts5_query_tokens`` + ``bm25s.retrieve`` + the chunk ids; one warm-up pass, then the two
-  engines alternate query by query; p50, p95 and mean in milliseconds, of wall-clock and of
-  CPU time (the process's: SQLite and numpy run in it; other jobs on a shared machine inflate
-  wall time, hardly CPU time);
+- latency, for ``--queries`` questions at top_k 10 and 100: ragdx's ``BM25Retriever.run`` (the
+  store's posting matrix mirrored from FTS5's index with the access and version filters inside,
+  the chunk rows, the read-time access check) against ``fts5_query_tokens`` + ``bm25s.retrieve``
+  + the chunk ids; 20 questions to warm up, then the two engines alternate query by query; p50,
+  p95 and mean in milliseconds, of wall-clock and of CPU time (the process's: SQLite and numpy
+  run in it; other jobs on a shared machine inflate wall time, hardly CPU time);
+- exactness: the posting matrix against FTS5's own SQL (``SQLiteStore.fts5_bm25``) on every
+  question, weights (1, 1), (0.5, 1) and (0, 1): identical top 10s, ids and scores;
 - agreement: overlap@10 of the two top-10 lists, how many are identical, and the same top 1;
 - recall@10 on two labelled query sets made from the corpus: *heading* queries (a section
   heading that occurs once in the corpus, section numbers stripped; relevant: that section's
@@ -61,7 +63,7 @@ from ragdx.build import build_ingestor
 from ragdx.stages.bm25 import BM25Retriever, query_terms
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, SQLiteStore, match_expression
 from ragdx.testing.fts5 import fts5_porter, fts5_query_tokens, fts5_tokens, indexed_fields, reference_bm25
-from ragdx.types import Principal, Query
+from ragdx.types import Principal, Query, VersionFilter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import (  # noqa: E402
@@ -166,17 +168,26 @@ def ms_summary(seconds: list[float]) -> dict[str, float]:
 class Bm25sSearch:
     """bm25s as a search function over the store's chunks: question in, chunk ids out."""
 
-    def __init__(self, model, rows: Rows) -> None:
+    def __init__(self, model, rows: Rows, *, ties_by_row: int = 0) -> None:
         self.model = model
         self.ids = np.array(rows.ids, dtype=object)
         self.mask = (~rows.duplicate).astype(model.dtype)
+        self.ties_by_row = ties_by_row
 
     def __call__(self, question: str, k: int) -> list[tuple[str, float]]:
+        """The top ``k``; with ``ties_by_row`` N, bm25s's top k * N re-sorted so equal scores go
+        to the older row as in ragdx (for corpora of N identical copies, where every score ties
+        N ways and bm25s's own order of ties decides which copies make the top k)."""
         tokens = fts5_query_tokens(question)
-        found = self.model.retrieve([tokens], k=k, weight_mask=self.mask, show_progress=False,
+        deep = min(k * self.ties_by_row, len(self.ids)) if self.ties_by_row else k
+        found = self.model.retrieve([tokens], k=deep, weight_mask=self.mask, show_progress=False,
                                     n_threads=0)
-        matched = found.scores[0] > 0
-        return list(zip(self.ids[found.documents[0][matched]], found.scores[0][matched].tolist()))
+        docs, scores = found.documents[0], found.scores[0]
+        if self.ties_by_row:
+            order = np.lexsort((docs, -scores))[:k]
+            docs, scores = docs[order], scores[order]
+        matched = scores > 0
+        return list(zip(self.ids[docs[matched]], scores[matched].tolist()))
 
 
 def ragdx_search(store: SQLiteStore, prefix_weight: float, text_weight: float):
@@ -234,6 +245,25 @@ def agreement(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float]]]
             "same_top1": sum(x[:1] == y[:1] for x, y in ids), "queries": len(a),
             "rank_by_rank_score_rel_diff_max": max(rank_rel),
             "differing_lists_rank_score_rel_diff_max": max(differing, default=0.0)}
+
+
+def fts5_exactness(store: SQLiteStore, questions: list[str], k: int = 10) -> dict[str, object]:
+    """The posting matrix (``SQLiteStore.bm25``) against FTS5's own SQL (``fts5_bm25``), three
+    weightings, every question: how many top-k lists are identical, ids and scores bit for bit."""
+    out: dict[str, object] = {}
+    for weights in ((1.0, 1.0), (0.5, 1.0), (0.0, 1.0)):
+        same = 0
+        gap = 0.0
+        for question in questions:
+            terms = query_terms(question)
+            versions = VersionFilter.for_question(question)
+            mine = store.bm25(terms, EVERYONE.groups, k, weights, versions)
+            theirs = store.fts5_bm25(terms, EVERYONE.groups, k, weights, versions)
+            same += [(c.id, s) for c, s in mine] == [(c.id, s) for c, s in theirs]
+            gap = max([gap] + [abs(s - t) / max(abs(t), 1e-300) for (_, s), (_, t) in zip(mine, theirs)])
+        out[f"{weights[0]:g},{weights[1]:g}"] = {"identical": same, "queries": len(questions),
+                                                 "max_rel_score_diff": gap}
+    return out
 
 
 def sql_breakdown(db_path: Path, questions: list[str]) -> dict[str, object]:
@@ -323,6 +353,7 @@ def run(html_dir: Path, n_queries: int, repeat: int, seed: int) -> dict[str, obj
         engines = {"ragdx": ragdx_search(store, 1.0, 1.0), "bm25s": Bm25sSearch(model, rows)}
         latencies = {f"top_k={k}": latency(engines, questions, k) for k in (10, 100)}
         breakdown = sql_breakdown(db_path, questions)
+        exactness = fts5_exactness(store, questions)
 
         systems = {
             "ragdx (prefix 1, text 1)": engines["ragdx"],
@@ -373,6 +404,7 @@ def run(html_dir: Path, n_queries: int, repeat: int, seed: int) -> dict[str, obj
         },
         "latency": latencies,
         "ragdx_sql_breakdown_top10": breakdown,
+        "posting_matrix_vs_fts5_sql_top10": exactness,
         "agreement": agree,
         "quality": quality,
         "queries_sample": [{k: q[k] for k in ("set", "question")} | {"relevant": len(q["relevant"])}
@@ -406,6 +438,9 @@ def table(r: dict) -> str:
                  f"{b['joined']['p50_ms']:.2f}, + dup/acl filter {b['joined_and_filtered']['p50_ms']:.2f}")
     lines.append(f"  a question's OR expression matches {b['rows_matched_fraction_median']:.0%} of the rows "
                  f"(median); {b['questions_matching_every_row']} questions match every row")
+    same = ", ".join(f"weights ({w}) {e['identical']}/{e['queries']}"
+                     for w, e in r["posting_matrix_vs_fts5_sql_top10"].items())
+    lines.append(f"  ragdx's posting matrix vs FTS5's SQL, identical top 10 (ids and scores): {same}")
     lines += ["", "agreement@10                            overlap  identical  same set  same top 1  "
               "max rel. score diff, rank by rank"]
     for name, a in r["agreement"].items():

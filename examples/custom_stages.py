@@ -66,7 +66,8 @@ def main(out: Path) -> Pipeline:
 
     # ragdx's stages with the keyword channel and the generator replaced by yours
     stages = default_stages(store, settings)
-    stages[0] = FunctionRetriever(store, keyword_search(store), name="overlap", top_k=50)
+    bm25 = next(n for n, s in enumerate(stages) if s.name == "bm25")
+    stages[bm25] = FunctionRetriever(store, keyword_search(store), name="overlap", top_k=50)
     builtin_generator = next(s for s in stages if s.kind is StageKind.GENERATION)
     stages[stages.index(builtin_generator)] = FirstSentenceGenerator()
     pipeline = Pipeline(stages, store=store, settings=settings)

@@ -17,7 +17,7 @@ def test_ingest_docs_delete_roundtrip(tmp_path, capsys):
     store = str(tmp_path / "s.db")
     assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("14 documents (") and "14 added" in out and "index version 1" in out
+    assert out.startswith("15 documents (") and "15 added" in out and "index version 1" in out
     assert main(["ingest", "--store", store, "--json", str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
     report = json.loads(capsys.readouterr().out)
     assert {a["action"] for a in report["actions"]} == {"unchanged"} and report["index_version"] == 1
@@ -51,7 +51,7 @@ def test_evidence_strict(tmp_path, capsys):
     capsys.readouterr()
     assert main(["evidence", "--store", store, "--queries", str(EXAMPLE / "queries.jsonl"), "--json"]) == 0
     rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert len(rows) == 32 and all(r["coverage"] == "full" for r in rows)
+    assert len(rows) == 40 and all(r["coverage"] == "full" for r in rows)
     bad = write(tmp_path / "q.jsonl", json.dumps({"id": "q9", "question": "?", "required": [[
         {"doc": "policies/quality.md", "quote": "no such words"}]]}) + "\n")
     before = snapshot(tmp_path / "s.db")
@@ -65,15 +65,17 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ragdx.cli", "demo", "--out", str(out)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "Ingested 14 document versions" in proc.stdout
-    assert "32 of 32 required quotes lie whole inside one chunk" in proc.stdout
-    assert "ragdx: ingesting the bundled example" in proc.stderr  # logs and progress go to stderr
-    assert "ragdx run [" in proc.stderr and "ragdx run [" not in proc.stdout
-    assert len((out / "evidence.jsonl").read_text().splitlines()) == 32
+    assert "Ingested 15 document versions" in proc.stdout
+    assert "40 of 40 required quotes lie whole inside one chunk" in proc.stdout
+    assert "ragdx: ingesting the bundled example" in proc.stderr  # logs go to stderr
+    # progress lines are drawn on a terminal only: a pipe gets none, on either stream
+    assert "ragdx run:" not in proc.stderr + proc.stdout and "queries (" not in proc.stderr
+    assert len((out / "evidence.jsonl").read_text().splitlines()) == 40
     diagnoses = [json.loads(line) for line in (out / "run" / "diagnosis.jsonl").read_text().splitlines()]
-    assert len(diagnoses) == 18
+    assert len(diagnoses) == 20
     by_id = {d["id"]: d for d in diagnoses}
     assert by_id["q-refund-35d"]["outcome"] == "supported"
+    assert by_id["q-order-quality-refund"]["outcome"] == "supported"  # the multi-hop path, routed by default
     # as labelled (labels.jsonl) for the default pipeline; without the 'dense' extra the demo runs
     # lexical only, and the generator, scoring words alone, abstains
     dense = importlib.util.find_spec("sentence_transformers") is not None
@@ -81,10 +83,10 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     assert by_id["q-manual-refund-approval-public"]["outcome"] == "correct_abstention"
     manifest = json.loads((out / "run" / "manifest.json").read_text())
     assert manifest["index_version"] == 1 and manifest["settings"]["fusion"]["c"] == 60.0
-    assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 18
+    assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 20
     # the whole job: metrics and the report, and where to open it
     metrics = json.loads((out / "run" / "metrics.json").read_text())
-    assert metrics["overall"]["queries"] == 18 and metrics["overall"]["outcomes"]["correct_abstention"] == (1 if dense else 2)
+    assert metrics["overall"]["queries"] == 20 and metrics["overall"]["outcomes"]["correct_abstention"] == (1 if dense else 2)
     report = (out / "run" / "report.html").resolve()
     assert report.is_file() and f"Open the report: {report.as_uri()}" in proc.stdout
     assert "evidence complete at" in proc.stdout  # the terminal summary
@@ -102,7 +104,7 @@ def test_ablate_refuses_a_multi_stage_variant_before_running(tmp_path, capsys):
     assert "--force" in err and not out.exists()
     assert main([*args, "--variant", "small:context.budget_tokens=300", "--variant", "none:rerank.method=features"]) == 0
     stdout = capsys.readouterr().out
-    assert "variant small (context.budget_tokens=300); reused: bm25, governance, rrf" in stdout
+    assert "variant small (context.budget_tokens=300); reused: bm25, governance, rewrite, rrf" in stdout
     assert "route (first tag)" in stdout and f"open {out / 'report.html'}" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["baseline", "manifest.json", "metrics.json", "none",
                                                      "report.html", "small"]
@@ -140,11 +142,11 @@ def test_ask_with_both_channels_and_json_trace(tmp_path, capsys):
     pytest.importorskip("sentence_transformers")
     store = str(tmp_path / "s.db")
     assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl")]) == 0
-    assert "vectors: 72 encoded, 0 reused" in capsys.readouterr().out
+    assert "vectors: 75 encoded, 0 reused" in capsys.readouterr().out
     question = "Can I get a refund for a quality problem 35 days after delivery?"
     assert main(["ask", "--store", store, "--json", question]) == 0
     trace = json.loads(capsys.readouterr().out)
-    assert [s["name"] for s in trace["stages"]] == ["bm25", "dense", "rrf", "governance",
+    assert [s["name"] for s in trace["stages"]] == ["rewrite", "bm25", "dense", "rrf", "governance",
                                                     "context", "extractive", "verify"]
     assert trace["principal"] == {"user": "anonymous", "groups": ["public"]}
     for stage in trace["stages"]:
@@ -177,10 +179,10 @@ def test_switching_to_the_onnx_backend_keeps_the_chunks_and_the_old_space(tmp_pa
     assert main(["index", "switch", "--store", store, "--space", space]) == 0
     capsys.readouterr()
     assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *onnx]) == 0
-    assert "0 re-chunked, 14 unchanged" in capsys.readouterr().out
+    assert "0 re-chunked, 15 unchanged" in capsys.readouterr().out
     assert main(["index", "status", "--store", store]) == 0
     retired = [line.split() for line in capsys.readouterr().out.splitlines() if " retired " in line]
-    assert len(retired) == 1 and retired[0][4] == "72"  # the fp32 space keeps every vector
+    assert len(retired) == 1 and retired[0][4] == "75"  # the fp32 space keeps every vector
 
 
 def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):

@@ -71,7 +71,7 @@ def test_an_ablation_grid_on_the_cluster_equals_running_it_here(tmp_path, dask_c
     with SQLiteStore(tmp_path / "store.db", "read") as store:
         for name, overrides in variants.items():
             pipeline = build_pipeline(store, load_settings(overrides=overrides), encoder=factory())
-            assert len(grid[name]) == len(queries) == 18
+            assert len(grid[name]) == len(queries) == 20
             for query, trace in zip(queries, grid[name]):
                 here = pipeline.run(query)
                 assert trace.query == query

@@ -25,7 +25,7 @@ def test_ragdx_stages_satisfy_their_kinds_protocols(example_store):
     from ragdx.testing.encoders import HashingEncoder
     stages = default_stages(example_store, load_settings(overrides=["rerank.method=features"]),
                             encoder=HashingEncoder())
-    assert [s.kind for s in stages] == [StageKind.RETRIEVAL, StageKind.RETRIEVAL, StageKind.FUSION,
+    assert [s.kind for s in stages] == [StageKind.REWRITE, StageKind.RETRIEVAL, StageKind.RETRIEVAL, StageKind.FUSION,
                                         StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT,
                                         StageKind.GENERATION, StageKind.CITATION]
     for stage in stages:
@@ -35,13 +35,14 @@ def test_ragdx_stages_satisfy_their_kinds_protocols(example_store):
 
 
 def _stages(store):
+    """The default stages without the rewrite stage (the list's changes below index from bm25)."""
     from ragdx.config import load_settings
-    return default_stages(store, load_settings(overrides=LEXICAL))
+    return [s for s in default_stages(store, load_settings(overrides=LEXICAL)) if s.kind is not StageKind.REWRITE]
 
 
 @pytest.mark.parametrize("change, message", [
     (lambda s: [s[2], *s[:2], *s[3:]], "stage 1 (bm25): a retrieval stage cannot come after a rerank stage; "
-                                       "the order is retrieval -> fusion -> rerank -> governance"),
+                                       "the order is rewrite -> retrieval -> fusion -> rerank -> governance"),
     (lambda s: s[:3] + [s[2]] + s[3:], "two stages are named 'features'"),
     (lambda s: [x for x in s if x.kind is not StageKind.RETRIEVAL], "at least one retrieval stage"),
     (lambda s: [x for x in s if x.kind is not StageKind.CONTEXT], "a generation stage needs a context stage"),
@@ -95,8 +96,8 @@ def test_resume_follows_the_list(example_store):
     base = pipeline.run(query)
     again = pipeline.resume(base, StageKind.CONTEXT)
     assert [s.stage for s in again.stages] == [s.stage for s in base.stages]
-    assert [s is b for s, b in zip(again.stages, base.stages)] == [True] * 4 + [False] * 3
-    assert again.notes[-1] == "reused from the baseline: bm25, rrf, features, governance"
+    assert [s is b for s, b in zip(again.stages, base.stages)] == [True] * 5 + [False] * 3
+    assert again.notes[-1] == "reused from the baseline: rewrite, bm25, rrf, features, governance"
 
 
 def _sections(page: str) -> list[str]:
@@ -108,7 +109,7 @@ def test_the_user_stage_example_runs_and_reports_like_the_built_in_stages(tmp_pa
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     pipeline = example.main(tmp_path / "custom")
-    assert [s.name for s in pipeline.stages] == ["overlap", "rrf", "governance", "context",
+    assert [s.name for s in pipeline.stages] == ["rewrite", "overlap", "rrf", "governance", "context",
                                                  "first-sentence", "verify"]
     from ragdx.config import load_settings
     run(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]),
@@ -117,14 +118,14 @@ def test_the_user_stage_example_runs_and_reports_like_the_built_in_stages(tmp_pa
     custom, builtin = tmp_path / "custom" / "run", tmp_path / "builtin"
     assert sorted(p.name for p in custom.iterdir()) == sorted(p.name for p in builtin.iterdir())
     trace = json.loads((custom / "traces.jsonl").read_text().splitlines()[0])
-    assert trace["stages"][0]["name"] == "overlap" and trace["stages"][0]["items"]
+    assert trace["stages"][1]["name"] == "overlap" and trace["stages"][1]["items"]
     custom_lines = [json.loads(line) for line in (custom / "diagnosis.jsonl").read_text().splitlines()]
     builtin_lines = [json.loads(line) for line in (builtin / "diagnosis.jsonl").read_text().splitlines()]
-    assert len(custom_lines) == len(builtin_lines) == 18
+    assert len(custom_lines) == len(builtin_lines) == 20
     assert [sorted(d) for d in custom_lines] == [sorted(d) for d in builtin_lines]
     assert {d["first_failure"] for d in custom_lines} - {None} <= {k.value for k in StageKind}
     assert _sections((custom / "report.html").read_text()) == _sections((builtin / "report.html").read_text())
     ablation = json.loads((tmp_path / "custom" / "ablation" / "metrics.json").read_text())
     assert list(ablation["variants"]) == ["extractive"]
     # the variant changes generation only: everything before it is the baseline's own output
-    assert ablation["variants"]["extractive"]["reused"] == ["context", "governance", "overlap", "rrf"]
+    assert ablation["variants"]["extractive"]["reused"] == ["context", "governance", "overlap", "rewrite", "rrf"]

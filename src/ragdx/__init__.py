@@ -12,11 +12,11 @@ from ragdx.types import (
     Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
     ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, ParsedDocument, Principal, Provenance,
     Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
-    VersionFilter,
+    VersionFilter, RewriteKind, MarkerKind, Marker, RewriteDiff, Rewrite, SlotState, Slot, Hop, Rewritten,
 )
 from ragdx.protocols import (
-    Assembler, DeepRetriever, Encoder, Fuser, Generator, Governor, Reranker, Retriever, Stage, Store,
-    TokenCounter, Verifier,
+    Assembler, DeepRetriever, Encoder, Fuser, Generator, Governor, QueryRewriter, Reranker, Retriever, Rewriter,
+    Stage, Store, TokenCounter, Verifier,
 )
 from ragdx.config import Settings, load_settings
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunker
@@ -26,6 +26,9 @@ from ragdx.queryset import load_queries
 from ragdx.store.sqlite import OpenMode, SQLiteStore
 from ragdx.store.postgres import PostgresStore
 from ragdx.stages.custom import FunctionRetriever
+from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
+from ragdx.stages.routed import RoutedRewrite
+from ragdx.stages.multihop import MultiHop
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.binding import (
     ChangedSpan, CitedSpan, EvidenceBinding, Recheck, RecheckStatus, SpanChange, bind_evidence, recheck,
@@ -53,9 +56,10 @@ __all__ = [
     "Alternative", "Answer", "Block", "BlockKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
     "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "Dropped", "EmbeddingSpace", "Encoding",
     "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
-    "StageKind", "StoredVersion", "Usage", "Verdict", "Verification",
+    "StageKind", "StoredVersion", "Usage", "Verdict", "Verification", "RewriteKind", "MarkerKind", "Marker",
+    "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten",
     # protocols
-    "Store", "Stage", "Retriever", "DeepRetriever", "Fuser", "Reranker", "Governor", "Assembler",
+    "Store", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser", "Reranker", "Governor", "Assembler",
     "Generator", "Verifier", "Encoder", "TokenCounter",
     # settings
     "Settings", "load_settings",
@@ -65,7 +69,8 @@ __all__ = [
     "OpenMode", "VersionFilter",
     "PostgresStore", "open_store",
     # pipeline
-    "Pipeline", "Trace", "FunctionRetriever", "build_pipeline", "default_stages", "build_ingestor",
+    "Pipeline", "Trace", "FunctionRetriever", "OfflineRewriter", "LlmRewriter", "RoutedRewrite", "MultiHop",
+    "build_pipeline", "default_stages", "build_ingestor",
     "build_encoder",
     # answers bound to their evidence
     "bind_evidence", "recheck", "EvidenceBinding", "CitedSpan", "Recheck", "ChangedSpan", "SpanChange",

@@ -24,9 +24,12 @@ from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.fuse import RRF, WeightedFusion
 from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
+from ragdx.stages.multihop import MultiHop
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
-from ragdx.types import StageKind
+from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
+from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
+from ragdx.types import StageKind
 
 __all__ = ["open_store", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
            "build_pipeline"]
@@ -75,8 +78,10 @@ def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerCon
     return config, counter
 
 
-def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None) -> Ingestor:
-    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say."""
+def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None, *,
+                   workers: int = 1) -> Ingestor:
+    """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say,
+    parsing on ``workers`` processes."""
     dense = settings.retrieval.dense
     backend = type(encoder).__name__ if encoder is not None else dense.backend
     if dense.enabled and encoder is None:
@@ -85,7 +90,7 @@ def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = Non
         encoder = None
     config, counter = chunker_for(settings, encoder)
     embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
-    return Ingestor(store, config, counter, embedder)
+    return Ingestor(store, config, counter, embedder, workers=workers)
 
 
 def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None = None,
@@ -114,6 +119,14 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     if not stages:
         raise ConfigError("no retrieval channel is enabled: set retrieval.bm25.enabled or "
                           "retrieval.dense.enabled to true")
+    g = settings.generation
+    client = None
+    if g.method == "chat" or settings.verify.method == "llm" or settings.rewrite.rewriter == "llm":
+        client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
+                            max_retries=g.max_retries, max_tokens=g.max_tokens,
+                            price_prompt_per_1k=g.price_prompt_per_1k,
+                            price_completion_per_1k=g.price_completion_per_1k)
+    stages = [_rewrite_stage(store, settings, client)] + stages
     f = settings.fusion
     stages.append(WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted"
                   else RRF(f.c, f.top_k))
@@ -133,13 +146,6 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                   else RegexTokenCounter())
     stages.append(ContextAssembler(store, counter, budget_tokens=c.budget_tokens, expand=c.expand,
                                    min_tokens=c.min_tokens))
-    g = settings.generation
-    client = None
-    if g.method == "chat" or settings.verify.method == "llm":
-        client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
-                            max_retries=g.max_retries, max_tokens=g.max_tokens,
-                            price_prompt_per_1k=g.price_prompt_per_1k,
-                            price_completion_per_1k=g.price_completion_per_1k)
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
                                       max_sentences=g.max_sentences, encoder=encoder,
@@ -152,6 +158,20 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
         checker = LlmJudge(client)
     stages.append(ClaimVerifier(store, checker))
     return stages
+
+
+def _rewrite_stage(store: Store, settings: Settings, client: ChatClient | None) -> RoutedRewrite:
+    """The rewrite stage: the rewriter and the multi-hop loop (over the pipeline's channels)."""
+    w = settings.rewrite
+    rewriter: Any = None
+    if w.rewriter == "offline":
+        rewriter = OfflineRewriter(store, entities=w.entities, expand=w.expand, hyde=w.hyde)
+    elif w.rewriter == "llm" and client is not None:
+        rewriter = LlmRewriter(client, hyde=w.hyde)
+    loop = MultiHop(store, max_hops=w.max_hops, max_queries=w.max_queries,
+                    budget_tokens=w.budget_tokens, budget_ms=w.budget_ms)
+    return RoutedRewrite(rewriter, loop, route=w.route, rewrite_single=w.rewrite_single,
+                         search_original=w.search_original)
 
 
 def build_pipeline(store: Store, settings: Settings | None = None, *, encoder: Encoder | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sqlite3
 import sys
@@ -43,7 +44,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.build import build_ingestor
     settings = _settings(args)
     with _store(args, "create") as store:
-        report = build_ingestor(store, settings).run(Path(args.path))
+        report = build_ingestor(store, settings, workers=args.workers).run(Path(args.path))
     if args.json:
         print(json.dumps({
             "documents": report.documents, "bytes": report.bytes, "chunks": report.chunks,
@@ -469,6 +470,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
+
+
 RECHECK_CHANGED = 3
 """``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
 _FAULT_EXIT = 4  # ragdx.experiments.durable.FAULT_EXIT (a test checks), not imported at start-up
@@ -490,6 +497,8 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     def configurable(p: argparse.ArgumentParser) -> None:
+        p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr (they are "
+                       "drawn only when stderr is a terminal)")
         p.add_argument("--config", help="a TOML settings file")
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
@@ -498,6 +507,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="the store file (created when missing)")
     p.add_argument("path", help="a manifest JSONL file or a folder")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
+                   help="processes that parse documents (default: one per core); one process writes")
     configurable(p)
 
     p = command("ask", cmd_ask, "run the pipeline for one question and show what it found")
@@ -642,8 +653,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     log.propagate = False
     from ragdx.errors import RagdxError
+    from ragdx.progress import quiet
     try:
-        return args.func(args)
+        with quiet(getattr(args, "quiet", False)):
+            return args.func(args)
     except RagdxError as exc:
         print(f"ragdx {args.command}: error: {exc}", file=sys.stderr)
         return exc.exit_code

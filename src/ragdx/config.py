@@ -67,6 +67,30 @@ class DenseSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class RewriteSettings:
+    """Query rewriting and multi-hop retrieval (docs/pipeline.md, "Rewriting and multi-hop").
+    ``route``: ``auto`` sends only questions whose decomposition has two or more evidence slots
+    down the multi-hop path, ``single`` none, ``multi-hop`` every one. Questions routed ``single``
+    are searched as asked unless ``rewrite_single``. The rewriter is ``offline`` (entity
+    completion from the title and heading index, sub-questions, and with ``hyde`` a hypothetical
+    passage), ``llm`` (the generation chat endpoint) or ``none``. The loop's bounds: ``max_hops``,
+    ``max_queries`` (searches, one per hop per channel), ``budget_tokens`` (chunk text read) and
+    ``budget_ms``; it also stops after two hops without progress."""
+
+    route: str = _choice("auto", "auto", "single", "multi-hop")
+    rewriter: str = _choice("offline", "offline", "llm", "none")
+    rewrite_single: bool = False
+    entities: bool = True
+    expand: bool = True
+    hyde: bool = False
+    search_original: bool = True
+    max_hops: int = _at_least(4, 1)
+    max_queries: int = _at_least(12, 1)
+    budget_tokens: int = _at_least(4000, 1)
+    budget_ms: float = _at_least(5000.0, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
 class RetrievalSettings:
     """The channels, and which versions they search: ``current`` (the versions in force and
     those a question names; governance checks again) or ``all`` (governance drops what is not in
@@ -153,6 +177,7 @@ class Settings:
     """Every setting of a pipeline run."""
 
     chunking: ChunkingSettings = ChunkingSettings()
+    rewrite: RewriteSettings = RewriteSettings()
     retrieval: RetrievalSettings = RetrievalSettings()
     fusion: FusionSettings = FusionSettings()
     rerank: RerankSettings = RerankSettings()

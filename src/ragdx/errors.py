@@ -59,6 +59,15 @@ class InputError(RagdxError):
             where = f"{where} field '{field}'" if where else f"field '{field}'"
         super().__init__(f"{where}: {message}" if where else message)
 
+    def __reduce__(self) -> tuple:
+        # file, line and field survive pickling (an error raised in a worker process)
+        return (_input_error, (type(self), self.detail, self.file, self.line, self.field))
+
+
+def _input_error(cls: type, message: str, file: str | None, line: int | None,
+                 field: str | None) -> "InputError":
+    return cls(message, file=file, line=line, field=field)
+
 
 class ConfigError(RagdxError):
     """A setting is unknown or invalid; the message names the key and the valid values."""

@@ -19,18 +19,21 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError
-from ragdx.protocols import STAGE_PROTOCOLS, Assembler, Encoder, Generator, Retriever, Stage, Store, Verifier
-from ragdx.types import Answer, Context, Query, Ranked, StageKind, Verification
+from ragdx.protocols import (
+    STAGE_PROTOCOLS, Assembler, Encoder, Generator, QueryRewriter, Retriever, Stage, Store, Verifier,
+)
+from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind, Verification
 
-StageOutput = Ranked | Context | Answer | Verification
+StageOutput = Rewritten | Ranked | Context | Answer | Verification
 
 __all__ = ["Trace", "Pipeline", "StageOutput"]
 
 
 @dataclass(frozen=True, slots=True)
 class Trace:
-    """Every stage's artifact for one query, in pipeline order: the ranked lists of retrieval,
-    fusion, reranking and governance, then the context, the answer and its verification."""
+    """Every stage's artifact for one query, in pipeline order: the rewrites (if the pipeline
+    rewrites), the ranked lists of retrieval, fusion, reranking and governance, then the context,
+    the answer and its verification."""
 
     query: Query
     stages: tuple[StageOutput, ...]
@@ -53,6 +56,10 @@ class Trace:
         return self.ranked[-1]
 
     @property
+    def rewritten(self) -> Rewritten | None:
+        return next((s for s in self.stages if isinstance(s, Rewritten)), None)
+
+    @property
     def context(self) -> Context | None:
         return next((s for s in self.stages if isinstance(s, Context)), None)
 
@@ -68,8 +75,10 @@ class Trace:
 class _Run:
     """What the stages have produced so far for one query, and what the next stage is given."""
 
-    def __init__(self, query: Query) -> None:
+    def __init__(self, query: Query, rewriter: QueryRewriter | None = None,
+                 channels: tuple[Retriever, ...] = ()) -> None:
         self.query = query
+        self.rewriter, self.channels = rewriter, channels
         self.outputs: list[StageOutput] = []
 
     def last(self, cls: type) -> Any:
@@ -77,14 +86,22 @@ class _Run:
 
     def call(self, stage: Any) -> StageOutput:
         kind, q = stage.kind, self.query
+        rewritten = self.last(Rewritten)
+        if kind is StageKind.REWRITE:
+            return stage.run(q, self.channels)
         if kind is StageKind.RETRIEVAL:
+            # a rewritten question is searched as its rewrite stage says (every text it lists)
+            if rewritten is not None and rewritten.searches != (q.question,):
+                return self.rewriter.search(stage, q, rewritten)
             return stage.run(q)
         if kind is StageKind.FUSION:
             return stage.run([o for o in self.outputs if o.kind is StageKind.RETRIEVAL])
         if kind in (StageKind.RERANK, StageKind.GOVERNANCE, StageKind.CONTEXT):
             return stage.run(q, self.last(Ranked))
         if kind is StageKind.GENERATION:
-            return stage.run(q, self.last(Context))
+            answer = stage.run(q, self.last(Context))
+            # the rewrite stage may add to the answer (a multi-hop answer states its slots' facts)
+            return self.rewriter.answer(answer, self.last(Context), rewritten) if rewritten is not None else answer
         return stage.run(q, self.last(Context), self.last(Answer))
 
 
@@ -93,8 +110,8 @@ class Pipeline:
 
     Args:
         stages: the stages, in the order they run. Their kinds must follow
-            :class:`~ragdx.types.StageKind`'s order (several retrieval channels, then at most one
-            stage of each later kind); several channels need a fusion stage; a generator needs a
+            :class:`~ragdx.types.StageKind`'s order (at most one rewrite stage, several retrieval
+            channels, then at most one stage of each later kind); several channels need a fusion stage; a generator needs a
             context stage before it, and a verifier a generator.
         store: the store the stages read (the diagnosis reads it too).
         encoder: the dense encoder, if a stage uses one (recorded in the run's manifest).
@@ -123,6 +140,10 @@ class Pipeline:
     def _one(self, kind: StageKind) -> Any:
         found = self.of_kind(kind)
         return found[0] if found else None
+
+    @property
+    def rewriter(self) -> QueryRewriter | None:
+        return self._one(StageKind.REWRITE)
 
     @property
     def channels(self) -> tuple[Retriever, ...]:
@@ -170,7 +191,7 @@ class Pipeline:
     def run(self, query: Query) -> Trace:
         """Run every stage for one query."""
         started = time.perf_counter()
-        state = _Run(query)
+        state = _Run(query, self.rewriter, self.channels)
         for stage in self.stages:
             state.outputs.append(state.call(stage))
         return Trace(query, tuple(state.outputs), time.perf_counter() - started)
@@ -182,7 +203,7 @@ class Pipeline:
 
         Used by ablations: a context-budget variant does not recompute retrieval.
         """
-        state = _Run(base.query)
+        state = _Run(base.query, self.rewriter, self.channels)
         previous = {s.stage: s for s in base.stages}
         reused = []
         for stage in self.stages:

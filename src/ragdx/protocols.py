@@ -9,6 +9,7 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 | kind | protocol | ``run`` |
 |---|---|---|
+| rewrite | :class:`QueryRewriter` | ``(query, channels) -> Rewritten`` |
 | retrieval | :class:`Retriever` | ``(query) -> Ranked`` |
 | fusion | :class:`Fuser` | ``(lists) -> Ranked`` |
 | rerank | :class:`Reranker` | ``(query, ranked) -> Ranked`` |
@@ -23,12 +24,12 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Section, StageKind,
-    StoredVersion, Verification, VersionFilter,
+    Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Rewrite, Rewritten, Section,
+    StageKind, StoredVersion, Verification, VersionFilter,
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Stage", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -157,6 +158,32 @@ class Stage(Protocol):
 
 
 @runtime_checkable
+class Rewriter(Protocol):
+    """Rewrites a question into texts to search with (entities completed, sub-questions, expansions,
+    a hypothetical passage), each with its :class:`~ragdx.types.RewriteDiff` against the original.
+    The original is never replaced: the rewrite stage keeps it, and the answer is checked against it."""
+
+    @property
+    def name(self) -> str: ...
+
+    def rewrite(self, query: Query) -> tuple[Rewrite, ...]: ...
+
+
+@runtime_checkable
+class QueryRewriter(Stage, Protocol):
+    """The rewrite stage: the question (and the pipeline's retrieval channels, for a multi-hop
+    loop to search) -> the texts retrieval searches with (and, for a multi-hop question, its
+    evidence slots and hops). It also says how its output is used: how a channel
+    searches a rewritten question, and what it adds to the answer to the original question."""
+
+    def run(self, query: Query, channels: Sequence["Retriever"]) -> Rewritten: ...
+
+    def search(self, channel: "Retriever", query: Query, rewritten: Rewritten) -> Ranked: ...
+
+    def answer(self, answer: Answer, context: Context, rewritten: Rewritten) -> Answer: ...
+
+
+@runtime_checkable
 class Retriever(Stage, Protocol):
     """A retrieval channel: the question -> a ranked list of readable chunks."""
 
@@ -220,9 +247,9 @@ class Verifier(Stage, Protocol):
 
 
 STAGE_PROTOCOLS: dict[StageKind, type] = {
-    StageKind.RETRIEVAL: Retriever, StageKind.FUSION: Fuser, StageKind.RERANK: Reranker,
+    StageKind.REWRITE: QueryRewriter, StageKind.RETRIEVAL: Retriever, StageKind.FUSION: Fuser, StageKind.RERANK: Reranker,
     StageKind.GOVERNANCE: Governor, StageKind.CONTEXT: Assembler, StageKind.GENERATION: Generator,
     StageKind.CITATION: Verifier,
 }
-"""The protocol a stage of each kind satisfies (the kinds a pipeline runs; ``source``,
-``parsing`` and ``rewrite`` happen at ingest or come from imported traces)."""
+"""The protocol a stage of each kind satisfies (the kinds a pipeline runs; ``source`` and
+``parsing`` happen at ingest)."""

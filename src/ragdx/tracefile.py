@@ -6,7 +6,7 @@ from typing import Any
 
 from ragdx.binding import EvidenceBinding
 from ragdx.pipeline import StageOutput, Trace
-from ragdx.types import Answer, Candidate, Context, Dropped, Ranked, Verification
+from ragdx.types import Answer, Candidate, Context, Dropped, Marker, Ranked, Rewritten, Verification
 
 TRACE_FORMAT = "ragdx.trace/1"
 
@@ -25,7 +25,24 @@ def _dropped(d: Dropped) -> dict[str, Any]:
 def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
     out: dict[str, Any] = {"name": stage.stage, "kind": stage.kind.value, "seconds": stage.seconds,
                            "config": dict(stage.config)}
-    if isinstance(stage, Ranked):
+    if isinstance(stage, Rewritten):
+        def markers(ms: tuple[Marker, ...]) -> list[dict[str, str]]:
+            return [{"kind": m.kind.value, "text": m.text} for m in ms]
+        out |= {"original": stage.original, "route": stage.route, "searches": list(stage.searches),
+                "rewrites": [{"text": r.text, "kind": r.kind.value, "search_only": True,
+                              "hypothetical": r.hypothetical,
+                              "diff": {"entities_added": list(r.diff.entities_added),
+                                       "sub_questions": list(r.diff.sub_questions),
+                                       "retained": markers(r.diff.retained), "dropped": markers(r.diff.dropped),
+                                       "flags": list(r.diff.flags)}} for r in stage.rewrites],
+                "slots": [{"name": s.name, "query": s.query, "state": s.state.value, "entity": s.entity,
+                           "chunk": s.chunk_id, "doc": s.doc_id, "version": s.version, "value": s.value,
+                           "note": s.note} for s in stage.slots],
+                "hops": [{"hop": h.number, "slot": h.slot, "query": h.query, "candidates": list(h.candidates),
+                          "rejected": list(h.rejected), "filled": h.filled, "progress": h.progress,
+                          "reason": h.reason, "tokens": h.tokens, "seconds": h.seconds} for h in stage.hops],
+                "stopped": stage.stopped}
+    elif isinstance(stage, Ranked):
         out |= {"items": [_item(c) for c in stage.items], "dropped": [_dropped(d) for d in stage.dropped]}
     elif isinstance(stage, Context):
         out |= {"budget_tokens": stage.budget_tokens, "tokens": stage.tokens, "tokenizer": stage.tokenizer,

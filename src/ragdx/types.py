@@ -24,7 +24,8 @@ __all__ = [
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
     "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
     "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
-    "StoredVersion", "LogEntry", "SpaceState", "VersionFilter",
+    "StoredVersion", "LogEntry", "SpaceState", "VersionFilter", "RewriteKind", "MarkerKind", "Marker",
+    "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten",
 ]
 
 
@@ -310,6 +311,138 @@ class StageKind(ChoiceEnum):
     @property
     def order(self) -> int:
         return list(StageKind).index(self)
+
+
+class RewriteKind(ChoiceEnum):
+    """What a rewrite of a question is: the entities completed from the corpus, a sub-question
+    split off a compound question, a multi-query expansion, a hypothetical answer passage (HyDE:
+    searched with, never evidence), or a multi-hop loop's sub-query."""
+
+    ENTITY = "entity"
+    SPLIT = "split"
+    EXPANSION = "expansion"
+    HYDE = "hyde"
+    HOP = "hop"
+
+
+class MarkerKind(ChoiceEnum):
+    """Words that change what a question asks, which a rewrite must keep."""
+
+    NEGATION = "negation"
+    DATE = "date"
+    NUMBER = "number"
+    QUANTIFIER = "quantifier"
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """One negation, date, number or quantifier of a question, as written."""
+
+    kind: MarkerKind
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class RewriteDiff:
+    """What a rewrite changed against the original question: entities it added, sub-questions it
+    split off, and the original's markers it kept or dropped."""
+
+    entities_added: tuple[str, ...] = ()
+    sub_questions: tuple[str, ...] = ()
+    retained: tuple[Marker, ...] = ()
+    dropped: tuple[Marker, ...] = ()
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """A dropped negation or date changes the question ("Can't I get a refund?" -> "refund
+        process" no longer asks about eligibility): each is flagged, in words."""
+        return tuple(f"dropped the {m.kind.value} {m.text!r}" for m in self.dropped
+                     if m.kind in (MarkerKind.NEGATION, MarkerKind.DATE))
+
+
+@dataclass(frozen=True, slots=True)
+class Rewrite:
+    """One text a question was rewritten into, for searching only: what it changed is ``diff``.
+    A ``hyde`` rewrite is a hypothetical passage; no rewrite is ever evidence or context."""
+
+    text: str
+    kind: RewriteKind
+    diff: RewriteDiff = RewriteDiff()
+
+    @property
+    def hypothetical(self) -> bool:
+        return self.kind is RewriteKind.HYDE
+
+
+class SlotState(ChoiceEnum):
+    """Where an evidence slot of a multi-hop question stands."""
+
+    KNOWN = "known"
+    UNKNOWN = "unknown"
+    NEEDS_PERSON = "needs a person"
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """One piece of evidence a multi-hop question needs: what to search for, the entity a filling
+    chunk must name (``""``: its words must cover the query instead), and, once known, the chunk
+    and the sentence that fill it."""
+
+    name: str
+    query: str
+    state: SlotState = SlotState.UNKNOWN
+    entity: str = ""
+    chunk_id: str | None = None
+    doc_id: str | None = None
+    version: str | None = None
+    value: str = ""
+    note: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Hop:
+    """One round of the multi-hop loop: the slot it tried to fill, the sub-query it searched, the
+    candidates it read, those verification rejected (with why), what it filled, and whether that
+    was progress."""
+
+    number: int
+    slot: str
+    query: str
+    candidates: tuple[str, ...]
+    rejected: tuple[str, ...]
+    filled: str | None
+    progress: bool
+    reason: str
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    """The rewrite stage's output: the original question (always kept: generation and citation
+    checking get it, never a rewrite), the rewrites retrieval searches with besides it, the route
+    taken, and for a multi-hop question its evidence slots, every hop and why the loop stopped."""
+
+    stage: str
+    original: str
+    rewrites: tuple[Rewrite, ...]
+    route: str
+    search_original: bool = True
+    slots: tuple[Slot, ...] = ()
+    hops: tuple[Hop, ...] = ()
+    stopped: str = ""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    kind: StageKind = StageKind.REWRITE
+
+    @property
+    def searches(self) -> tuple[str, ...]:
+        """What retrieval searches for, each once, in order: the original, then every rewrite."""
+        texts = ((self.original,) if self.search_original else ()) + tuple(r.text for r in self.rewrites)
+        return tuple(dict.fromkeys(texts))
+
+    def slots_in(self, state: SlotState) -> tuple[Slot, ...]:
+        return tuple(s for s in self.slots if s.state is state)
 
 
 @dataclass(frozen=True, slots=True)

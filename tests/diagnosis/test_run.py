@@ -56,12 +56,17 @@ def test_run_folder_diagnosis_and_oracle_flip(tmp_path):
     assert manifest["embedding_space"]["model"] == "ragdx-hashing-64"
     assert manifest["settings"]["context"]["budget_tokens"] == 16
     trace = json.loads((tmp_path / "run" / "traces.jsonl").read_text())
-    assert [s["kind"] for s in trace["stages"]] == ["retrieval", "retrieval", "fusion", "governance",
+    assert [s["kind"] for s in trace["stages"]] == ["rewrite", "retrieval", "retrieval", "fusion", "governance",
                                                     "context", "generation", "citation"]
     # OpenInference spans of the trace
     out = list(spans(trace, d.to_dict(), manifest["index_version"]))
     kinds = [s["span_kind"] for s in out]
-    assert kinds == ["CHAIN", "RETRIEVER", "RETRIEVER", "RERANKER", "RERANKER", "RETRIEVER", "LLM", "EVALUATOR"]
+    assert kinds == ["CHAIN", "CHAIN", "RETRIEVER", "RETRIEVER", "RERANKER", "RERANKER", "RETRIEVER", "LLM",
+                     "EVALUATOR"]
+    rewrite = out[1]["attributes"]
+    assert rewrite["ragdx.stage.kind"] == "rewrite" and json.loads(rewrite["output.value"]) == [trace["question"]]
+    assert json.loads(rewrite["ragdx.rewrite"])["route"] == "single"
+    out = out[:1] + out[2:]
     root, bm25 = out[0]["attributes"], out[1]["attributes"]
     assert root["ragdx.first_failure"] == "context" and root["ragdx.index_version"] == 1
     assert "retrieval.documents.0.document.id" in bm25 and "retrieval.documents.0.document.score" in bm25

@@ -163,5 +163,5 @@ def test_an_export_of_a_ragdx_run_reads_back_to_the_same_diagnoses(tmp_path, cap
     assert after == before
     stages = {l[1] for k in before.values() for l in k[2]}
     assert {"rerank", "context"} <= stages  # the losses the settings cause are read back too
-    assert len(result.diagnoses) == 18
-    assert "ragdx: 18 traces diagnosed" in capsys.readouterr().out
+    assert len(result.diagnoses) == 20
+    assert "ragdx: 20 traces diagnosed" in capsys.readouterr().out

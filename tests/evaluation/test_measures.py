@@ -33,6 +33,15 @@ def test_ties_are_broken_by_document_id_descending_as_trec_eval_does():
     assert ranking({"a": 1.0, "c": 1.0, "b": 2.0}) == ["b", "c", "a"]
 
 
+def test_ties_decide_a_top_k_taken_from_a_long_ranking():
+    # every measure has a cut-off, and the ranking is long: only its top 5 is selected, not sorted
+    run = {"q": {"a": 1.0, "b": 1.0, "c": 1.0, "d": 1.0, **{f"z{i:02d}": 0.5 for i in range(30)}}}
+    values = evaluate(["RR@5", "P@5", "nDCG@5"], {"q": {"a": 2, "z29": 1}}, run)
+    assert values["RR@5"]["q"] == 1 / 4  # d, c, b, a: ties by document id, descending
+    assert values["P@5"]["q"] == 2 / 5  # then z29 at rank 5
+    assert values["nDCG@5"]["q"] == (2 / math.log2(5) + 1 / math.log2(6)) / (2 / math.log2(2) + 1 / math.log2(3))
+
+
 def test_parsing():
     assert parse_measure("nDCG@10") == Measure("nDCG", 10) and str(parse_measure("MAP")) == "AP"
     for bad in ("NDCG@10", "P", "R@0", "recall@5"):

@@ -97,9 +97,9 @@ def test_resuming_with_unchanged_settings_reproduces_the_run(dense_example, star
 def test_each_variant_reuses_every_upstream_output(ablation):
     result, _ = ablation
     by = {v.variant.name: v for v in result.variants}
-    assert by["small-budget"].reused == ("bm25", "dense", "features", "governance", "rrf")
-    assert by["no-rerank"].reused == ("bm25", "dense", "rrf")
-    assert by["no-dense"].reused == ("bm25",)  # the BM25 channel's config is unchanged
+    assert by["small-budget"].reused == ("bm25", "dense", "features", "governance", "rewrite", "rrf")
+    assert by["no-rerank"].reused == ("bm25", "dense", "rewrite", "rrf")
+    assert by["no-dense"].reused == ("bm25", "rewrite")  # the BM25 channel's config is unchanged
 
 
 def test_the_ablation_folder(ablation):
@@ -112,13 +112,13 @@ def test_the_ablation_folder(ablation):
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["variants"]) == {"no-dense", "small-budget", "no-rerank"}
     for variant in metrics["variants"].values():
-        assert variant["metrics"]["overall"]["queries"] == 18 and variant["comparisons"]
-    assert metrics["baseline"]["overall"]["queries"] == 18 and metrics["routing"]["routes"]
+        assert variant["metrics"]["overall"]["queries"] == 20 and variant["comparisons"]
+    assert metrics["baseline"]["overall"]["queries"] == 20 and metrics["routing"]["routes"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["variants"]["small-budget"] == ["context.budget_tokens=250"]
     # traces of a variant: no dense stage, and the same queries in the same order
     traces = [json.loads(line) for line in (out / "no-dense" / "traces.jsonl").read_text().splitlines()]
-    assert len(traces) == 18 and all("dense" not in [s["name"] for s in t["stages"]] for t in traces)
+    assert len(traces) == 20 and all("dense" not in [s["name"] for s in t["stages"]] for t in traces)
 
 
 def test_comparisons_carry_paired_tests_and_seeds(ablation, dense_example):

@@ -10,8 +10,8 @@ from ragdx.cli import main
 from ragdx.diagnosis.evidence import RESOLVED, QueryEvidence, ResolvedAlternative, relevant_items
 from ragdx.errors import InputError
 from ragdx.experiments import fit
-from ragdx.stages.rerank import FeatureReranker
-from ragdx.types import Alternative, Candidate, Principal, Query, Ranked, Span, StageKind
+from ragdx.stages.rerank import FEATURES, FeatureReranker, features
+from ragdx.types import Alternative, Candidate, Principal, Provenance, Query, Ranked, Span, StageKind
 from tests.stages.conftest import small  # noqa: F401  (the small corpus fixture)
 
 SPAN = Span("d", "v", 0, 10)
@@ -155,3 +155,29 @@ def test_a_hallucination_limit_is_kept_before_success(small):
     limited = fit.fit_abstention(pipeline, queries, max_hallucination=0.0)
     assert limited.min_coverage == pytest.approx(1.0) and limited.success == 0.5 and limited.hallucination == 0.0
     assert "hallucination on negatives <= 0" in limited.fitted_on
+
+
+@pytest.mark.parity
+def test_the_fitted_reranker_is_scikit_learns_balanced_logistic_regression(small):
+    linear_model = pytest.importorskip("sklearn.linear_model")
+    store, encoder, settings = small
+    pipeline = build_pipeline(store, settings, encoder=encoder)
+    run = fit.collect(pipeline, QUERIES)
+    x, y = fit.reranker_rows(pipeline, run)
+    assert x.shape == (len(y), 7) and 0 < y.sum() < len(y)
+    # the same objective: class-balanced log loss plus l2/2 ||w||^2 on the feature weights (C = 1/l2)
+    reference = linear_model.LogisticRegression(C=1 / 0.5, class_weight="balanced", tol=1e-12,
+                                                max_iter=100_000).fit(x, y)
+    weights = fit.fit_reranker(pipeline, run, l2=0.5).weights
+    np.testing.assert_allclose([weights[f] for f in FEATURES], reference.coef_[0], atol=2e-5)
+    assert weights["bias"] == pytest.approx(reference.intercept_[0], abs=2e-5)
+
+
+def test_the_channel_features_are_read_from_the_candidates_history(small):
+    store, _, _ = small
+    chunk = store.chunks("errors.md")[0]
+    history = (Provenance("bm25", 3, 7.5), Provenance("dense", 1, 0.42), Provenance("rrf", 2, 0.03))
+    values = features("What does error RFD-4021 mean?", chunk, 2, history)
+    assert values["bm25_rank"] == 0.5 and values["dense_rank"] == 1.0 and values["dense_cosine"] == 0.42
+    alone = features("What does error RFD-4021 mean?", chunk, 2, history[1:])
+    assert alone["bm25_rank"] == 0.0 and alone["dense_rank"] == 1.0

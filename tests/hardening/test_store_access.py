@@ -67,7 +67,7 @@ def test_ask_docs_and_evidence_run_while_a_large_ingest_writes(tmp_path, example
         # the readers saw the store as it was before the ingest began
         assert "doc0000.md" not in results["docs"][1] and "policies/refund.md" in results["docs"][1]
         assert json.loads(results["ask"][1])["query_id"] == "ask"
-        assert len(results["evidence"][1].splitlines()) == 32
+        assert len(results["evidence"][1].splitlines()) == 40
     finally:
         writer.communicate("\n", timeout=60)
     assert writer.returncode == 0

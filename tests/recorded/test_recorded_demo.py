@@ -12,7 +12,7 @@ from tests.recorded.record import demo_snapshot, recorded_path
 def _compare(which: str, tmp_path):
     recorded = json.loads(recorded_path(which).read_text(encoding="utf-8"))
     now = demo_snapshot(which, tmp_path)
-    assert len(now["diagnoses"]) == 18
+    assert len(now["diagnoses"]) == 20
     for before, after in zip(recorded["diagnoses"], now["diagnoses"]):
         assert after == before, before["id"]
     assert now["metrics"] == recorded["metrics"]

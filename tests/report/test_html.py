@@ -78,7 +78,7 @@ def test_the_report_renders_in_headless_chromium(example_run, tmp_path):
         # the funnel: one bar per stage measured, each with a width
         bars = page.evaluate("Array.from(document.querySelectorAll('#funnel .funnel-bar')).map("
                              "b => [b.dataset.stage, parseFloat(b.getAttribute('width'))])")
-        assert [b[0] for b in bars][:3] == ["source", "parsing", "retrieval"]
+        assert [b[0] for b in bars][:4] == ["source", "parsing", "rewrite", "retrieval"]
         assert "context" in [b[0] for b in bars] and all(w >= 0 for _, w in bars)
         assert page.evaluate("document.getElementById('funnel').getBoundingClientRect().height") > 100
         # the drill-down: every query, expandable; failing ones carry a first-loss mark

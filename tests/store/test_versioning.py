@@ -125,7 +125,7 @@ def test_neighbours_and_sections(tmp_path, store):
 def test_example_store_is_consistent(example_store):
     assert example_store.verify() == []
     counts = example_store.counts()
-    assert counts["documents"] == 13 and counts["versions"] == 14
+    assert counts["documents"] == 14 and counts["versions"] == 15
     runbook = example_store.latest("internal/refund-runbook.md").document
     assert runbook.acl == ("staff",)
     refund = example_store.versions("policies/refund.md")

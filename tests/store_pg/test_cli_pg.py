@@ -17,7 +17,7 @@ def test_ingest_ask_and_docs_through_a_dsn_on_a_sharded_store(pg_store_factory, 
     dsn = store.dsn
     off = ["--set", "retrieval.dense.enabled=false"]
     assert main(["ingest", "--store", dsn, *off, str(example_dir() / "manifest.jsonl")]) == 0
-    assert "14 documents" in capsys.readouterr().out
+    assert "15 documents" in capsys.readouterr().out
     assert main(["ask", "--store", dsn, *off, "--json", "--group", "public", "--group", "staff",
                  "Above which amount does a manual refund need approval from a team lead?"]) == 0
     trace = json.loads(capsys.readouterr().out)
@@ -25,7 +25,7 @@ def test_ingest_ask_and_docs_through_a_dsn_on_a_sharded_store(pg_store_factory, 
     assert bm25["items"][0]["doc"] == "internal/refund-runbook.md"
     assert main(["docs", "--store", dsn]) == 0
     assert "internal/refund-runbook.md" in capsys.readouterr().out
-    assert store.counts()["versions"] == 14
+    assert store.counts()["versions"] == 15
 
 
 def test_an_unreachable_server_is_exit_2_with_the_reason(capsys):

@@ -258,8 +258,8 @@ class Diagnoser:
         # (rewritten) retrieval lost was lost by the rewrite
         original = [i for s in trace.stages if s.kind is StageKind.REWRITE for i in s.items]
         found_by_original = {g for g, alts in by_group.items() if any(holds(a, original) for a in alts)}
-        for s in trace.stages:
-            if s.kind is StageKind.REWRITE:
+        for s in trace.stages:  # a rewrite stage that lists nothing says nothing of the original's retrieval
+            if s.kind is StageKind.REWRITE and s.items:
                 presence.append(StagePresence(s.name, s.kind, tuple(sorted(found_by_original))))
         # the ranked stages: retrieval channels together, then each later stage
         later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE,

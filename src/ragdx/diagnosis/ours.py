@@ -5,6 +5,7 @@ evidence lies beyond the encoder's window)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Sequence
 
 from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence
 from ragdx.diagnosis.locate import (
@@ -12,14 +13,31 @@ from ragdx.diagnosis.locate import (
 )
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
+from ragdx.tracefile import stage_to_dict
 from ragdx.types import DocStatus, Query, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
 
-def view_of(trace: Trace, store: Store) -> TraceView:
-    """The neutral view of one of ragdx's own traces."""
+def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> TraceView:
+    """The neutral view of one of ragdx's own traces.
+
+    When the trace's rewrite stage searched with more than the original question (or without
+    it), the view gains a rewrite stage holding what ``channels`` retrieve for the original
+    question alone (the rewrite counterfactual): a required group the original would have found
+    and the rewritten retrieval lost is lost at ``rewrite``. A question searched as asked has no
+    rewrite view (its retrieval is the original's), nor does a trace viewed without ``channels``."""
     stages = []
+    rewritten = trace.rewritten
+    if rewritten is not None and channels and rewritten.searches != (trace.query.question,):
+        found: dict[str, ItemView] = {}
+        for channel in channels:  # the counterfactual: what the original question alone retrieves
+            for c in channel.run(trace.query).items:
+                found.setdefault(c.chunk_id, ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score))
+        stages.append(StageView(rewritten.stage, rewritten.kind, tuple(found.values()), (),
+                                {k: v for k, v in stage_to_dict(rewritten).items()
+                                 if k not in ("name", "kind", "seconds")},
+                                rewritten.seconds))
     for ranked in trace.ranked:
         stages.append(StageView(
             ranked.stage, ranked.kind,
@@ -102,7 +120,7 @@ def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver 
     query = trace.query
     if evidence is None:
         evidence = (resolver or EvidenceResolver(pipeline.store)).run(query)
-    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store))
+    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store, pipeline.channels))
     lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
                  if l.stage == "retrieval" else l for l in diagnosis.lost)
     return replace(diagnosis, lost=lost)

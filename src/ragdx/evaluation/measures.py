@@ -19,9 +19,12 @@ counted, never dropped; a query without relevant documents scores 0 too. No valu
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
+from bisect import bisect_left
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Iterable, Mapping
 
 from ragdx.errors import ConfigError
@@ -66,51 +69,79 @@ def parse_measure(text: str) -> Measure:
 
 def ranking(scores: Mapping[str, float]) -> list[str]:
     """Document ids by score descending; ties by document id descending (trec_eval's order)."""
-    return [doc for doc, _ in sorted(scores.items(), key=lambda kv: (kv[1], kv[0]), reverse=True)]
+    return [doc for doc, _ in sorted(scores.items(), key=_SCORE_THEN_ID, reverse=True)]
 
 
-def _value(measure: Measure, ranked: list[str], judged: Mapping[str, int]) -> float:
-    relevant = {d for d, r in judged.items() if r > 0}
-    if not relevant:
-        return 0.0
-    top = ranked[: measure.cutoff] if measure.cutoff is not None else ranked
-    hits = [d in relevant for d in top]
-    if measure.name == "P":
-        return sum(hits) / measure.cutoff  # type: ignore[operator]
-    if measure.name == "R":
-        return sum(hits) / len(relevant)
-    if measure.name == "Hit":
-        return 1.0 if any(hits) else 0.0
-    if measure.name == "RR":
-        return next((1.0 / (i + 1) for i, h in enumerate(hits) if h), 0.0)
-    if measure.name == "AP":
-        found, total = 0, 0.0
-        for i, h in enumerate(hits):
-            if h:
-                found += 1
-                total += found / (i + 1)
-        return total / len(relevant)
+_SCORE_THEN_ID = itemgetter(1, 0)
+_LOG2 = [math.log2(i + 2) for i in range(1024)]  # nDCG's discounts by 0-based rank, grown on need
+
+
+def _discounts(n: int) -> list[float]:
+    while len(_LOG2) < n:
+        _LOG2.append(math.log2(len(_LOG2) + 2))
+    return _LOG2
+
+
+def _value(measure: Measure, gains: list[int], hits: list[int], relevant: int, ideal: list[int]) -> float:
+    """One measure from the ranked documents' gains (0 for unjudged), the 0-based ranks of the
+    relevant ones (``hits``, ascending), the number of relevant documents and their gains, best
+    first."""
+    k = measure.cutoff
+    found = hits if k is None or not hits or hits[-1] < k else hits[:bisect_left(hits, k)]
+    name = measure.name
+    if name == "P":
+        return len(found) / k  # type: ignore[operator]
+    if name == "R":
+        return len(found) / relevant
+    if name == "Hit":
+        return 1.0 if found else 0.0
+    if name == "RR":
+        return 1.0 / (found[0] + 1) if found else 0.0
+    if name == "AP":
+        total = 0.0
+        for n, i in enumerate(found, start=1):
+            total += n / (i + 1)
+        return total / relevant
     # nDCG
-    dcg = sum(judged.get(d, 0) / math.log2(i + 2) for i, d in enumerate(top) if judged.get(d, 0) > 0)
-    ideal_gains = sorted((r for r in judged.values() if r > 0), reverse=True)
-    if measure.cutoff is not None:
-        ideal_gains = ideal_gains[: measure.cutoff]
-    idcg = sum(g / math.log2(i + 2) for i, g in enumerate(ideal_gains))
+    best = ideal[:k] if k is not None else ideal
+    log2 = _discounts(max(found[-1] + 1 if found else 0, len(best)))
+    dcg = sum(gains[i] / log2[i] for i in found)
+    idcg = sum(g / log2[i] for i, g in enumerate(best))
     return dcg / idcg if idcg > 0 else 0.0
 
 
 def evaluate(measures: Iterable[Measure | str], qrels: Qrels, run: Run) -> dict[str, dict[str, float]]:
     """Each measure's value per query of the qrels (a query missing from the run scores 0).
 
+    The ranking is sorted once per query, and only as deep as the deepest cut-off when every
+    measure has one.
+
     Returns:
         ``{str(measure): {query_id: value}}``, every qrels query present for every measure.
     """
     parsed = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
     out: dict[str, dict[str, float]] = {str(m): {} for m in parsed}
+    columns = [(m, out[str(m)]) for m in parsed]
+    depth = None if any(m.cutoff is None for m in parsed) else max((m.cutoff or 0) for m in parsed)
+    empty: dict[str, float] = {}
     for qid, judged in qrels.items():
-        ranked = ranking(run.get(qid, {}))
-        for m in parsed:
-            out[str(m)][qid] = _value(m, ranked, judged)
+        ideal = sorted((r for r in judged.values() if r > 0), reverse=True)
+        scores = run.get(qid, empty)
+        if not ideal:
+            for _, values in columns:
+                values[qid] = 0.0
+            continue
+        if depth is not None and depth * 4 < len(scores):
+            ranked = [doc for doc, _ in heapq.nlargest(depth, scores.items(), key=_SCORE_THEN_ID)]
+        elif len(set(scores.values())) == len(scores):  # no tie: the score alone orders
+            ranked = sorted(scores, key=scores.__getitem__, reverse=True)
+        else:
+            ranked = [doc for doc, _ in sorted(scores.items(), key=_SCORE_THEN_ID, reverse=True)]
+        get = judged.get
+        gains = [get(doc, 0) for doc in ranked]
+        hits = [i for i, g in enumerate(gains) if g > 0]
+        for m, values in columns:
+            values[qid] = _value(m, gains, hits, len(ideal), ideal)
     return out
 
 

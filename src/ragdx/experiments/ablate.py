@@ -41,7 +41,7 @@ _RESERVED = {"baseline", "manifest.json", "metrics.json", "report.html"}
 MATERIAL = 0.10  # a latency change smaller than this share of the baseline's is not worth a reading
 _SPLIT = re.compile(r",(?=\s*[A-Za-z_][\w.]*\s*=)")
 # the stage each settings section belongs to
-_SECTION_STAGE = {"retrieval": StageKind.RETRIEVAL, "fusion": StageKind.FUSION, "rerank": StageKind.RERANK,
+_SECTION_STAGE = {"rewrite": StageKind.REWRITE, "retrieval": StageKind.RETRIEVAL, "fusion": StageKind.FUSION, "rerank": StageKind.RERANK,
                   "governance": StageKind.GOVERNANCE, "context": StageKind.CONTEXT,
                   "generation": StageKind.GENERATION, "verify": StageKind.CITATION}
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,10 @@ from ragdx.binding import EvidenceBinding, recheck
 from ragdx.diagnosis.evidence import EvidenceResolver
 from ragdx.errors import InputError, StoreError
 from ragdx.evaluation.layered import layered
-from ragdx.experiments.run import Answered, RunResult, answer_one, progress_line
+from ragdx.experiments.run import Answered, RunResult, answer_one
 from ragdx.experiments.runstate import Claim, Draft, ItemRecord, ItemState, RunState, worker_id
 from ragdx.pipeline import Pipeline
+from ragdx.progress import Progress
 from ragdx.runfolder import RUN_DB, Executed, append_published, manifest, write_json, write_report
 from ragdx.types import ChoiceEnum, Query
 
@@ -116,6 +116,7 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
         pipeline.warm_up()
         resolver = EvidenceResolver(pipeline.store)
         total = len(queries)
+        bar = Progress("ragdx run", total, unit="queries") if progress else None
         while True:
             claim = state.claim(worker, lease_seconds)
             if claim is None:
@@ -135,12 +136,11 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                 if fault is Fault.AFTER_DRAFT:
                     os._exit(FAULT_EXIT)
             _settle(state, pipeline, out, claim, draft, worker, fault, binding)
-            if progress:
+            if bar is not None:
                 counts = state.counts()
-                progress_line("ragdx run", counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], total,
-                              claim.query_id)
-        if progress:
-            print(file=sys.stderr)
+                bar.set(counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], claim.query_id[:40])
+        if bar is not None:
+            bar.close()
         with state.transaction():  # one worker at a time writes the folder's summary files, once
             result = None if state.summarised() else _finish(state, pipeline, queries, out, queries_path, started)
             if result is not None:

@@ -9,8 +9,8 @@ the same for both.
 from __future__ import annotations
 
 import json
-import sys
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -24,6 +24,7 @@ from ragdx.diagnosis.ours import diagnose_trace, view_of
 from ragdx.diagnosis.records import GOOD_OUTCOMES
 from ragdx.evaluation.layered import Metrics, QueryValues, layered, query_values
 from ragdx.pipeline import Pipeline, Trace
+from ragdx.progress import Progress
 from ragdx.protocols import Store
 from ragdx.runfolder import Executed, manifest, write_json, write_report
 from ragdx.tracefile import trace_to_dict
@@ -64,17 +65,11 @@ def answer_one(pipeline: Pipeline, query: Query, produce: Callable[[Query], Trac
     trace = produce(query)
     binding = bind_evidence(pipeline.store, query.principal, trace.context, trace.answer, index_version)
     resolved = evidence if evidence is not None else resolver.run(query)
-    view = view_of(trace, pipeline.store)
+    view = view_of(trace, pipeline.store, pipeline.channels)
     diagnosis = diagnose_trace(pipeline, trace, evidence=resolved, view=view)
     if oracle == "context":
         diagnosis = _with_oracle(pipeline, trace, diagnosis, resolver)
     return Answered(trace, binding, diagnosis, view, resolved, query_values(query, diagnosis, view, resolved))
-
-
-def progress_line(label: str, done: int, total: int, what: str) -> None:
-    """Redraw the progress line on stderr."""
-    bar = "#" * (30 * done // max(total, 1))
-    print(f"\r{label} [{bar:<30}] {done}/{total} {what[:40]:<40}", end="", file=sys.stderr, flush=True)
 
 
 def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Callable[[Query], Trace],
@@ -87,18 +82,17 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
     pipeline.warm_up()
     resolver = EvidenceResolver(pipeline.store)
     done: list[Answered] = []
+    shown = Progress(label, len(queries), unit="queries") if progress else nullcontext(None)
     with open(out / "traces.jsonl", "w", encoding="utf-8") as trace_file, \
-            open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag:
+            open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag, shown as bar:
         for n, query in enumerate(queries, start=1):
             one = answer_one(pipeline, query, produce, resolver, oracle=oracle,
                              evidence=evidence[n - 1] if evidence is not None else None)
             trace_file.write(json.dumps(one.trace_json()) + "\n")
             diag.write(json.dumps(one.diagnosis.to_dict()) + "\n")
             done.append(one)
-            if progress:
-                progress_line(label, n, len(queries), query.id)
-    if progress:
-        print(file=sys.stderr)
+            if bar is not None:
+                bar.advance(1, query.id[:40])
     return executed(done)
 
 

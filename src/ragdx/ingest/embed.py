@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import hashlib
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from ragdx.progress import Progress
 from ragdx.protocols import Encoder
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Chunk, EmbeddingSpace
@@ -46,6 +48,7 @@ class Embedder:
         self.encoder = encoder
         self.with_prefix = with_prefix
         self.backend = backend or type(encoder).__name__
+        self.batch = 1024
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -63,11 +66,14 @@ class Embedder:
         for h, (text, _) in zip(hashes, inputs):
             if h not in known:
                 todo.setdefault(h, text)
-        if todo:
-            encoding = self.encoder.encode(list(todo.values()), kind="passage")
-            vectors = np.ascontiguousarray(encoding.vectors, dtype=np.float32)
-            for h, vector, end in zip(todo, vectors, encoding.window_ends):
-                known[h] = (vector.tobytes(), end)
+        keys, texts = list(todo), list(todo.values())
+        with Progress("embedding", len(texts), unit="chunks") if texts else nullcontext() as progress:
+            for i in range(0, len(texts), self.batch):  # batches only to show progress
+                encoding = self.encoder.encode(texts[i:i + self.batch], kind="passage")
+                vectors = np.ascontiguousarray(encoding.vectors, dtype=np.float32)
+                for h, vector, end in zip(keys[i:i + self.batch], vectors, encoding.window_ends):
+                    known[h] = (vector.tobytes(), end)
+                progress.advance(len(vectors), f"{len(chunks) - len(todo):,} reused")
         rows: list[VectorRow] = []
         truncated = 0
         for chunk, h, (_, offset) in zip(chunks, hashes, inputs):

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import multiprocessing
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterator, Sequence
 
 from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker, TokenCounter
@@ -15,10 +18,14 @@ from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
 from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
+from ragdx.progress import Progress
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
 
 log = logging.getLogger("ragdx.ingest")
+
+#: Below this many documents to parse, starting worker processes costs more than it saves.
+PARALLEL_FROM = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +83,37 @@ class IngestReport:
         return sum(1 for a in self.actions if a.action == action)
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """An entry read but not parsed: what a parsing worker needs (bytes, format, path)."""
+
+    entry: ManifestEntry
+    content_hash: str
+    version: str
+    job: tuple[bytes, str, str]
+
+
+_Parsed = tuple[str, ParsedDocument] | InputError
+
+
+def _parse(job: tuple[bytes, str, str]) -> _Parsed:
+    """Parse one document's bytes (in a worker process): its raw text and parsed document, or the
+    :class:`InputError` saying why not, as a value (an exception's keywords do not survive the
+    trip back through pickle)."""
+    try:
+        return parse(*job)
+    except InputError as exc:
+        return exc
+
+
+def _declared(entry: ManifestEntry, exc: InputError) -> InputError:
+    """The error with the manifest line that declared the entry, when it came from a manifest."""
+    if entry.line is None:
+        return exc
+    return InputError(f"{exc} (declared for doc_id {entry.doc_id!r})", file=entry.origin,
+                      line=entry.line, field="path")
+
+
 class Ingestor:
     """Reads, parses, chunks and stores documents.
 
@@ -84,11 +122,17 @@ class Ingestor:
         config: the chunking settings.
         counter: the token counter ``config.tokenizer`` names (default: words and punctuation).
         embedder: computes the chunks' vectors for the dense channel (None: no vectors).
+        workers: processes that parse (from 64 documents to parse on; the store is written by
+            this process alone).
     """
 
     def __init__(self, store: SQLiteStore, config: ChunkerConfig | None = None,
-                 counter: TokenCounter | None = None, embedder: Embedder | None = None) -> None:
+                 counter: TokenCounter | None = None, embedder: Embedder | None = None, *,
+                 workers: int = 1) -> None:
+        if workers < 1:
+            raise ConfigError(f"ingest workers must be at least 1, not {workers}")
         self.store = store
+        self.workers = workers
         self.chunker = StructureChunker(config or ChunkerConfig(), counter)
         self.embedder = embedder
         self._config_json = self.chunker.config.to_json()
@@ -100,7 +144,42 @@ class Ingestor:
             InputError: the file is missing or unreadable, of an unknown format, undecodable, or
                 has no text; the message names the file and the manifest line that declared it.
         """
-        where = f"{entry.origin}:{entry.line}" if entry.line else entry.origin
+        read = self._read(entry)
+        if isinstance(read, PreparedDocument):
+            return read
+        return self._chunk(read, _parse(read.job))
+
+    def prepare_all(self, entries: Sequence[ManifestEntry], progress: Progress | None = None) -> list[PreparedDocument]:
+        """:meth:`prepare` for every entry, parsing on ``workers`` processes when there are enough
+        documents to parse (reading, the store's look-ups and chunking stay in this process; the
+        chunker may count in the encoder's tokenizer, which is not shipped to workers).
+
+        Raises:
+            InputError: as :meth:`prepare`, for the first bad entry in manifest order.
+        """
+        reads = [self._read(entry) for entry in entries]
+        jobs = [r.job for r in reads if isinstance(r, _Read)]
+        if self.workers > 1 and len(jobs) >= PARALLEL_FROM:
+            # spawned, not forked: this process may hold an encoder's threads and locks
+            pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+            chunksize = max(1, min(16, len(jobs) // (8 * self.workers)))
+            parsed: Iterator[_Parsed] = pool.map(_parse, jobs, chunksize=chunksize)
+        else:
+            pool, parsed = None, map(_parse, jobs)
+        try:
+            out = []
+            for read in reads:
+                out.append(read if isinstance(read, PreparedDocument) else self._chunk(read, next(parsed)))
+                if progress is not None:
+                    progress.advance()
+            return out
+        finally:
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+
+    def _read(self, entry: ManifestEntry) -> "PreparedDocument | _Read":
+        """The entry's bytes, or the stored version when the store already holds these bytes
+        parsed and chunked as this ingest would."""
         try:
             fmt = detect_format(str(entry.path), entry.format)
             try:
@@ -111,28 +190,33 @@ class Ingestor:
                 raise InputError("is a directory, expected a file", file=str(entry.path)) from None
             except OSError as exc:
                 raise InputError(f"cannot read file: {exc.strerror}", file=str(entry.path)) from None
-            content_hash = hashlib.sha256(data).hexdigest()
-            version = entry.version or content_hash[:12]
-            stored = self.store.version(entry.doc_id, version)
-            if (stored is not None and stored.document.content_hash == content_hash
-                    and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)):
-                document = Document(entry.doc_id, version, content_hash, str(entry.path),
-                                    entry.title or stored.document.title, entry.acl, entry.status,
-                                    entry.updated_at, entry.metadata, fmt)
-                return PreparedDocument(entry, document, "", None, None, len(data),
-                                        self.store.chunk_count(entry.doc_id, version))
-            raw, parsed = parse(data, fmt, str(entry.path))
         except InputError as exc:
-            if entry.line is None:
-                raise
-            raise InputError(f"{exc} (declared for doc_id {entry.doc_id!r})", file=entry.origin,
-                             line=entry.line, field="path") from None
+            raise _declared(entry, exc) from None
+        content_hash = hashlib.sha256(data).hexdigest()
+        version = entry.version or content_hash[:12]
+        stored = self.store.version(entry.doc_id, version)
+        if (stored is not None and stored.document.content_hash == content_hash
+                and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)):
+            document = Document(entry.doc_id, version, content_hash, str(entry.path),
+                                entry.title or stored.document.title, entry.acl, entry.status,
+                                entry.updated_at, entry.metadata, fmt)
+            return PreparedDocument(entry, document, "", None, None, len(data),
+                                    self.store.chunk_count(entry.doc_id, version))
+        return _Read(entry, content_hash, version, (data, fmt, str(entry.path)))
+
+    def _chunk(self, read: "_Read", outcome: "_Parsed") -> PreparedDocument:
+        entry = read.entry
+        if isinstance(outcome, InputError):
+            raise _declared(entry, outcome)
+        raw, parsed = outcome
+        data, fmt, _ = read.job
+        where = f"{entry.origin}:{entry.line}" if entry.line else entry.origin
         if not parsed.text.strip():
             raise InputError(f"empty document: no text after parsing {fmt} (doc_id {entry.doc_id!r}, "
                              f"declared at {where})", file=str(entry.path))
         document = Document(
-            doc_id=entry.doc_id, version=version,
-            content_hash=content_hash, path=str(entry.path), title=entry.title or parsed.title,
+            doc_id=entry.doc_id, version=read.version,
+            content_hash=read.content_hash, path=str(entry.path), title=entry.title or parsed.title,
             acl=entry.acl, status=entry.status, updated_at=entry.updated_at,
             metadata=entry.metadata, format=fmt)
         return PreparedDocument(entry, document, raw, parsed, self.chunker.run(document, parsed),
@@ -150,7 +234,8 @@ class Ingestor:
         entries, skipped = load_source(Path(source))
         for path in skipped:
             log.warning("skipped %s: no parser for its format", path)
-        prepared = _supersede_earlier([self.prepare(entry) for entry in entries])
+        with Progress("parsing and chunking", len(entries), unit="documents") as progress:
+            prepared = _supersede_earlier(self.prepare_all(entries, progress))
         self._refuse_lost_vectors(prepared)
         vectors: dict[str, VectorRow] = {}
         stats = None
@@ -169,12 +254,13 @@ class Ingestor:
                 space = self.embedder.space
                 self.store.register_space(space, self.embedder.backend)
                 self.store.set_space_state(space.id, "active", "first space of this store")
-            for item in prepared:
-                action = self._write(item)
-                actions.append(action)
-                if vectors and item.chunked and action.action in ("add", "rechunk"):
-                    self.store.write_vectors(self.embedder.space.id, [
-                        vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
+            with Progress("writing", len(prepared), unit="documents") as progress:
+                for item in progress.iterate(prepared):
+                    action = self._write(item)
+                    actions.append(action)
+                    if vectors and item.chunked and action.action in ("add", "rechunk"):
+                        self.store.write_vectors(self.embedder.space.id, [
+                            vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
                          for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from html import escape
 from typing import Any, Sequence
 
@@ -416,6 +417,9 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
         retrieval_seen = retrieval_seen or stage.kind is StageKind.RETRIEVAL
         if stage.kind is StageKind.CONTEXT:
             parts.append(_context(stage, evidence, notes))
+        elif stage.kind is StageKind.REWRITE:
+            parts.append(_rewrite(stage) + _stage_list(replace(stage, name=f"{stage.name}: the original question's "
+                                                               "retrieval"), evidence, snippets, notes))
         else:
             parts.append(_stage_list(stage, evidence, snippets, notes))
     if first is not None and not marked:
@@ -425,6 +429,27 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
     parts.append(_answer(view))
     parts.append("</details>")
     return "".join(parts)
+
+
+def _rewrite(stage: StageView) -> str:
+    """What the rewrite stage did: the route, each text searched (with what its rewrite dropped),
+    the evidence slots and every hop."""
+    c = stage.config
+    out = [f'<div class="stage" data-stage="{_e(stage.name)}">{_e(stage.name)} <span class="muted small">'
+           f"(rewrite, route {_e(c.get('route', '–'))}"
+           + (f"; stopped: {_e(c['stopped'])}" if c.get("stopped") else "") + ")</span></div>"]
+    rewrites = c.get("rewrites", [])
+    out.append(_table(["kind", "searched with", "flags"], [["original", _e(c.get("original", "")), ""]] + [
+        [_e(r["kind"]), _e(_snippet(r["text"])), _e("; ".join(r["diff"]["flags"]))] for r in rewrites]))
+    if c.get("slots"):
+        out.append("<p class='small'>Evidence slots:</p>" + _table(["slot", "state", "source", "fact"], [
+            [_e(s["name"]), _e(s["state"]), _e(s["doc"] or "–"), _e(_snippet(s["value"] or s["note"]))]
+            for s in c["slots"]]))
+    if c.get("hops"):
+        out.append("<p class='small'>Hops:</p>" + _table(["hop", "slot", "query", "rejected", "outcome"], [
+            [str(h["hop"]), _e(h["slot"]), _e(_snippet(h["query"])), _e("; ".join(h["rejected"][:3]) or "–"),
+             _e(h["reason"])] for h in c["hops"]]))
+    return "".join(out)
 
 
 def _context(stage: StageView, evidence: QueryEvidence, notes: list[str]) -> str:

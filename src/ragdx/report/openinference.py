@@ -86,6 +86,11 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
                       "reranker.top_k": len(stage.get("items", []))}
             attrs |= _documents("reranker.input_documents", previous, texts)
             attrs |= _documents("reranker.output_documents", stage.get("items", []), texts)
+        elif kind == "rewrite":  # what was searched instead of (or besides) the question, and every hop
+            attrs |= {"openinference.span.kind": "CHAIN", "input.value": stage.get("original", ""),
+                      "output.value": json.dumps(stage.get("searches", [])),
+                      "ragdx.rewrite": json.dumps({k: stage.get(k) for k in ("route", "rewrites", "slots", "hops",
+                                                                             "stopped")})}
         elif kind == "generation":
             usage = stage.get("usage", {})
             attrs |= {"openinference.span.kind": "LLM", "llm.model_name": stage.get("model", ""),

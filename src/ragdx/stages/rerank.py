@@ -43,27 +43,41 @@ def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, conf
                   time.perf_counter() - started)
 
 
-FEATURES = ("fused_rank", "term_coverage", "heading_coverage", "exact_tokens")
-#: An unfitted prior: every feature counts once. Fit real weights on a validation set.
+FEATURES = ("fused_rank", "term_coverage", "heading_coverage", "exact_tokens", "bm25_rank", "dense_rank",
+            "dense_cosine")
+#: An unfitted prior: the four first features count once, the channel features not at all. Fit real
+#: weights on a validation set.
 PRIOR_WEIGHTS = {"fused_rank": 1.0, "term_coverage": 1.0, "heading_coverage": 1.0, "exact_tokens": 1.0,
                  "bias": 0.0}
+#: the channels whose own rank (and, for dense, cosine) are features: ragdx's channel names
+CHANNEL_FEATURES = {"bm25": "bm25_rank", "dense": "dense_rank"}
 
 
 _EXACT = re.compile(r"\b[\w.-]*\d[\w.-]*\b")  # tokens with a digit: codes, versions, amounts
 
 
-def features(question: str, chunk: Chunk, fused_rank: int) -> dict[str, float]:
-    """The feature values of one candidate, each in [0, 1]."""
+def features(question: str, chunk: Chunk, fused_rank: int,
+             history: Sequence[Provenance] = ()) -> dict[str, float]:
+    """The feature values of one candidate, each in [0, 1]: ``history`` gives its rank in each
+    retrieval channel (``bm25_rank``, ``dense_rank``: 1/log2(1 + rank), 0 when the channel did
+    not find it) and the dense channel's cosine (``dense_cosine``, 0 when below 0 or absent)."""
     terms = content_terms(question)
     body = set(content_terms(chunk.text))
     heads = set(content_terms(chunk.prefix + " " + " ".join(chunk.heading_path)))
     exact = _EXACT.findall(question)
-    return {
+    values = {
         "fused_rank": 1.0 / math.log2(1 + fused_rank),
         "term_coverage": sum(t in body for t in terms) / len(terms) if terms else 0.0,
         "heading_coverage": sum(t in heads for t in terms) / len(terms) if terms else 0.0,
         "exact_tokens": sum(t in chunk.text for t in exact) / len(exact) if exact else 0.0,
+        "bm25_rank": 0.0, "dense_rank": 0.0, "dense_cosine": 0.0,
     }
+    for step in history:
+        if step.stage in CHANNEL_FEATURES:
+            values[CHANNEL_FEATURES[step.stage]] = 1.0 / math.log2(1 + step.rank)
+            if step.stage == "dense":
+                values["dense_cosine"] = max(0.0, min(1.0, step.score))
+    return values
 
 
 class FeatureReranker:
@@ -104,7 +118,8 @@ class FeatureReranker:
     def run(self, query: Query, ranked: Ranked) -> Ranked:
         started = time.perf_counter()
         chunks = self.store.chunks_by_id([c.chunk_id for c in ranked.items])
-        scores = [self.score(features(query.question, chunks[c.chunk_id], c.rank)) for c in ranked.items]
+        scores = [self.score(features(query.question, chunks[c.chunk_id], c.rank, c.history))
+                  for c in ranked.items]
         config = {"method": "features", "top_n": self.top_n, "weights": self.weights,
                   "fitted_on": self.fitted_on or "unfitted prior"}
         return _rerank(self.name, ranked, scores, self.top_n, config, started)

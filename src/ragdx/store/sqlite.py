@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from ragdx.errors import InputError, StoreError
 from ragdx.store._attributes import attribute_changes
+from ragdx.store.keyword import KeywordIndex
 from ragdx.types import (
     ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
     SpaceState, StoredVersion, VersionFilter,
@@ -155,6 +156,34 @@ def match_expression(terms: Sequence[str]) -> str | None:
     return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms) if terms else None
 
 
+class _Tokenizer:
+    """The store's FTS5 tokenizer on any text: an in-memory FTS5 table, kept for the process."""
+
+    def __init__(self) -> None:
+        self._db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._db.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{FTS_TOKENIZER}')")
+        self._db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        self._lock = threading.Lock()
+
+    def __call__(self, texts: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Each text's tokens in order."""
+        tokens: dict[int, list[tuple[int, str]]] = {}
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", enumerate(texts))
+                for term, doc, offset in self._db.execute("SELECT term, doc, offset FROM v"):
+                    tokens.setdefault(doc, []).append((offset, term))
+            finally:
+                self._db.execute("ROLLBACK")
+        return {text: tuple(t for _, t in sorted(tokens.get(i, []))) for i, text in enumerate(texts)}
+
+
+@functools.lru_cache(maxsize=1)
+def _tokenizer() -> _Tokenizer:
+    return _Tokenizer()
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -221,6 +250,8 @@ class SQLiteStore:
         self._lock = threading.RLock()
         self._in_tx = False
         self._readable: dict[tuple[str, ...], tuple[int, frozenset[int]]] = {}
+        self._keyword: KeywordIndex | None = None
+        self._token_cache: dict[str, tuple[str, ...]] = {}
         try:
             if self.mode is OpenMode.READ:
                 self._db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True,
@@ -671,13 +702,17 @@ class SQLiteStore:
     def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
              weights: tuple[float, float] = (0.5, 1.0),
              versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
-        """FTS5 BM25 search among the chunks the groups may read: the best ``limit`` readable
-        chunks, exactly as if the access filter ran inside the query. Scores are ``-bm25()``:
-        higher is better; ties go to the older row.
+        """BM25 search among the chunks the groups may read: the best ``limit`` readable chunks,
+        ranked and scored as FTS5's ``bm25()`` ranks them (:meth:`fts5_bm25`), with the access
+        and version filters inside the search. Scores are ``-bm25()``: higher is better; ties go
+        to the older row.
 
-        FTS5 ranks its matches; unreadable ones are skipped, fetching four times deeper until
-        ``limit`` readable ones are found or the matches run out (a join inside the query costs
-        about as much as the ranking itself).
+        The search runs on a posting matrix mirrored from FTS5's index
+        (:class:`~ragdx.store.keyword.KeywordIndex`), checked against the store's
+        ``index_version`` in the query's own read transaction and brought up to date before it
+        answers, so a change committed by any process is in the next query's N, lengths and
+        document frequencies. Inside this store's own write transaction, or for a term FTS5
+        splits into several tokens, FTS5 answers itself.
 
         Args:
             terms: the query's terms, matched with OR semantics (:func:`match_expression`).
@@ -686,6 +721,32 @@ class SQLiteStore:
             weights: bm25() column weights for the prefix and the text (a weight scales term
                 frequency; lengths and document frequencies count every column).
             versions: which versions may be returned (None: every version).
+        """
+        if not terms:
+            return []
+        with self._lock:
+            if self._in_tx:  # our uncommitted writes: only FTS5 sees them
+                return self.fts5_bm25(terms, groups, limit, weights, versions)
+            self._db.execute("BEGIN")  # one snapshot for the generation, the search and the rows
+            try:
+                index = self._keyword_index()
+                tokens = self._query_tokens(terms)
+                if tokens is None:
+                    return self.fts5_bm25(terms, groups, limit, weights, versions)
+                allowed = self._search_mask(index, groups, versions)
+                hits = index.search(index.phrases(tokens), weights, allowed, limit)
+                return self._hit_chunks(hits)
+            finally:
+                self._db.execute("COMMIT")
+
+    def fts5_bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
+                  weights: tuple[float, float] = (0.5, 1.0),
+                  versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+        """:meth:`bm25` answered by FTS5 itself (``MATCH`` and ``bm25()`` in SQL): the reference
+        the posting matrix is checked against.
+
+        FTS5 ranks its matches; unreadable ones are skipped, fetching four times deeper until
+        ``limit`` readable ones are found or the matches run out.
         """
         match = match_expression(terms)
         if match is None:
@@ -700,6 +761,9 @@ class SQLiteStore:
             if len(hits) == limit or len(rows) < fetch:
                 break
             fetch *= 4
+        return self._hit_chunks(hits)
+
+    def _hit_chunks(self, hits: list[tuple[int, float]]) -> list[tuple[Chunk, float]]:
         columns = ", ".join("c." + c.strip() for c in self._CHUNK_COLUMNS.split(","))
         by_rowid = {}
         for i in range(0, len(hits), 500):
@@ -708,6 +772,62 @@ class SQLiteStore:
                                         f"({','.join('?' * len(batch))})", batch):
                 by_rowid[row[0]] = self._chunk_row(row[1:])
         return [(by_rowid[rowid], score) for rowid, score in hits]
+
+    def _keyword_index(self) -> KeywordIndex:
+        """The posting matrix at the store's current generation (call inside a read transaction)."""
+        generation = self.index_version
+        index = self._keyword
+        if index is not None and index.generation != generation:
+            try:
+                index.patch(self._db, generation, FTS_TOKENIZER)
+            except StoreError as exc:  # the log did not name every change: read it all again
+                log.warning("%s: rebuilding the keyword index (%s)", self.path, exc)
+                index = None
+        if index is None:
+            index = self._keyword = KeywordIndex.build(self._db, generation, FTS_BM25_K1, FTS_BM25_B)
+        return index
+
+    def _query_tokens(self, terms: Sequence[str]) -> list[str | None] | None:
+        """Each term's FTS5 token (None: it has none), or None if a term has several (a phrase
+        the posting matrix does not match)."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._token_cache]
+        if missing:
+            if len(self._token_cache) > 100_000:
+                self._token_cache.clear()
+            self._token_cache.update(_tokenizer()(missing))
+        found = [self._token_cache[t] for t in terms]
+        if any(len(tokens) > 1 for tokens in found):
+            return None
+        return [tokens[0] if tokens else None for tokens in found]
+
+    def _search_mask(self, index: KeywordIndex, groups: tuple[str, ...],
+                     versions: VersionFilter | None) -> Any:
+        """The mirror's rows these groups may read and the filter allows (cached for the
+        generation: per groups, and per set of versions the question names)."""
+        who = tuple(sorted(set(groups)))
+        readable = index.cached(("acl", who), lambda: index.key_mask(self._readable_versions(who)))
+        if versions is None or not versions.current_only:
+            return index.cached(("rows", who), lambda: index.row_mask(readable))
+        current, others = index.cached(("status",), lambda: self._status_masks(index))
+        named = tuple(i for i, version in others if versions.names(version)) if versions.named else ()
+        def make() -> Any:
+            flags = current.copy()
+            flags[list(named)] = True
+            return index.row_mask(readable & flags)
+        return index.cached(("rows", who, named), make)
+
+    def _readable_versions(self, groups: tuple[str, ...]) -> list[tuple[str, str]]:
+        marks = ",".join("?" * len(groups))
+        return self._db.execute(f"SELECT DISTINCT doc_id, version FROM acl WHERE grp IN ({marks})",
+                                groups).fetchall()
+
+    def _status_masks(self, index: KeywordIndex) -> tuple[Any, list[tuple[int, str]]]:
+        """The mirror's current versions as flags, and its other versions (index, label)."""
+        rows = self._db.execute("SELECT doc_id, version, status FROM documents").fetchall()
+        current = index.key_mask((d, v) for d, v, status in rows if status == DocStatus.CURRENT)
+        others = [(index.key_ids[(d, v)], v) for d, v, status in rows
+                  if status != DocStatus.CURRENT and (d, v) in index.key_ids]
+        return current, others
 
     # -- vectors and embedding spaces ------------------------------------------------------
     def register_space(self, space: EmbeddingSpace, backend: str) -> None:

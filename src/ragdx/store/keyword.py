@@ -1,0 +1,472 @@
+"""The keyword channel's posting matrix: FTS5's own index of the chunks, mirrored into numpy arrays
+and scored at query time with exactly FTS5's ``bm25()``.
+
+Robertson & Zaragoza, "The Probabilistic Relevance Framework: BM25 and Beyond", Foundations and
+Trends in IR 3(4), 2009; the formula as SQLite's ``fts5_aux.c`` computes it: for each phrase i of
+the query, in order,
+
+    score += idf_i * (f_i * (k1 + 1)) / (f_i + k1 * (1 - b + b * D / avgdl)),
+    idf_i = log((N - n_i + 0.5) / (n_i + 0.5)), floored to 1e-6 when not positive,
+
+where f_i is the phrase's column-weighted frequency in the row, D the row's length in tokens
+(every column), avgdl the mean length over all N rows of the FTS5 table and n_i the number of rows
+holding the phrase. A question's OR expression matches half the rows through its common words, and
+FTS5 scores every match; here the phrases whose idf is floored (they hold at most 1e-6 each) are
+left out of the first pass, and only the rows that can still reach the top are scored in full, so
+the top ``limit`` and their scores are FTS5's.
+
+The tokens are FTS5's, read from its index (``fts5vocab``): no tokenizer is re-implemented, so
+the matrix holds what SQLite matches. The mirror is bound to the store's ``index_version``: the
+store reads it in the same read transaction as the query and, when the store changed (in this
+process or another), the documents the update log names since the mirror's last entry are
+re-read, re-tokenized by an in-memory FTS5 table with the same tokenizer, and patched in before
+the query is answered. N and the total length are then checked against FTS5's own record of them.
+Nothing is kept on disk: a killed process loses only its mirror, and the store's atomic commits
+are what the next query reads.
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ragdx.errors import StoreError
+
+__all__ = ["KeywordIndex", "IDF_FLOOR"]
+
+#: FTS5's floor for a phrase's idf when more than half the rows hold it.
+IDF_FLOOR = 1e-6
+#: Up to this many postings, a query's first use of a pair of column weights computes every
+#: posting's BM25 part at once (8 bytes each); above it, each term's on its first use.
+WHOLE_PARTS = 8_000_000
+_COLUMNS = ("prefix", "text")  # chunks_fts's columns, in FTS5's order (the bm25() weights')
+
+
+def _varints(blob: bytes) -> list[int]:
+    """SQLite's variable-length integers (big-endian groups of 7 bits; a 9th byte holds 8)."""
+    out, i = [], 0
+    while i < len(blob):
+        value = 0
+        for j in range(9):
+            byte = blob[i]
+            i += 1
+            if j == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if byte < 0x80:
+                break
+        out.append(value)
+    return out
+
+
+def fts5_totals(db: sqlite3.Connection, table: str = "chunks_fts") -> tuple[int, int]:
+    """FTS5's own row count and total length (tokens, every column): its "averages" record."""
+    row = db.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    if row is None or not row[0]:
+        return 0, 0
+    values = _varints(bytes(row[0]))
+    return values[0], sum(values[1:1 + len(_COLUMNS)])
+
+
+@dataclass(frozen=True, slots=True)
+class _Postings:
+    """Postings of a set of rows: (term, rowid) pairs sorted by term then rowid, with the term's
+    count in each column."""
+
+    terms: list[str]
+    term: np.ndarray  # index into terms, per posting
+    rowid: np.ndarray
+    tf: np.ndarray  # (postings, 2): counts in the prefix and the text
+
+
+def _read_postings(db: sqlite3.Connection, vocab: str) -> _Postings:
+    """Every (term, row, column) count of an FTS5 ``instance`` vocabulary table, in one pass over
+    its index: the rows of each term are concatenated in SQL, so Python touches terms, not
+    token occurrences."""
+    terms, parts = [], []
+    for term, joined in db.execute(
+            f"SELECT term, group_concat(doc * 2 + (col = 'text')) FROM {vocab} GROUP BY term"):
+        terms.append(term)
+        parts.append(np.array(joined.split(","), dtype=np.int64) if joined else np.zeros(0, np.int64))
+    if not parts:
+        return _Postings([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.int32))
+    lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
+    cells = np.concatenate(parts)  # rowid * 2 + column, one per token occurrence
+    half = int(cells.max()) // 2 + 1  # every rowid is below it
+    key = np.repeat(np.arange(len(terms), dtype=np.int64), lengths) * (2 * half) + cells
+    if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
+        key.sort(kind="stable")  # group_concat's order is the scan's in practice, not promised
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    counts = np.diff(np.r_[starts, key.size])
+    key = key[starts]
+    pair = key >> 1  # term * half + rowid: one (term, row) pair
+    first = np.r_[True, pair[1:] != pair[:-1]]
+    tf = np.zeros((int(first.sum()), 2), np.int32)
+    tf[np.cumsum(first) - 1, key & 1] = counts
+    pair = pair[first]
+    return _Postings(terms, pair // half, pair % half, tf)
+
+
+class KeywordIndex:
+    """FTS5's index of the chunks as a posting matrix (CSR by term), with each row's length,
+    document version and duplicate flag; searched with :meth:`search`.
+
+    Built with :meth:`build` inside a read transaction of the store, and kept current with
+    :meth:`patch`.
+    """
+
+    def __init__(self, k1: float, b: float) -> None:
+        self.k1, self.b = k1, b
+        self.generation = -1
+        self.log_seq = 0
+        self.terms: dict[str, int] = {}
+        self.indptr = np.zeros(1, np.int64)
+        self.pos = np.zeros(0, np.int32)
+        self.tf = np.zeros((2, 0), np.float32)  # per posting: count in the prefix, in the text
+        self.rowid = np.zeros(0, np.int64)
+        self.length = np.zeros(0, np.int64)
+        self.key = np.zeros(0, np.int32)  # index into keys: the row's (doc_id, version)
+        self.duplicate = np.zeros(0, bool)
+        self.keys: list[tuple[str, str]] = []
+        self.key_ids: dict[tuple[str, str], int] = {}
+        self.total = 0  # tokens of the live rows
+        self.dead = np.zeros(0, bool)  # buried rows: deleted from the store, postings kept for now
+        self.buried = 0
+        self.patched = False  # changed since it was built
+        self._masks: dict[object, Any] = {}  # what is derived from this generation
+        self._cached = 0  # postings whose BM25 part is in _masks
+
+    # -- building and patching ------------------------------------------------------------------
+    @classmethod
+    def build(cls, db: sqlite3.Connection, generation: int, k1: float, b: float) -> "KeywordIndex":
+        """The whole mirror from the store (call inside a read transaction)."""
+        index = cls(k1, b)
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.ragdx_vocab USING "
+                   "fts5vocab(main, chunks_fts, 'instance')")
+        rows = _chunk_rows(db, "")
+        postings = _read_postings(db, "temp.ragdx_vocab")
+        index._append(rows, postings)
+        index.generation = generation
+        index.log_seq = _last_log_seq(db)
+        index.check(db)
+        return index
+
+    def patch(self, db: sqlite3.Connection, generation: int, tokenizer: str) -> None:
+        """Bring the mirror up to ``generation``: the documents the update log names since the
+        mirror's last entry are dropped and read again (call inside a read transaction)."""
+        entries = db.execute("SELECT seq, doc_id FROM log WHERE seq > ?", (self.log_seq,)).fetchall()
+        doc_ids = sorted({doc_id for _, doc_id in entries if doc_id is not None})
+        if doc_ids:
+            gone = np.zeros(len(self.keys), bool)
+            wanted = set(doc_ids)
+            gone[[i for i, (doc_id, _) in enumerate(self.keys) if doc_id in wanted]] = True
+            self._bury(gone[self.key])
+            for i in range(0, len(doc_ids), 500):
+                batch = doc_ids[i:i + 500]
+                marks = ",".join("?" * len(batch))
+                rows = _chunk_rows(db, f"WHERE doc_id IN ({marks})", batch, texts=True)
+                self._append(rows, _tokenize(rows, tokenizer))
+        self.generation = generation
+        self.patched = True
+        self.log_seq = max([self.log_seq] + [seq for seq, _ in entries])
+        self._masks.clear()
+        self._cached = 0
+        self.check(db)
+
+    def check(self, db: sqlite3.Connection) -> None:
+        """The mirror's N and total length must be FTS5's own, else it disagrees with the store."""
+        found = fts5_totals(db)
+        if found != (self.rows, self.total):
+            raise StoreError(f"the keyword index mirror ({self.rows} rows, {self.total} tokens) "
+                             f"disagrees with FTS5 ({found[0]} rows, {found[1]} tokens)")
+
+    @property
+    def rows(self) -> int:
+        """N: the rows of the FTS5 table (the live ones)."""
+        return self.rowid.size - self.buried
+
+    def _bury(self, gone: np.ndarray) -> None:
+        """Take the rows (positions) flagged in ``gone`` out of every statistic and result, at
+        the cost of their number (their postings stay until an eighth of the rows are buried,
+        then :meth:`_compact` drops them all at once)."""
+        gone = gone & ~self.dead
+        if not gone.any():
+            return
+        self.dead |= gone
+        self.buried += int(gone.sum())
+        self.total -= int(self.length[gone].sum())
+        if self.buried * 8 > self.rowid.size:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop the buried rows and their postings; positions keep their order."""
+        keep_row = ~self.dead
+        remap = np.cumsum(keep_row) - 1
+        keep = keep_row[self.pos]
+        kept = np.r_[0, np.cumsum(keep)]
+        self.indptr = kept[self.indptr]
+        self.pos = remap[self.pos[keep]].astype(np.int32)
+        self.tf = self.tf[:, keep]
+        self.rowid, self.length = self.rowid[keep_row], self.length[keep_row]
+        self.dead, self.buried = np.zeros(self.rowid.size, bool), 0
+        self.key, self.duplicate = self.key[keep_row], self.duplicate[keep_row]
+
+    def _append(self, rows: "_Rows", postings: _Postings) -> None:
+        """Add rows (new positions after the existing ones) and their postings."""
+        if not rows.rowid.size:
+            return
+        order = np.argsort(rows.rowid, kind="stable")
+        rowid = rows.rowid[order]
+        at = np.searchsorted(rowid, postings.rowid)
+        if postings.rowid.size and (at.max() >= rowid.size or np.any(rowid[at] != postings.rowid)):
+            raise StoreError("the keyword index holds rows the chunks table does not: the store's "
+                             "FTS5 index is damaged ('ragdx verify' says more)")
+        base = self.rowid.size
+        new_pos = base + np.arange(rowid.size)
+        length = np.bincount(at, weights=postings.tf.sum(axis=1), minlength=rowid.size).astype(np.int64)
+        key_ids = np.fromiter((self._key_id(k) for k in rows.keys), np.int32, len(rows.keys))
+        self.rowid = np.r_[self.rowid, rowid]
+        self.length = np.r_[self.length, length]
+        self.key = np.r_[self.key, key_ids[rows.key[order]]].astype(np.int32)
+        self.duplicate = np.r_[self.duplicate, rows.duplicate[order]]
+        self.dead = np.r_[self.dead, np.zeros(rowid.size, bool)]
+        self.total += int(length.sum())
+        # term ids in this index's vocabulary, new terms appended
+        ids = np.fromiter((self.terms.setdefault(t, len(self.terms)) for t in postings.terms),
+                          np.int64, len(postings.terms))
+        term = ids[postings.term] if postings.term.size else np.zeros(0, np.int64)
+        n_terms = len(self.terms)
+        old_counts = np.diff(self.indptr)
+        old_counts = np.r_[old_counts, np.zeros(n_terms - old_counts.size, np.int64)]
+        order = np.argsort(term, kind="stable")  # already by rowid within a term
+        term, pos, tf = term[order], new_pos[at[order]], postings.tf[order]
+        ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
+        where = ends[term]  # each new posting goes after its term's existing ones
+        self.pos = np.insert(self.pos, where, pos.astype(np.int32))
+        self.tf = np.insert(self.tf, where, tf.T.astype(np.float32), axis=1)
+        counts = old_counts + np.bincount(term, minlength=n_terms)
+        self.indptr = np.r_[0, np.cumsum(counts)]
+
+    def _key_id(self, key: tuple[str, str]) -> int:
+        found = self.key_ids.get(key)
+        if found is None:
+            found = self.key_ids[key] = len(self.keys)
+            self.keys.append(key)
+        return found
+
+    # -- access and versions ------------------------------------------------------------------
+    def cached(self, key: object, make: Callable[[], object]) -> Any:
+        """A value derived from this generation of the mirror (an access mask, say), made once."""
+        found = self._masks.get(key)
+        if found is None:
+            found = self._masks[key] = make()
+        return found
+
+    def key_mask(self, keys: Iterable[tuple[str, str]]) -> np.ndarray:
+        """A flag per (doc_id, version) this mirror knows: whether it is among ``keys``."""
+        flags = np.zeros(len(self.keys), bool)
+        flags[[self.key_ids[k] for k in keys if k in self.key_ids]] = True
+        return flags
+
+    def row_mask(self, key_flags: np.ndarray) -> np.ndarray:
+        """The rows a search may return: of the flagged (doc_id, version) keys, not duplicates."""
+        return key_flags[self.key] & ~self.duplicate & ~self.dead
+
+    # -- search ---------------------------------------------------------------------------------
+    def phrases(self, tokens: Sequence[str | None]) -> list[int]:
+        """Each phrase's term id, -1 for a term no row holds (any more)."""
+        ids = [self.terms.get(t, -1) if t is not None else -1 for t in tokens]
+        return [t if t >= 0 and self.hits(t) > 0 else -1 for t in ids]
+
+    def hits(self, t: int) -> int:
+        """n: how many live rows hold the term."""
+        held = int(self.indptr[t + 1] - self.indptr[t])
+        if not self.buried:
+            return held
+        return held - int(self.cached(("buried", t), lambda: np.count_nonzero(
+            self.dead[self.pos[self.indptr[t]:self.indptr[t + 1]]])))
+
+    def search(self, phrases: Sequence[int], weights: tuple[float, float], allowed: np.ndarray,
+               limit: int) -> list[tuple[int, float]]:
+        """The best ``limit`` allowed rows holding any phrase, by FTS5's bm25() (higher is better;
+        ties to the lower rowid): ``(rowid, score)`` pairs.
+
+        Args:
+            phrases: term ids in the query's phrase order (-1: a term no row holds).
+            weights: the columns' weights (prefix, text).
+            allowed: the rows that may be returned (:meth:`mask`).
+            limit: how many to return.
+        """
+        n = self.rowid.size
+        if not self.rows or limit <= 0:
+            return []
+        avgdl = self.total / self.rows
+        idf = []
+        for t in phrases:
+            hits = self.hits(t) if t >= 0 else 0
+            value = math.log((self.rows - hits + 0.5) / (hits + 0.5))
+            idf.append(value if value > 0.0 else IDF_FLOOR)
+        present = [i for i, t in enumerate(phrases) if t >= 0]
+        strong = [i for i in present if idf[i] > IDF_FLOOR]
+        weak = [i for i in present if idf[i] <= IDF_FLOOR]
+        norm = self._norm(avgdl)
+        w = np.asarray(weights, np.float64)
+        # first pass: the phrases that are not floored, summed in the query's order as FTS5 does,
+        # so that without floored phrases these are FTS5's scores
+        # (bincount adds in array order, so each row's sum runs in phrase order too)
+        if strong:
+            partial = np.bincount(
+                np.concatenate([self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]] for i in strong]),
+                np.concatenate([idf[i] * self._part(phrases[i], w, norm) for i in strong]), minlength=n)
+        else:
+            partial = np.zeros(n)
+        # (with a negative weight, a share can be negative: only the full pass below is exact)
+        positive = np.flatnonzero(partial > 0) if min(weights) >= 0 else np.zeros(0, np.int64)
+        positive = positive[allowed[positive]]
+        if positive.size >= limit:
+            values = partial[positive]
+            kth = np.partition(values, positive.size - limit)[positive.size - limit]
+            if not weak:
+                candidates = positive[values >= kth]
+                return self._rank(candidates, partial[candidates], limit)
+            # a floored phrase adds at most 1e-6 * (k1 + 1) to a row (a little more, for rounding)
+            margin = len(weak) * IDF_FLOOR * (self.k1 + 1.0) * (1 + 1e-9) + 1e-12 * kth
+            if kth > margin:
+                candidates = positive[values >= kth - margin]
+                return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
+        # the common words decide some of the top: every row holding any phrase is scored
+        held = np.zeros(n, bool)
+        for i in present:
+            held[self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]]] = True
+        candidates = np.flatnonzero(held & allowed)
+        return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
+
+    def _norm(self, avgdl: float) -> np.ndarray:
+        """k1 * (1 - b + b * D / avgdl) per row, as FTS5 computes it (cached per generation)."""
+        found = self._masks.get(("norm",))
+        if found is None:
+            found = self._masks[("norm",)] = self.k1 * (1 - self.b + self.b * self.length / avgdl)
+        return found
+
+    def _part(self, t: int, w: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        """A term's postings' BM25 part without the idf (cached per generation and weights: for
+        every posting at once up to :data:`WHOLE_PARTS` postings in a mirror as built, else term
+        by term, at most the matrix's size again; after a patch, term by term, so that the query
+        after an edit pays for its own terms only)."""
+        if self.pos.size <= WHOLE_PARTS and not self.patched:
+            key = ("parts", float(w[0]), float(w[1]))
+            every = self._masks.get(key)
+            if every is None:
+                every = self._masks[key] = self._contribution(1.0, self._freq(slice(None), w), norm[self.pos])
+            return every[self.indptr[t]:self.indptr[t + 1]]
+        key = ("part", t, float(w[0]), float(w[1]))
+        found = self._masks.get(key)
+        if found is None:
+            if self._cached > self.pos.size:
+                self._masks = {k: v for k, v in self._masks.items() if k[0] != "part"}
+                self._cached = 0
+            sl = slice(self.indptr[t], self.indptr[t + 1])
+            found = self._masks[key] = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]])
+            self._cached += found.size
+        return found
+
+    def _freq(self, postings: slice | np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The column-weighted frequency of these postings, in float64 (FTS5 adds a column's
+        weight per occurrence: the same sum for weights such as 0.5 and 1, within rounding for
+        others)."""
+        f = np.multiply(self.tf[0, postings], w[0], dtype=np.float64)
+        f += np.multiply(self.tf[1, postings], w[1], dtype=np.float64)
+        return f
+
+    def _contribution(self, idf: float, f: np.ndarray, norm: np.ndarray) -> np.ndarray:
+        return idf * ((f * (self.k1 + 1.0)) / (f + norm))
+
+    def _score(self, rows: np.ndarray, phrases: Sequence[int], idf: list[float], w: np.ndarray,
+               norm: np.ndarray) -> np.ndarray:
+        """Full scores of the rows (positions, ascending), phrase by phrase in the query's order."""
+        score = np.zeros(rows.size)
+        row_norm = norm[rows]
+        k1_1 = self.k1 + 1.0
+        for i, t in enumerate(phrases):
+            if t < 0:
+                continue
+            lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
+            pos = self.pos[lo:hi]
+            at = np.minimum(np.searchsorted(pos, rows), hi - lo - 1)
+            # a row without the phrase has f = 0, so adds 0.0 exactly, as in FTS5
+            f = self._freq(lo + at, w) * (pos[at] == rows)
+            score += idf[i] * ((f * k1_1) / (f + row_norm))
+        return score
+
+    def _rank(self, rows: np.ndarray, score: np.ndarray, limit: int) -> list[tuple[int, float]]:
+        rowid = self.rowid[rows]
+        order = np.lexsort((rowid, -score))[:limit]
+        return list(zip(rowid[order].tolist(), score[order].tolist()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """Chunk rows: rowid, an index into ``keys`` ((doc_id, version)), the duplicate flag, and
+    (when read for tokenizing) the prefix and text."""
+
+    rowid: np.ndarray
+    key: np.ndarray
+    duplicate: np.ndarray
+    keys: list[tuple[str, str]]
+    prefix: list[str]
+    text: list[str]
+
+
+def _chunk_rows(db: sqlite3.Connection, where: str, args: Sequence[object] = (), *,
+                texts: bool = False) -> _Rows:
+    keys: list[tuple[str, str]] = []
+    rowids, key_of, dup, prefixes, bodies = [], [], [], [], []
+    if texts:
+        for rowid, doc_id, version, is_dup, prefix, text in db.execute(
+                "SELECT rowid, doc_id, version, duplicate_of IS NOT NULL, prefix, text FROM chunks "
+                f"{where} ORDER BY doc_id, version, rowid", args):
+            if not keys or keys[-1] != (doc_id, version):
+                keys.append((doc_id, version))
+            rowids.append(rowid)
+            key_of.append(len(keys) - 1)
+            dup.append(is_dup)
+            prefixes.append(prefix)
+            bodies.append(text)
+        return _Rows(np.array(rowids, np.int64), np.array(key_of, np.int64), np.array(dup, bool),
+                     keys, prefixes, bodies)
+    # one row per version, its chunks' rowids and flags concatenated in SQL
+    parts_r, parts_d = [], []
+    for doc_id, version, joined, flags in db.execute(
+            f"SELECT doc_id, version, group_concat(rowid), group_concat(duplicate_of IS NOT NULL) "
+            f"FROM chunks {where} GROUP BY doc_id, version", args):
+        keys.append((doc_id, version))
+        parts_r.append(np.array(joined.split(","), np.int64))
+        parts_d.append(np.array(flags.split(","), np.int8).astype(bool))
+    if not keys:
+        return _Rows(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, bool), [], [], [])
+    lengths = [len(p) for p in parts_r]
+    return _Rows(np.concatenate(parts_r), np.repeat(np.arange(len(keys)), lengths),
+                 np.concatenate(parts_d), keys, [], [])
+
+
+def _tokenize(rows: _Rows, tokenizer: str) -> _Postings:
+    """The rows' postings as FTS5 tokenizes them: an in-memory FTS5 table with the store's
+    tokenizer indexes their prefix and text under their rowids."""
+    db = sqlite3.connect(":memory:")
+    try:
+        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{tokenizer}')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+        db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?,?,?)",
+                       zip(rows.rowid.tolist(), rows.prefix, rows.text))
+        return _read_postings(db, "v")
+    finally:
+        db.close()
+
+
+def _last_log_seq(db: sqlite3.Connection) -> int:
+    return db.execute("SELECT COALESCE(MAX(seq), 0) FROM log").fetchone()[0]

@@ -1,0 +1,168 @@
+"""The multi-hop loop: evidence slots, entity verification, and every bound it stops at."""
+
+import json
+
+import pytest
+
+from ragdx.build import build_pipeline
+from ragdx.config import load_settings
+from ragdx.ingest.ingestor import Ingestor
+from ragdx.queryset import load_queries
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.multihop import MultiHop, elapsed_days
+from ragdx.store.sqlite import SQLiteStore
+from ragdx.types import Query, SlotState
+from tests.conftest import EXAMPLE, write
+
+ORDER = "I reported a quality problem with order NW-1042. Can I still get a refund?"
+
+
+class Loop:
+    """A multi-hop loop over one BM25 channel."""
+
+    def __init__(self, store, **bounds):
+        self.hop, self.channels = MultiHop(store, **bounds), [BM25Retriever(store, top_k=20)]
+
+    def run(self, query):
+        return self.hop.run(query, self.channels)
+
+
+def loop(store, **bounds):
+    return Loop(store, **bounds)
+
+
+def test_decomposition_declares_the_slots():
+    hop = MultiHop(None)
+    slots = hop.decompose(Query("q", ORDER))
+    assert [(s.name, s.query, s.entity, s.state) for s in slots] == [
+        ("order NW-1042", "I reported a quality problem with order NW-1042.", "NW-1042", SlotState.UNKNOWN),
+        ("question", "Can I still get a refund?", "", SlotState.UNKNOWN)]
+    person = hop.decompose(Query("q", "Can I still return my order for a refund?"))
+    assert [(s.name, s.state) for s in person] == [("your order", SlotState.NEEDS_PERSON),
+                                                   ("question", SlotState.UNKNOWN)]
+    assert person[0].note == "the question names no order number: only a person can look it up"
+    assert [s.name for s in hop.decompose(Query("q", "How long is the warranty?"))] == ["question"]
+    assert [s.query for s in hop.decompose(Query("q", "How was order NW-1024 paid, and how long does a refund to "
+                                                      "that payment method take?"))] == [
+        "How was order NW-1024 paid?", "How long does a refund to that payment method take?"]
+    assert [s.name for s in hop.decompose(Query("q", "I lost my receipt for the tent I ordered online. Can I "
+                                                     "still make a warranty claim?"))] == ["question 1", "question 2"]
+
+
+def test_elapsed_days_between_stated_dates():
+    assert elapsed_days("delivered on 2 March 2026; reported on 6 April 2026") == [35.0]
+    assert elapsed_days("from 2025-12-30 to 2026-01-02, not 30 February 2026") == [3.0]
+    assert elapsed_days("delivered on 2 March 2026") == []
+
+
+def test_the_order_facts_fill_their_slot_and_bridge_to_the_rule(example_store):
+    result = loop(example_store).run(Query("q", ORDER))
+    order = result.slots[0]
+    assert order.state is SlotState.KNOWN and order.doc_id == "orders/records.md"
+    assert order.value == ("Order NW-1042 contains one Ridgeline rain jacket. It was delivered on 2 March 2026. "
+                           "On 6 April 2026 the customer reported a quality defect: a seam of the jacket leaks. "
+                           "Order NW-1042 was paid by credit card.")
+    assert result.hops[0].filled == order.chunk_id and result.hops[0].progress
+    # the next hop carries what the facts bring: the days elapsed (and, to a slot that refers
+    # back, the names the question lacks)
+    assert result.hops[1].slot == "question" and result.hops[1].query == "Can I still get a refund? | 35 days"
+    assert result.stopped == "every slot is settled"
+
+
+@pytest.fixture
+def wrong_record_store(tmp_path):
+    """A corpus that holds order NW-1024 but not NW-1042, and the refund rule."""
+    docs = {"orders.md": "# Order records\n\n## Order NW-1024\n\nOrder NW-1024 contains one Summit 2 tent. A quality "
+                         "problem was reported. Order NW-1024 was paid with PayPal.",
+            "refund.md": "# Refund policy\n\nRefunds are accepted within 30 days of delivery."}
+    for name, text in docs.items():
+        write(tmp_path / name, text)
+    manifest = write(tmp_path / "manifest.jsonl", "".join(json.dumps({"doc_id": n, "path": n}) + "\n" for n in docs))
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(manifest)
+    yield store
+    store.close()
+
+
+def test_a_wrong_first_hop_entity_is_caught_by_verification(wrong_record_store):
+    result = loop(wrong_record_store).run(Query("q", ORDER))
+    first = result.hops[0]
+    chunk = next(c for c in wrong_record_store.chunks("orders.md") if "NW-1024 contains" in c.text)
+    assert first.candidates[0] == chunk.id  # the best match is the other order
+    assert first.rejected[0] == f"{chunk.id}: names NW-1024, not NW-1042" and first.filled is None
+    assert not first.progress and first.reason == "no candidate passed verification"
+    # it steers nothing: no later hop searches with its facts, and its slot stays unknown
+    assert [h.slot for h in result.hops] == ["order NW-1042", "question", "order NW-1042"]
+    assert not any("PayPal" in h.query or "Summit" in h.query for h in result.hops)
+    assert result.hops[1].query == "Can I still get a refund?" and result.hops[1].filled is not None
+    assert {s.name: s.state for s in result.slots} == {"order NW-1042": SlotState.UNKNOWN,
+                                                       "question": SlotState.KNOWN}
+    assert result.stopped == "every unknown slot was searched twice"
+
+
+def test_the_loop_stops_at_each_bound_and_lists_what_is_unknown(example_store):
+    query = Query("q", ORDER)
+    hops = loop(example_store, max_hops=1).run(query)
+    assert hops.stopped == "max hops (1)" and len(hops.hops) == 1
+    assert [s.name for s in hops.slots if s.state is SlotState.UNKNOWN] == ["question"]
+    queries = loop(example_store, max_queries=1).run(query)
+    assert queries.stopped == "max queries (1)" and len(queries.hops) == 1
+    tokens = loop(example_store, budget_tokens=1).run(query)
+    assert len(tokens.hops) == 1 and tokens.stopped == f"token budget ({tokens.hops[0].tokens} of 1 tokens read)"
+    assert tokens.hops[0].tokens == sum(c.token_count for c in example_store.chunks_by_id(
+        list(tokens.hops[0].candidates)).values())
+    latency = loop(example_store, budget_ms=1e-9).run(query)
+    assert latency.hops == () and latency.stopped.startswith("latency budget (")
+    assert [s.state for s in latency.slots] == [SlotState.UNKNOWN, SlotState.UNKNOWN]
+    stuck = loop(example_store).run(Query("q", "How was order ZZ-9999 paid, and when was order ZZ-9998 delivered?"))
+    assert stuck.stopped == "no progress in 2 hops" and [h.progress for h in stuck.hops] == [False, False]
+    assert [(s.name, s.state) for s in stuck.slots] == [("order ZZ-9999", SlotState.UNKNOWN),
+                                                        ("order ZZ-9998", SlotState.UNKNOWN)]
+
+
+def test_the_multi_hop_path_answers_from_the_order_facts_the_rule_and_the_exception(example_store):
+    pipeline = build_pipeline(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]))
+    query = next(q for q in load_queries(EXAMPLE / "queries.jsonl") if q.id == "q-order-quality-refund")
+    trace = pipeline.run(query)
+    rewritten = trace.rewritten
+    assert rewritten.route == "multi-hop" and rewritten.slots_in(SlotState.UNKNOWN) == ()
+    cited = {trace.context.unit(c).doc_id for c in trace.answer.citations}
+    assert {"orders/records.md", "policies/quality.md"} <= cited and cited & {"policies/refund.md", "help/faq.html"}
+    # a question that needs a person says so in the answer
+    person = pipeline.run(Query("p", "Can I still return my order for a refund?"))
+    assert person.rewritten.slots_in(SlotState.NEEDS_PERSON)[0].name == "your order"
+    assert "your order: the question names no order number: only a person can look it up" in person.answer.missing
+
+
+def test_a_multi_hop_trace_follows_the_trace_schema(example_store):
+    jsonschema = pytest.importorskip("jsonschema")
+    from pathlib import Path
+    from ragdx.tracefile import trace_to_dict
+    schema = json.loads((Path(__file__).resolve().parents[2] / "docs" / "schemas" / "trace.schema.json").read_text())
+    pipeline = build_pipeline(example_store, load_settings(overrides=["retrieval.dense.enabled=false"]))
+    trace = trace_to_dict(pipeline.run(Query("q", ORDER)))
+    jsonschema.validate(trace, schema)
+    rewrite = trace["stages"][0]
+    assert rewrite["route"] == "multi-hop" and [h["hop"] for h in rewrite["hops"]] == [1, 2, 3]
+    assert {"slot": "order NW-1042", "progress": True, "rejected": []}.items() <= rewrite["hops"][0].items()
+
+
+def test_a_more_authoritative_source_replaces_a_fact_and_counts_as_progress(tmp_path):
+    docs = {"crm.md": ("# Notes\n\nOrder NW-1042: a quality problem was reported by phone for order NW-1042.", 0),
+            "ledger.md": ("# Ledger\n\nOrder NW-1042 was delivered on 2 March 2026; a refund is still open.", 2),
+            "refund.md": ("# Refund policy\n\nCan I still get a refund? Refunds are accepted within 30 days of "
+                          "delivery, and a refund is still possible for 30 days.", 0)}
+    lines = []
+    for name, (text, authority) in docs.items():
+        write(tmp_path / name, text)
+        lines.append(json.dumps({"doc_id": name, "path": name, "metadata": {"authority": authority}}))
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(write(tmp_path / "manifest.jsonl", "\n".join(lines) + "\n"))
+    result = loop(store).run(Query("q", ORDER))
+    store.close()
+    assert [(h.slot, h.progress) for h in result.hops][:2] == [("order NW-1042", True), ("question", True)]
+    assert result.hops[0].reason == "filled order NW-1042 from crm.md"
+    assert result.hops[1].reason == ("filled question from refund.md; raised the source's authority for "
+                                     "order NW-1042 (ledger.md)")
+    order = next(s for s in result.slots if s.name == "order NW-1042")
+    assert order.doc_id == "ledger.md" and order.value.startswith("Order NW-1042 was delivered on 2 March 2026")
