@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import random
 import statistics
 import sys
@@ -142,9 +143,14 @@ def main() -> int:
         for name, store in stores.items():
             print(f"ingesting into {name}", file=sys.stderr)
             result[name] = {"ingest": ingest(store, manifests, encoder)}
+            # the machine is shared: the 1-minute load average after each phase, beside its figures
+            result[name]["ingest"]["load_1min"] = round(os.getloadavg()[0], 2)
+            print(f"  {result[name]['ingest']}", file=sys.stderr)
             for search in (["exact"] if name == "sqlite" else ["exact", "hnsw"]):
                 print(f"querying {name} ({search})", file=sys.stderr)
                 result[name][f"hybrid_{search}"], found = latencies(store, encoder, questions, search)
+                result[name][f"hybrid_{search}"]["load_1min"] = round(os.getloadavg()[0], 2)
+                print(f"  {result[name][f'hybrid_{search}']}", file=sys.stderr)
                 tops.setdefault(name, found)
         for name in ("pg", "pg-sharded"):
             result[name]["bm25_top10_agreement"] = agreement(tops["sqlite"], tops[name])

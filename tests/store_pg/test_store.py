@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 
 import numpy as np
 import pytest
@@ -18,12 +19,13 @@ from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor, delete_documents
 from ragdx.stages.bm25 import BM25Retriever, query_terms
 from ragdx.stages.dense import DenseRetriever
-from ragdx.store.postgres import FTS5_MIN_IDF, PostgresStore
+from ragdx.store.postgres import FTS5_MIN_IDF, PostgresStore, drop_store
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.store.vectors import DenseIndex
 from ragdx.testing.encoders import HashingEncoder
 from ragdx.types import DocStatus, Principal, Query
 from tests.conftest import write
+from tests.store_pg.conftest import with_schema
 
 pytestmark = pytest.mark.pg
 
@@ -103,6 +105,44 @@ def test_delete_and_rechunk_keep_the_bm25_statistics_exact(tmp_path, pg_store_fa
     rows, _, df = store.bm25_statistics(["refund", "beta"])
     assert rows == len(store.chunks("a")) and df == {"refund": rows}
     assert store.chunks("b") == [] and store.fts_problems() == [] and store.verify() == []
+
+
+def _df_rows(store, table: str, term: str) -> int:
+    """The sum of ``df`` over a statistics table's rows for a term (every part)."""
+    return int(store._one(f"SELECT coalesce(sum(df), 0) FROM {{s}}.{table} WHERE term = %s", (term,))[0])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_term_deltas_count_inside_the_transaction_and_are_folded_at_commit(tmp_path, pg_store_factory, kind):
+    store = pg_store_factory(kind)
+    write(tmp_path / "a.md", "Refunds within thirty days.")
+    write(tmp_path / "b.md", "Beta refunds.")
+    Ingestor(store).run(manifest(tmp_path, {"doc_id": "a", "path": "a.md"}))
+    assert store.bm25_statistics(["refund", "beta"])[2] == {"refund": 1}
+    assert _df_rows(store, "term_df", "refund") == 1 and _df_rows(store, "term_delta", "refund") == 0
+    with store.transaction():
+        Ingestor(store).run(manifest(tmp_path, {"doc_id": "b", "path": "b.md"}))
+        # not folded yet: term_df still counts one row, the transaction's deltas add the other
+        assert (_df_rows(store, "term_df", "refund"), _df_rows(store, "term_delta", "refund")) == (1, 1)
+        assert store.bm25_statistics(["refund", "beta"])[2] == {"refund": 2, "beta": 1}
+    assert (_df_rows(store, "term_df", "refund"), _df_rows(store, "term_df", "beta")) == (2, 1)
+    assert store._one("SELECT count(*) FROM {s}.term_delta")[0] == 0
+    delete_documents(store, ["b"])
+    assert (_df_rows(store, "term_df", "refund"), _df_rows(store, "term_df", "beta")) == (1, 0)
+    assert store._one("SELECT count(*) FROM {s}.term_df WHERE term = 'beta'")[0] == 0
+    assert store.bm25_statistics(["refund", "beta"])[2] == {"refund": 1} and store.fts_problems() == []
+
+
+def test_a_store_of_an_older_schema_is_refused_and_can_be_dropped(pg_servers):
+    store = PostgresStore(with_schema(pg_servers[0], f"t_old_{uuid.uuid4().hex[:8]}"))
+    with store.transaction():
+        store._write("UPDATE {s}.meta SET value = '1' WHERE key = 'schema_version'")
+    store.close()
+    with pytest.raises(StoreError, match=r"store schema 1 predates this ragdx's \(2: .*pg_admin drop DSN"):
+        PostgresStore(store.dsn, "read")
+    drop_store(store.dsn)
+    with pytest.raises(StoreError, match="no ragdx store in the schema"):
+        PostgresStore(store.dsn, "read")
 
 
 def test_bm25_is_fts5s_formula_computed_by_hand(tmp_path, pg_store_factory):

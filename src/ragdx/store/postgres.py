@@ -11,8 +11,9 @@ Layout (docs/postgres.md). Everything lives in one schema (``ragdx`` unless the 
   ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens under a GIN index, and the tokens'
   frequencies per column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)``
   column under an HNSW index);
-- per-part BM25 statistics, kept exact by statement triggers in the same transaction as the
-  chunk rows: ``term_df`` (rows holding each term) and ``corpus`` (rows and tokens).
+- per-part BM25 statistics, kept exact by triggers in the same transaction as the chunk rows:
+  ``term_df`` (rows holding each term), ``term_delta`` (the transaction's changes to it, folded
+  in before commit) and ``corpus`` (rows and tokens).
 
 Access groups and statuses are never stored on chunk or vector rows: an access change rewrites
 one ``acl`` row, and no HNSW-indexed row is touched (re-inserting a vector into the graph is what
@@ -63,7 +64,7 @@ __all__ = ["PostgresStore", "is_dsn", "setup_shards", "FTS5_MIN_IDF"]
 
 log = logging.getLogger("ragdx.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: term deltas folded into term_df once per transaction
 #: FTS5 replaces an idf <= 0 (a term in more than half the rows) by this.
 FTS5_MIN_IDF = 1e-6
 _LOCK_KEY = 0x72616764  # "ragd": the advisory lock writers of one schema take
@@ -135,7 +136,9 @@ _DOC_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
 _STAT_TABLES = {
     "term_df": ("part int NOT NULL, term text NOT NULL, df bigint NOT NULL",
                 ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (term)",)),
-    "corpus": ("part int NOT NULL, n_rows bigint NOT NULL, n_tokens bigint NOT NULL", ()),
+    "term_delta": ("part int NOT NULL, term text NOT NULL, df bigint NOT NULL", ()),
+    "corpus": ("part int NOT NULL, n_rows bigint NOT NULL, n_tokens bigint NOT NULL, folds bigint NOT NULL",
+               ()),
 }
 _VEC_COLUMNS = ("chunk_rowid bigint NOT NULL, doc_id text NOT NULL, version text NOT NULL, "
                 "input_hash text NOT NULL, embedding vector({dim}) NOT NULL, window_end int")
@@ -157,23 +160,26 @@ CREATE SEQUENCE {s}.chunk_rowid;
 CREATE SEQUENCE {s}.doc_seq;
 """
 
-# The statistics follow the chunk rows: a statement trigger adds the rows a statement inserted
-# and subtracts the ones it deleted, in the same transaction (so they are exact at every commit).
+# The statistics follow the chunk rows in two steps. A statement trigger on the chunks appends
+# each statement's term counts to ``term_delta`` (insert-only: +1 per row inserted, -1 per row
+# deleted) and adds its rows and tokens to ``corpus``; before every commit the store bumps
+# ``corpus.folds``, whose trigger folds the deltas into ``term_df`` in one upsert per term and
+# empties ``term_delta``. Upserting ``term_df`` per statement instead rewrote a frequent term's
+# row once per document, and inside one long ingest transaction each rewrite walks the chain of
+# that row's earlier versions (docs/benchmarks.md). Reads add both tables, so the statistics are
+# exact inside a writing transaction too; every commit leaves ``term_delta`` empty.
 _STATS_TRIGGER = """
 CREATE FUNCTION {s}.{t}_stats() RETURNS trigger LANGUAGE plpgsql AS $fn$
 BEGIN
     IF TG_OP IN ('DELETE', 'UPDATE') THEN
-        UPDATE {s}.term_df{sfx} d SET df = d.df - o.n FROM (
-            SELECT k AS term, count(*) AS n FROM old_rows, jsonb_object_keys(old_rows.tf) k GROUP BY k) o
-        WHERE d.term = o.term;
-        DELETE FROM {s}.term_df{sfx} WHERE df <= 0;
+        INSERT INTO {s}.term_delta{sfx} (part, term, df)
+            SELECT {part}, k, -count(*) FROM old_rows, jsonb_object_keys(old_rows.tf) k GROUP BY k;
         UPDATE {s}.corpus{sfx} SET n_rows = n_rows - (SELECT count(*) FROM old_rows),
             n_tokens = n_tokens - (SELECT coalesce(sum(length), 0) FROM old_rows);
     END IF;
     IF TG_OP IN ('INSERT', 'UPDATE') THEN
-        INSERT INTO {s}.term_df{sfx} (part, term, df)
-            SELECT {part}, k, count(*) FROM new_rows, jsonb_object_keys(new_rows.tf) k GROUP BY k
-        ON CONFLICT (term) DO UPDATE SET df = {s}.term_df{sfx}.df + EXCLUDED.df;
+        INSERT INTO {s}.term_delta{sfx} (part, term, df)
+            SELECT {part}, k, count(*) FROM new_rows, jsonb_object_keys(new_rows.tf) k GROUP BY k;
         UPDATE {s}.corpus{sfx} SET n_rows = n_rows + (SELECT count(*) FROM new_rows),
             n_tokens = n_tokens + (SELECT coalesce(sum(length), 0) FROM new_rows);
     END IF;
@@ -185,6 +191,18 @@ CREATE TRIGGER {t}_del AFTER DELETE ON {s}.{t} REFERENCING OLD TABLE AS old_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.{t}_stats();
 CREATE TRIGGER {t}_upd AFTER UPDATE ON {s}.{t} REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION {s}.{t}_stats();
+CREATE FUNCTION {s}.term_delta{sfx}_fold() RETURNS trigger LANGUAGE plpgsql AS $fn$
+BEGIN
+    INSERT INTO {s}.term_df{sfx} (part, term, df)
+        SELECT {part}, term, sum(df) FROM {s}.term_delta{sfx} GROUP BY term HAVING sum(df) <> 0
+    ON CONFLICT (term) DO UPDATE SET df = {s}.term_df{sfx}.df + EXCLUDED.df;
+    DELETE FROM {s}.term_df{sfx} d WHERE d.df <= 0
+        AND d.term IN (SELECT term FROM {s}.term_delta{sfx} WHERE df < 0);
+    DELETE FROM {s}.term_delta{sfx};
+    RETURN NULL;
+END $fn$;
+CREATE TRIGGER term_delta{sfx}_fold AFTER UPDATE OF folds ON {s}.corpus{sfx}
+    FOR EACH STATEMENT EXECUTE FUNCTION {s}.term_delta{sfx}_fold();
 """
 
 
@@ -215,7 +233,7 @@ def local_part_ddl(schema: str, part: int | None) -> list[str]:
         table = name + sfx
         out.append(f"CREATE TABLE {schema}.{table} ({columns})")
         out += [ddl.format(s=schema, t=table) for ddl in indexes]
-    out.append(f"INSERT INTO {schema}.corpus{sfx} VALUES ({part or 0}, 0, 0)")
+    out.append(f"INSERT INTO {schema}.corpus{sfx} VALUES ({part or 0}, 0, 0, 0)")
     out += _statements(_STATS_TRIGGER.format(s=schema, t="chunks" + sfx, sfx=sfx, part=part or 0))
     return out
 
@@ -403,6 +421,10 @@ class PostgresStore:
         version = row[0] if row else None
         if not (isinstance(version, str) and version.isdigit()):
             raise StoreError(f"{self.where}: damaged store: schema_version is {version!r}, not a number")
+        if int(version) < SCHEMA_VERSION:
+            raise StoreError(f"{self.where}: store schema {version} predates this ragdx's "
+                             f"({SCHEMA_VERSION}: BM25 term statistics kept as deltas); re-create it "
+                             "('python -m ragdx.store.pg_admin drop DSN', then ingest again)")
         if int(version) > SCHEMA_VERSION:
             raise StoreError(f"{self.where}: store schema {version} is newer than this ragdx "
                              f"({SCHEMA_VERSION}); upgrade ragdx")
@@ -464,16 +486,8 @@ class PostgresStore:
 
     def _shard_conninfo(self, server: str) -> str:
         """How to reach a shard, from its foreign server and user mapping on the coordinator."""
-        from psycopg.conninfo import make_conninfo
-        row = self._one("SELECT s.srvoptions, u.umoptions FROM pg_foreign_server s LEFT JOIN "
-                        "pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user "
-                        "WHERE s.srvname = %s", (server,))
-        if row is None:
-            raise StoreError(f"{self.where}: the shard server {server!r} recorded in the store is "
-                             "not defined on the coordinator")
-        options = dict(o.split("=", 1) for o in (row[0] or []) + (row[1] or []))
-        keep = {k: v for k, v in options.items() if k in ("host", "port", "dbname", "user", "password")}
-        return make_conninfo("", **keep)
+        with self._conn() as conn:
+            return _server_conninfo(conn, server, self.where)
 
     def _on_each_shard(self, statements: Callable[[int], list[str]]) -> None:
         """Run DDL on every shard for each part it holds (committed at once, idempotently: an
@@ -519,6 +533,9 @@ class PostgresStore:
                 self._tx, self._tx_thread, self._changed = conn, threading.get_ident(), False
                 yield
                 if self._changed:
+                    # fold this transaction's term deltas into term_df (the trigger on corpus.folds,
+                    # on each part's server): once per transaction, not once per document
+                    conn.execute(f"UPDATE {self.schema}.corpus SET folds = folds + 1")
                     conn.execute(f"UPDATE {self.schema}.meta SET value = (value::bigint + 1)::text "
                                  "WHERE key = 'index_version'")
                 conn.execute("COMMIT")
@@ -824,8 +841,12 @@ class PostgresStore:
         """The BM25 statistics over every part: rows, tokens, and rows holding each token."""
         n_rows, n_tokens = self._one("SELECT coalesce(sum(n_rows), 0), coalesce(sum(n_tokens), 0) "
                                      "FROM {s}.corpus")
-        df = dict(self._all("SELECT term, sum(df) FROM {s}.term_df WHERE term = ANY(%s) GROUP BY term",
-                            (sorted(set(tokens)),)))
+        # every commit leaves term_delta empty: only the writing transaction has deltas to add
+        writing = self._tx is not None and self._tx_thread == threading.get_ident()
+        delta = " UNION ALL SELECT term, df FROM {s}.term_delta WHERE term = ANY(%(t)s)" if writing else ""
+        df = dict(self._all("SELECT term, sum(df) FROM (SELECT term, df FROM {s}.term_df WHERE term = "
+                            f"ANY(%(t)s){delta}) d GROUP BY term HAVING sum(df) > 0",
+                            {"t": sorted(set(tokens))}))
         return int(n_rows), int(n_tokens), {t: int(n) for t, n in df.items()}
 
     def bm25(self, terms: Sequence[str], groups: tuple[str, ...], limit: int,
@@ -1110,7 +1131,8 @@ class PostgresStore:
                             f"hold {recount[0]} and {recount[1]}")
         wrong = self._all("SELECT coalesce(t.term, d.term), t.n, d.df FROM (SELECT k AS term, count(*) AS n "
                           "FROM {s}.chunks, jsonb_object_keys(tf) k GROUP BY k) t FULL JOIN (SELECT term, "
-                          "sum(df) AS df FROM {s}.term_df GROUP BY term) d ON d.term = t.term "
+                          "sum(df) AS df FROM (SELECT term, df FROM {s}.term_df UNION ALL SELECT term, df FROM "
+                          "{s}.term_delta) u GROUP BY term HAVING sum(df) <> 0) d ON d.term = t.term "
                           "WHERE t.n IS DISTINCT FROM d.df ORDER BY 1 LIMIT 5")
         problems += [f"the BM25 statistics say {df} rows hold {term!r}; {n or 0} do"
                      for term, n, df in wrong]
@@ -1140,6 +1162,20 @@ class PostgresStore:
             "SELECT d.doc_id, d.version FROM {s}.documents d WHERE NOT EXISTS (SELECT 1 FROM {s}.acl a "
             "WHERE a.doc_id = d.doc_id AND a.version = d.version AND cardinality(a.groups) > 0)")]
         return problems
+
+
+def _server_conninfo(conn: Any, server: str, where: str) -> str:
+    """How to reach a shard, from its foreign server and user mapping on the coordinator."""
+    from psycopg.conninfo import make_conninfo
+    row = conn.execute("SELECT s.srvoptions, u.umoptions FROM pg_foreign_server s LEFT JOIN "
+                       "pg_user_mappings u ON u.srvid = s.oid AND u.usename = current_user "
+                       "WHERE s.srvname = %s", (server,)).fetchone()
+    if row is None:
+        raise StoreError(f"{where}: the shard server {server!r} recorded in the store is "
+                         "not defined on the coordinator")
+    options = dict(o.split("=", 1) for o in (row[0] or []) + (row[1] or []))
+    keep = {k: v for k, v in options.items() if k in ("host", "port", "dbname", "user", "password")}
+    return make_conninfo("", **keep)
 
 
 def _reason(exc: Exception) -> str:
@@ -1229,19 +1265,28 @@ def setup_shards(dsn: str, shards: Sequence[str], *, parts_per_shard: int = 2) -
 
 
 def drop_store(dsn: str) -> None:
-    """Remove a store: its schema on the coordinator and on every shard, and its shard servers."""
+    """Remove a store: its schema on the coordinator and on every shard, and its shard servers.
+    Reads only the ``partitions`` table, so a store of an older schema version can be dropped.
+
+    Raises:
+        StoreError: the server is unreachable, or its schema holds no ragdx store.
+    """
     psycopg = _psycopg()
-    schema = _schema_of(dsn)
-    store = PostgresStore(dsn, OpenMode.READ)
+    schema, where = _schema_of(dsn), _redact(dsn)
     try:
-        servers = sorted({s for s in store.partitions().values() if s})
-        shards = [store._shard_conninfo(s) for s in servers]
-    finally:
-        store.close()
-    for conninfo in shards:
-        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-    with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"{where}: cannot connect to PostgreSQL: {_reason(exc)}") from None
+    with coordinator as conn:
+        if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                            "table_name = 'partitions'", (schema,)).fetchone():
+            raise StoreError(f"{where}: no ragdx store in the schema {schema!r}")
+        servers = [r[0] for r in conn.execute(f"SELECT DISTINCT server FROM {schema}.partitions "
+                                              "WHERE server IS NOT NULL ORDER BY 1")]
+        shards = [_server_conninfo(conn, server, where) for server in servers]
+        for conninfo in shards:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as shard:
+                shard.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
         for server in servers:
             conn.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
