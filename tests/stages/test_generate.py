@@ -140,3 +140,14 @@ def test_a_question_asking_for_an_amount_needs_a_sentence_stating_it():
     assert refused.abstained and refused.missing == ("a number of bytes",)
     answered = gen.run(Query("q", question), context(unit("S1", figure)))
     assert not answered.abstained and answered.claims[0].text == figure
+
+
+def test_a_bare_name_from_a_list_is_no_answer():
+    # a function list's entry names the question's term exactly, and scores it in full
+    names = unit("S1", "- sqlite3session_create\n- sqlite3session_delete", 1)
+    sentence = unit("S2", "Call sqlite3session_create to create a new session object.", 2)
+    gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=3)
+    answer = gen.run(Query("q", "What does sqlite3session_create do?"), context(names, sentence))
+    assert [c.citations for c in answer.claims] == [("S2",)]
+    alone = gen.run(Query("q", "What does sqlite3session_create do?"), context(names))
+    assert alone.abstained

@@ -46,6 +46,9 @@ def question_weights(question: str) -> dict[str, float]:
     return {stem(t): 2.0 if any(ch.isdigit() for ch in t) else 1.0 for t in content_terms(question)}
 
 
+#: the fewest words a statement needs to be an answer: a list entry that is only a name is not one
+MIN_WORDS = 3
+
 #: how many sentence vectors an extractive generator keeps
 SENTENCE_CACHE = 50_000
 
@@ -143,8 +146,9 @@ class ExtractiveGenerator:
         for unit in context.units:
             by_version = version_terms if asked.names(unit.version) else set()
             for index, text in enumerate(statements(unit.text, unit.header_text)):
-                if _untrusted(text) or text.endswith("?"):
-                    continue  # a document's instructions have no authority; a question is no answer
+                if _untrusted(text) or text.endswith("?") or len(text.split()) < MIN_WORDS:
+                    continue  # a document's instructions have no authority; a question or a bare
+                    # name (a list of functions: "sqlite3session_create") is no answer
                 terms = {stem(t) for t in content_terms(text)} | by_version
                 covered = frozenset(t for t in weights if t in terms)
                 score = sum(weights[t] for t in covered) / total
