@@ -14,8 +14,7 @@ class Terminal(io.StringIO):
 def test_progress_shows_counts_rate_and_time_left_on_a_terminal():
     out = Terminal()
     with Progress("parsing", 4, unit="documents", stream=out, every=0) as progress:
-        for _ in progress.iterate(range(2)):
-            pass
+        assert list(progress.iterate(range(2))) == [0, 1]
         assert re.fullmatch(r"parsing: 2/4 documents \(50%\)  [\d,.]+/s, 0:00, 0:00 left", progress.line())
         progress.advance(2, "last.html")
     drawn = out.getvalue().split("\r")

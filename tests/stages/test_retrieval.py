@@ -173,3 +173,12 @@ def test_bm25_finds_readable_items_below_many_unreadable_ones(tmp_path):
         assert [c.doc_id for c in found.items] == ["p"]
         staff = BM25Retriever(store, top_k=3).run(ask("override code", STAFF))
         assert len(staff.items) == 3 and all(c.doc_id.startswith("s") for c in staff.items)
+
+
+def test_a_deeper_copy_shares_the_loaded_vectors(small):
+    store, encoder, _ = small
+    dense = DenseRetriever(store, encoder, top_k=2)
+    probe = dense.deeper(1)                      # made before any query, as governance makes it
+    assert [c.chunk_id for c in probe.run(Query("q", "refund", PUBLIC)).items] == \
+        [c.chunk_id for c in dense.run(Query("q", "refund", PUBLIC)).items][:1]
+    assert probe.index() is dense.index()

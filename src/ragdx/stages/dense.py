@@ -42,7 +42,9 @@ class DenseRetriever:
         self.top_k = top_k
         self.search = search
         self.name = name
-        self._index: DenseIndex | HnswIndex | None = None
+        # the loaded index, one slot shared with every deeper() copy: a copy (governance's probe,
+        # the diagnosis's deeper search) must not load a second copy of every vector
+        self._slot: list[DenseIndex | HnswIndex | None] = [None]
 
     def index(self) -> DenseIndex | HnswIndex:
         """The active space's index, rebuilt whenever the store changed (an edit, a deletion or
@@ -50,11 +52,11 @@ class DenseRetriever:
         space = self.store.active_space()
         check_space(self.encoder.space, space, self.name)
         assert space is not None
-        if (self._index is None or self._index.space_id != space.id
-                or self._index.index_version != self.store.index_version):
+        index = self._slot[0]
+        if index is None or index.space_id != space.id or index.index_version != self.store.index_version:
             exact = DenseIndex.load(self.store, space.id, space.dim)
-            self._index = HnswIndex(exact) if self.search == "hnsw" else exact
-        return self._index
+            index = self._slot[0] = HnswIndex(exact) if self.search == "hnsw" else exact
+        return index
 
     @property
     def config(self) -> dict[str, object]:
@@ -65,8 +67,10 @@ class DenseRetriever:
 
     def deeper(self, top_k: int) -> "DenseRetriever":
         """The same channel, returning ``top_k`` candidates."""
-        return DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name,
+        copy = DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name,
                               current_only=self.current_only)
+        copy._slot = self._slot
+        return copy
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()
