@@ -5,6 +5,7 @@ import json
 import pytest
 
 from ragdx.errors import InputError
+from ragdx.ingest import ingestor
 from ragdx.ingest.ingestor import PARALLEL_FROM, Ingestor
 from ragdx.store.sqlite import SQLiteStore
 from tests.conftest import snapshot, write
@@ -21,11 +22,21 @@ def rows(store):
     return [(c.id, c.doc_id, c.version, c.start, c.end, c.text, c.prefix) for c in store.chunks()]
 
 
-def test_two_workers_store_what_one_does(tmp_path):
+def test_two_workers_store_what_one_does(tmp_path, monkeypatch):
+    pools = []
+
+    class CountedPool(ingestor.ProcessPoolExecutor):
+        def __init__(self, workers, **kwargs):
+            pools.append(workers)
+            super().__init__(workers, **kwargs)
+
+    monkeypatch.setattr(ingestor, "ProcessPoolExecutor", CountedPool)
     source = corpus(tmp_path / "docs", PARALLEL_FROM + 6)
     with SQLiteStore(tmp_path / "one.db") as one, SQLiteStore(tmp_path / "two.db") as two:
         a = Ingestor(one, workers=1).run(source)
+        assert pools == []                       # one worker parses in this process
         b = Ingestor(two, workers=2).run(source)
+        assert pools == [2]                      # two parse in a pool of two processes
         assert a.documents == b.documents == PARALLEL_FROM + 6
         assert rows(one) == rows(two) and len(rows(one)) == a.chunks > PARALLEL_FROM
         assert [v.document for v in one.versions()] == [v.document for v in two.versions()]

@@ -109,11 +109,13 @@ class Governance:
         started = time.perf_counter()
         versions: dict[str, list[StoredVersion]] = {}
         kept, dropped = [], []
-        withheld = bool(ranked.items) and self.withheld(query)
+        withheld: bool | None = None  # asked once, and only when some item would pass
         for item in ranked.items:
             why = self.reason(query, item, versions)
-            if withheld and why is None:
-                why = WITHHELD
+            if why is None:
+                if withheld is None:
+                    withheld = self.withheld(query)
+                why = WITHHELD if withheld else None
             if why == UNREADABLE:
                 log.error("%s received %s (%s@%s) for query %s, which the principal may not read; "
                           "removed", self.name, item.chunk_id, item.doc_id, item.version, query.id)

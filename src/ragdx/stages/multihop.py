@@ -279,9 +279,7 @@ class MultiHop:
                     slots.append(opened[0])
                     needs[opened[0].name] = opened[1]
                     reason += f"; its limit is exceeded, so {opened[0].name!r} is opened"
-                progress, reason = self._upgrade(slots, candidates, slot, progress, reason)
-            else:
-                progress, reason = self._upgrade(slots, candidates, slot, progress, reason)
+            progress, reason = self._upgrade(slots, candidates, slot, progress, reason)
             idle = 0 if progress else idle + 1
             hops.append(Hop(len(hops) + 1, slot.name, text, tuple(c.id for c in candidates), tuple(rejected),
                             filled.id if filled else None, progress, reason, spent,

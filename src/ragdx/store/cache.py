@@ -48,15 +48,12 @@ import numpy as np
 
 from ragdx.errors import StoreError
 from ragdx.protocols import Store
+from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
 from ragdx.types import ChoiceEnum
 
 __all__ = ["CacheKind", "Dependencies", "CacheEntry", "SQLiteCache", "fts5_terms", "cache_key", "listed_counts"]
 
 log = logging.getLogger("ragdx.cache")
-
-#: The tokenizer of SQLite's keyword index (ragdx.store.sqlite.FTS_TOKENIZER), used to say which
-#: entries a document's new text could enter.
-_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,14 +99,7 @@ def cache_key(question: str, groups: Sequence[str], settings_hash: str) -> str:
 def fts5_terms(texts: Iterable[str]) -> set[str]:
     """The distinct terms FTS5's tokenizer (the SQLite store's) makes of ``texts``: stemmed,
     lower-cased and folded as the keyword index holds them."""
-    db = sqlite3.connect(":memory:")
-    try:
-        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(x, tokenize='{_TOKENIZER}')")
-        db.executemany("INSERT INTO t (x) VALUES (?)", [(t,) for t in texts])
-        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'row')")
-        return {term for (term,) in db.execute("SELECT term FROM v")}
-    finally:
-        db.close()
+    return {term for tokens in _tokenizer()(list(texts)).values() for term in tokens}
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,8 +412,7 @@ def _store_id(store: Store) -> str:
     return str(getattr(store, "store_id", None) or "")
 
 
-#: FTS5's bm25() constants (ragdx.store.sqlite.FTS_BM25_K1 and FTS_BM25_B).
-_K1, _B = 1.2, 0.75
+_K1, _B = FTS_BM25_K1, FTS_BM25_B
 
 
 def _chunk_tokens(chunks: Sequence[Any]) -> list[tuple[dict[str, tuple[int, int]], int]]:
@@ -431,7 +420,7 @@ def _chunk_tokens(chunks: Sequence[Any]) -> list[tuple[dict[str, tuple[int, int]
     instances in each column, and the row's size in tokens."""
     db = sqlite3.connect(":memory:")
     try:
-        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{_TOKENIZER}')")
+        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{FTS_TOKENIZER}')")
         db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?, ?, ?)",
                        [(n, c.prefix, c.text) for n, c in enumerate(chunks, start=1)])
         db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
