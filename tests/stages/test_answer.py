@@ -281,3 +281,52 @@ def test_nli_checker_with_a_tiny_random_model(tmp_path):
     cross = tiny_bert(tmp_path / "ce")  # one label: not an NLI model
     with pytest.raises(ConfigError, match="needs 'entailment' and 'contradiction'"):
         NliChecker(str(cross)).judge("a", "b")
+
+
+@pytest.fixture(scope="module")
+def paragraphs(tmp_path_factory):
+    """A store with one section of three one-paragraph chunks (8, 7 and 7 tokens) and another
+    document of one chunk (4 tokens)."""
+    root = tmp_path_factory.mktemp("packing")
+    write(root / "a.md", "# Alpha\n\nOne two three four five six.\n\nSeven eight nine ten eleven twelve.\n\n"
+                         "Thirteen fourteen fifteen sixteen seventeen eighteen.\n")
+    write(root / "b.md", "# Beta\n\nNineteen twenty.\n")
+    manifest = write(root / "m.jsonl", "".join(json.dumps({"doc_id": d, "path": str(root / d), "version": "1",
+                                                           "acl": ["public"]}) + "\n" for d in ("a.md", "b.md")))
+    store = SQLiteStore(root / "store.db")
+    settings = load_settings(overrides=["chunking.tokenizer=regex", "chunking.max_tokens=8",
+                                        "retrieval.dense.enabled=false"])
+    build_ingestor(store, settings).run(manifest)
+    yield store, store.chunks("a.md", "1"), store.chunks("b.md", "1")[-1]
+    store.close()
+
+
+def ranked_chunks(*chunks):
+    return Ranked("test", StageKind.RERANK, tuple(Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, 1.0 / rank)
+                                                  for rank, c in enumerate(chunks, start=1)))
+
+
+def test_a_neighbour_pays_for_its_tokens_at_its_own_rank(paragraphs):
+    store, (p1, p2, p3), other = paragraphs
+    assert [p1.text, p2.text, other.text] == ["Alpha\n\nOne two three four five six.",
+                                              "Seven eight nine ten eleven twelve.", "Beta\n\nNineteen twenty."]
+    # 8 + 4 tokens fit; the rank-3 neighbour of the first unit (7 tokens) would have pushed out
+    # the rank-2 unit had it joined its unit before the budget was spent
+    context = ContextAssembler(store, RegexTokenCounter(), budget_tokens=8 + 4 + 3, expand="none").run(
+        Query("q", "x", PUBLIC), ranked_chunks(p1, other, p2))
+    assert [(u.doc_id, u.text) for u in context.units] == [("a.md", p1.text), ("b.md", other.text)]
+    assert context.tokens == 12
+    assert [(d.chunk_id, d.reason) for d in context.dropped] == [
+        (p2.id, "cut by the token budget: rank 3 of 3, extends unit S1 by 7 tokens, 3 of 15 left")]
+
+
+def test_the_chunks_leading_up_to_a_chunk_in_its_section_follow_it(paragraphs):
+    store, (p1, p2, p3), other = paragraphs
+    parsed = store.texts("a.md", "1")[1]
+    # p2 (rank 3) leads up to p3 (rank 1) in their section: it is packed second, before `other`
+    context = ContextAssembler(store, RegexTokenCounter(), budget_tokens=7 + 7, expand="none").run(
+        Query("q", "x", PUBLIC), ranked_chunks(p3, other, p2))
+    assert [(u.doc_id, u.text, u.rank) for u in context.units] == [("a.md", parsed[p2.start:p3.end], 1)]
+    assert context.units[0].chunk_ids == (p3.id, p2.id) and context.tokens == 14
+    assert [(d.chunk_id, d.reason) for d in context.dropped] == [
+        (other.id, "cut by the token budget: rank 2 of 3, needs 4 tokens, 0 of 14 left")]

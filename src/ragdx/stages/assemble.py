@@ -1,12 +1,16 @@
 """Context assembly: governed candidates become numbered, marked units of evidence under a token
 budget.
 
-In rank order: overlapping or adjacent chunks of one document version merge into one unit; a
-chunk inside a unit already taken, or repeating its text, is dropped as a duplicate; table
-rows carry their header row; units are taken while the budget allows, the last one truncated
-at a word boundary rather than lost when at least ``min_tokens`` fit; every unit that does not
-fit is recorded with its rank. Leftover budget expands small units to their parent section
-(small-to-big). Every unit carries its source, version, location and truncation status.
+Chunks are packed one by one in rank order, each paying for the tokens it adds: a chunk that
+overlaps or adjoins a unit of the same document version extends that unit, a new one starts a
+unit, and a chunk that does not fit is cut (so a low-ranked neighbour never takes the budget of
+a better-ranked unit). The chunks leading up to a chunk in its section, when retrieved too, are
+packed right after it. A chunk inside a unit already taken, or repeating its text, is dropped
+as a duplicate; table rows carry their header row; the best-ranked unit that did not fit is
+truncated at a word boundary into what is left, when at least ``min_tokens`` fit; every chunk
+that does not fit is recorded with its rank and the reason. Leftover budget expands small units
+to their parent section (small-to-big). Every unit carries its source, version, location and
+truncation status.
 
 Documents are data, never instructions: text that reads like an instruction to the system is
 flagged (``instruction-like text``, :mod:`ragdx.stages.injection`) and :func:`render_prompt`
@@ -25,7 +29,7 @@ from ragdx.ingest.chunk import TokenCounter
 from ragdx.protocols import Store
 from ragdx.stages.injection import INSTRUCTION_LIKE, instruction_like, quote
 from ragdx.text import content_terms, quantities, sentences, stem
-from ragdx.types import Conflict, Context, ContextUnit, Dropped, Query, Ranked, StageKind
+from ragdx.types import Candidate, Chunk, Conflict, Context, ContextUnit, Dropped, Query, Ranked, StageKind
 
 __all__ = ["ContextAssembler", "find_conflicts", "render_prompt", "SYSTEM_PROMPT", "INSTRUCTION_LIKE"]
 
@@ -73,60 +77,78 @@ class ContextAssembler:
             return texts[(doc_id, version)]
 
         drafts: list[_Draft] = []
+        tokens: list[int] = []  # each draft's tokens as packed so far
         dropped: list[Dropped] = []
         seen_text: dict[str, int] = {}
-        for item in ranked.items:
+        cut: list[tuple[_Draft, str]] = []  # new units that did not fit, best first, and why
+        used = 0
+        for item in self._order(ranked.items, chunks):
             chunk = chunks[item.chunk_id]
             parsed = text_of(item.doc_id, item.version)
-            merged = False
+            joins = None
             for i, d in enumerate(drafts):
                 if (d.doc_id, d.version) != (item.doc_id, item.version):
                     continue
                 if d.start <= item.start and item.end <= d.end:
+                    joins = -1
                     dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start,
                                            item.end, f"duplicate: inside unit S{i + 1}", item.rank))
-                    merged = True
                     break
                 gap = parsed[min(d.end, item.end):max(d.start, item.start)]
                 if item.start < d.end and d.start < item.end or not gap.strip():
-                    d.start, d.end = min(d.start, item.start), max(d.end, item.end)
-                    d.chunk_ids.append(item.chunk_id)
-                    merged = True
+                    joins = i
                     break
-            if merged:
+            if joins == -1:
+                continue
+            if joins is not None:
+                # a chunk that extends a unit pays for what it adds, at its own rank
+                d = drafts[joins]
+                grown = replace(d, start=min(d.start, item.start), end=max(d.end, item.end),
+                                chunk_ids=d.chunk_ids + [item.chunk_id])
+                cost = self._tokens(grown, parsed) - tokens[joins]
+                if used + cost <= self.budget:
+                    drafts[joins], tokens[joins] = grown, tokens[joins] + cost
+                    used += cost
+                else:
+                    dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
+                                           f"cut by the token budget: rank {item.rank} of {len(ranked.items)}, "
+                                           f"extends unit S{joins + 1} by {cost} tokens, "
+                                           f"{self.budget - used} of {self.budget} left", item.rank))
                 continue
             key = " ".join(parsed[item.start:item.end].split())
             if key in seen_text:
                 dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
                                        f"duplicate: same text as unit S{seen_text[key] + 1}", item.rank))
                 continue
-            seen_text[key] = len(drafts)
             header = chunk.header if chunk.header and chunk.header[0] < item.start else None
-            drafts.append(_Draft(item.doc_id, item.version, item.start, item.end, item.rank,
-                                 [item.chunk_id], chunk.heading_path, chunk.section_id, header))
+            draft = _Draft(item.doc_id, item.version, item.start, item.end, item.rank,
+                           [item.chunk_id], chunk.heading_path, chunk.section_id, header)
+            cost = self._tokens(draft, parsed)
+            if used + cost <= self.budget:
+                seen_text[key] = len(drafts)
+                drafts.append(draft)
+                tokens.append(cost)
+                used += cost
+            else:
+                cut.append((draft, f"rank {item.rank} of {len(ranked.items)}, needs {cost} tokens, "
+                                         f"{self.budget - used} of {self.budget} left"))
 
-        units: list[ContextUnit] = []
-        used = 0
-        for i, d in enumerate(drafts):
-            parsed = text_of(d.doc_id, d.version)
-            header_text = parsed[d.header[0]:d.header[1]] if d.header else ""
-            unit = self._unit(len(units) + 1, d, parsed, header_text)
-            if used + unit.tokens <= self.budget:
-                units.append(unit)
-                used += unit.tokens
-                continue
-            room = self.budget - used
-            cut = self._truncate(unit, parsed, room) if room >= self.min_tokens else None
-            if cut is not None:
-                units.append(cut)
-                used += cut.tokens
-            reason = (f"cut by the token budget: rank {d.rank} of {len(ranked.items)}, needs "
-                      f"{unit.tokens} tokens, {room} of {self.budget} left")
-            if cut is not None:
-                reason = f"truncated by the token budget: kept [{cut.start}:{cut.end}] of [{d.start}:{d.end}]"
-            start = cut.end if cut is not None else d.start
+        units = [self._unit(i + 1, d, text_of(d.doc_id, d.version)) for i, d in enumerate(drafts)]
+        for n, (d, why) in enumerate(cut):
+            # the best-ranked unit that did not fit is truncated into what is left, if enough is
+            room, parsed = self.budget - used, text_of(d.doc_id, d.version)
+            kept = (self._truncate(self._unit(0, d, parsed), parsed, room)
+                    if n == 0 and room >= self.min_tokens else None)
+            if kept is not None:
+                units.append(kept)
+                used += kept.tokens
+                reason = f"truncated by the token budget: kept [{kept.start}:{kept.end}] of [{d.start}:{d.end}]"
+            else:
+                reason = f"cut by the token budget: {why}"
+            start = kept.end if kept is not None else d.start
             for cid in d.chunk_ids:
                 dropped.append(Dropped(cid, d.doc_id, d.version, start, d.end, reason, d.rank))
+        units.sort(key=lambda u: u.rank)
 
         if self.expand == "section":
             units, used = self._expand(units, used, text_of)
@@ -136,7 +158,33 @@ class ContextAssembler:
         return Context(self.name, tuple(units), tuple(dropped), self.budget, used, self.counter.name,
                        tuple(find_conflicts(units)), config, time.perf_counter() - started)
 
-    def _unit(self, n: int, d: _Draft, parsed: str, header_text: str) -> ContextUnit:
+    @staticmethod
+    def _order(items: tuple[Candidate, ...], chunks: dict[str, Chunk]) -> list[Candidate]:
+        """The candidates in packing order: rank order, except that the chunks leading up to a
+        chunk in its section, when they are candidates too, follow it at once (a section's
+        opening says what its later text is about; an answer's first sentences sit there)."""
+        by_id = {c.chunk_id: c for c in items}
+        out: list[Candidate] = []
+        done: set[str] = set()
+        for item in items:
+            if item.chunk_id in done:
+                continue
+            out.append(item)
+            done.add(item.chunk_id)
+            section = chunks[item.chunk_id].section_id
+            prev = chunks[item.chunk_id].prev_id
+            while prev in by_id and prev not in done and chunks[prev].section_id == section:
+                out.append(by_id[prev])
+                done.add(prev)
+                prev = chunks[prev].prev_id
+        return out
+
+    def _tokens(self, d: _Draft, parsed: str) -> int:
+        text = parsed[d.start:d.end]
+        return self.counter.count(f"{parsed[d.header[0]:d.header[1]]}\n{text}" if d.header else text)
+
+    def _unit(self, n: int, d: _Draft, parsed: str) -> ContextUnit:
+        header_text = parsed[d.header[0]:d.header[1]] if d.header else ""
         text = parsed[d.start:d.end]
         version = self.store.version(d.doc_id, d.version)
         title = version.document.title if version else ""
