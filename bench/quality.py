@@ -17,7 +17,7 @@ What it reports (printed, and written to ``--out``, default ``bench/results/qual
 
 - the evidence funnel: the share of answerable questions whose every required group is still
   present at each stage (``complete@STAGE`` of metrics.json, with its denominator);
-- ranking: R@10, R@100, nDCG@10 and MRR of the bm25, dense, fusion (rrf), rerank (features) and
+- ranking: R@10, R@100, nDCG@10 and MRR of the bm25, dense, fusion (rrf), rerank (sentences or features) and
   governance lists, computed here from the traces with ragdx's own measures against the chunks
   holding part of a required span (the labels of metrics.json; R@10, nDCG@10 and RR are checked
   against metrics.json), beside two peers measured on the same chunks in the same run: **bm25s**
@@ -69,8 +69,8 @@ INT8 = INT8_DIR / "all-MiniLM-L6-v2-int8.onnx"
 DEFAULT_OUT = REPO / "bench" / "results" / "quality.json"
 RAGDX = str(Path(sys.executable).with_name("ragdx"))
 KINDS = ("faq", "single-fact", "rule-exception", "version-specific", "multi-hop", "unanswerable", "restricted")
-RANKED = (("bm25", "bm25"), ("dense", "dense"), ("fusion", "rrf"), ("rerank", "features"),
-          ("governance", "governance"))
+RANKED = (("bm25", "bm25"), ("dense", "dense"), ("fusion", "rrf"), ("rerank", "sentences"),
+          ("rerank", "features"), ("governance", "governance"))
 MEASURES = ("R@10", "R@100", "nDCG@10", "RR")
 TARGETS = {"evidence complete at context": (0.85, ">="), "supported | evidence complete": (0.75, ">="),
            "supported or correct abstention": (0.75, ">="),

@@ -146,7 +146,7 @@ def test_ask_with_both_channels_and_json_trace(tmp_path, capsys):
     question = "Can I get a refund for a quality problem 35 days after delivery?"
     assert main(["ask", "--store", store, "--json", question]) == 0
     trace = json.loads(capsys.readouterr().out)
-    assert [s["name"] for s in trace["stages"]] == ["rewrite", "bm25", "dense", "rrf", "governance",
+    assert [s["name"] for s in trace["stages"]] == ["rewrite", "bm25", "dense", "rrf", "sentences", "governance",
                                                     "context", "extractive", "verify"]
     assert trace["principal"] == {"user": "anonymous", "groups": ["public"]}
     for stage in trace["stages"]:

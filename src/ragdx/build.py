@@ -25,7 +25,7 @@ from ragdx.stages.fuse import RRF, WeightedFusion
 from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
 from ragdx.stages.multihop import MultiHop
-from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker
+from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker, SentenceReranker
 from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
 from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
@@ -157,9 +157,14 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     stages.append(WeightedFusion.from_file(f.weights_file, f.top_k) if f.method == "weighted"
                   else RRF(f.c, f.top_k))
     rr = settings.rerank
-    if rr.method == "features":
-        stages.append(FeatureReranker.from_file(store, rr.weights_file, rr.top_n) if rr.weights_file
-                      else FeatureReranker(store, top_n=rr.top_n))
+    if rr.method == "sentences" and encoder is None:
+        raise ConfigError("rerank.method 'sentences' needs the dense encoder: set retrieval.dense.enabled "
+                          "= true, or rerank.method to 'auto', 'none', 'features' or 'cross-encoder'")
+    if rr.method == "sentences" or rr.method == "auto" and encoder is not None:
+        stages.append(SentenceReranker(store, encoder, top_n=rr.top_n, depth=rr.depth))
+    elif rr.method == "features":
+        stages.append(FeatureReranker.from_file(store, rr.weights_file, rr.top_n, encoder=encoder, depth=rr.depth)
+                      if rr.weights_file else FeatureReranker(store, top_n=rr.top_n, encoder=encoder, depth=rr.depth))
     elif rr.method == "cross-encoder":
         stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
     channels = [stage for stage in stages if stage.kind is StageKind.RETRIEVAL]

@@ -293,7 +293,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                   f"(use --set fusion.method=weighted --set fusion.weights_file={out})")
         else:
             reranker = fit.fit_reranker(pipeline, run, fitted_on=str(args.queries),
-                                        top_n=settings.rerank.top_n)
+                                        top_n=settings.rerank.top_n, depth=settings.rerank.depth)
             fit.save_reranker(reranker, out)
             print(f"weights {reranker.weights}; {reranker.fitted_on}; written to {out} "
                   f"(use --set rerank.weights_file={out})")

@@ -114,11 +114,14 @@ class FusionSettings:
 
 @dataclass(frozen=True, slots=True)
 class RerankSettings:
-    """Reranking of the fused candidates; ``top_n`` are kept."""
+    """Reranking of the fused candidates; ``top_n`` are kept. ``auto`` is ``sentences`` (the
+    fused rank fused with the rank by each candidate's best sentence, the ``depth`` best scored)
+    when the dense channel is on, else ``none``."""
 
-    method: str = _choice("none", "none", "features", "cross-encoder")
+    method: str = _choice("auto", "auto", "none", "features", "cross-encoder", "sentences")
     model: str = ""
-    top_n: int = _at_least(20, 1)
+    top_n: int = _at_least(150, 1)
+    depth: int = _at_least(75, 1)
     batch_size: int = _at_least(32, 1)
     weights_file: str = ""
 
@@ -138,7 +141,7 @@ class ContextSettings:
     """The context's token budget (counted in the encoder's tokenizer by default), small-to-big
     expansion, and the smallest truncated unit worth keeping."""
 
-    budget_tokens: int = _at_least(3000, 16)
+    budget_tokens: int = _at_least(4000, 16)
     expand: str = _choice("section", "section", "none")
     min_tokens: int = _at_least(24, 1)
     tokenizer: str = _choice("auto", "auto", "encoder", "regex")

@@ -8,7 +8,7 @@ import pytest
 from ragdx.build import build_pipeline
 from ragdx.cli import main
 from ragdx.diagnosis.evidence import RESOLVED, QueryEvidence, ResolvedAlternative, relevant_items
-from ragdx.errors import InputError
+from ragdx.errors import ConfigError, InputError
 from ragdx.experiments import fit
 from ragdx.stages.rerank import FEATURES, FeatureReranker, features
 from ragdx.types import Alternative, Candidate, Principal, Provenance, Query, Ranked, Span, StageKind
@@ -86,8 +86,12 @@ def test_the_fitted_reranker_counts_its_data_and_round_trips(small, tmp_path):
     assert reranker.fitted_on == f"dev; 3 queries, {candidates} candidates, {relevant} relevant"
     assert relevant == 3 and reranker.top_n == 3
     fit.save_reranker(reranker, tmp_path / "r.json")
-    again = FeatureReranker.from_file(store, tmp_path / "r.json", top_n=3)
+    again = FeatureReranker.from_file(store, tmp_path / "r.json", top_n=3, encoder=encoder)
     assert again.weights == reranker.weights
+    # fitted with the encoder, the sentence features weigh, and cannot be scored without it
+    assert reranker.weights["sentence_sim"] != 0 and reranker.weights["sentence_rank"] != 0
+    with pytest.raises(ConfigError, match="sentence_sim, sentence_rank, which need the dense encoder"):
+        FeatureReranker.from_file(store, tmp_path / "r.json", top_n=3)
     # fitted on these queries, it puts each one's evidence first
     for query, f, ev in zip(run.queries, fused, run.evidence):
         top = reranker.run(query, f).items[0]
@@ -164,7 +168,7 @@ def test_the_fitted_reranker_is_scikit_learns_balanced_logistic_regression(small
     pipeline = build_pipeline(store, settings, encoder=encoder)
     run = fit.collect(pipeline, QUERIES)
     x, y = fit.reranker_rows(pipeline, run)
-    assert x.shape == (len(y), 7) and 0 < y.sum() < len(y)
+    assert x.shape == (len(y), 9) and 0 < y.sum() < len(y)
     # the same objective: class-balanced log loss plus l2/2 ||w||^2 on the feature weights (C = 1/l2)
     reference = linear_model.LogisticRegression(C=1 / 0.5, class_weight="balanced", tol=1e-12,
                                                 max_iter=100_000).fit(x, y)
@@ -181,3 +185,8 @@ def test_the_channel_features_are_read_from_the_candidates_history(small):
     assert values["bm25_rank"] == 0.5 and values["dense_rank"] == 1.0 and values["dense_cosine"] == 0.42
     alone = features("What does error RFD-4021 mean?", chunk, 2, history[1:])
     assert alone["bm25_rank"] == 0.0 and alone["dense_rank"] == 1.0
+    # the best sentence's cosine (0 when negative) and its rank, as 1/log2(1 + rank)
+    assert values["sentence_sim"] == 0.0 and values["sentence_rank"] == 0.0
+    scored = features("What does error RFD-4021 mean?", chunk, 2, history, (0.625, 3))
+    assert scored["sentence_sim"] == 0.625 and scored["sentence_rank"] == 0.5
+    assert features("What does error RFD-4021 mean?", chunk, 2, history, (-0.25, 1))["sentence_sim"] == 0.0

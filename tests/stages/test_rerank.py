@@ -3,7 +3,8 @@
 import pytest
 
 from ragdx.build import build_pipeline
-from ragdx.stages.rerank import PRIOR_WEIGHTS, FeatureReranker, features
+from ragdx.stages.rerank import PRIOR_WEIGHTS, FeatureReranker, SentenceReranker, SentenceSimilarity, features
+from ragdx.text import statements
 from ragdx.types import Principal, Query
 
 Q = Query("q", "What does error RFD-4021 mean for my refund?", Principal())
@@ -56,3 +57,51 @@ def test_cross_encoder_needs_a_model(small):
     from ragdx.stages.rerank import CrossEncoderReranker
     with pytest.raises(ConfigError, match="rerank.model must name a cross-encoder"):
         CrossEncoderReranker(small[0], "")
+
+
+def _cosine(a, b):
+    import numpy as np
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def test_a_chunk_scores_its_best_sentence(small):
+    store, encoder, _ = small
+    chunk = next(c for c in store.chunks("errors.md") if "RFD-4021" in c.text)
+    parts = statements(chunk.text)
+    assert len(parts) >= 2
+    q = encoder.encode([Q.question], kind="query").vectors[0]
+    each = [_cosine(encoder.encode([s], kind="passage").vectors[0], q) for s in parts]
+    assert SentenceSimilarity(encoder).run(Q.question, [chunk]) == [pytest.approx(max(each))]
+
+
+def test_sentence_reranker_fuses_the_fused_rank_with_the_sentence_rank(small):
+    store, encoder, settings = small
+    pipeline = build_pipeline(store, settings, encoder=encoder)
+    fused = pipeline.fusion.run(pipeline.retrieve(Q))
+    n = len(fused.items)
+    assert n >= 4
+    reranker = SentenceReranker(store, encoder, top_n=n, depth=2)
+    chunks = store.chunks_by_id([c.chunk_id for c in fused.items[:2]])
+    s1, s2 = reranker.similarity.run(Q.question, [chunks[c.chunk_id] for c in fused.items[:2]])
+    r1, r2 = (1, 2) if s1 >= s2 else (2, 1)
+    # the two first are scored by their sentences; below depth, a candidate counts its fused rank twice
+    expected = {fused.items[0].chunk_id: 1 / 61 + 1 / (60 + r1), fused.items[1].chunk_id: 1 / 62 + 1 / (60 + r2)}
+    expected |= {c.chunk_id: 2 / (60 + i) for i, c in enumerate(fused.items[2:], start=3)}
+    reranked = reranker.run(Q, fused)
+    assert {c.chunk_id: c.score for c in reranked.items} == pytest.approx(expected)
+    assert [c.rank for c in reranked.items] == list(range(1, n + 1)) and reranked.dropped == ()
+    assert [c.chunk_id for c in reranked.items][2:] == [c.chunk_id for c in fused.items[2:]]
+    assert reranked.config == {"method": "sentences", "top_n": n, "depth": 2, "c": 60.0,
+                               "encoder": encoder.space.id}
+
+
+def test_the_default_reranker_is_the_sentence_reranker_only_with_an_encoder(small):
+    from ragdx.config import load_settings
+    from ragdx.errors import ConfigError
+    store, encoder, _ = small
+    defaults = load_settings(overrides=["chunking.tokenizer=regex"])
+    assert isinstance(build_pipeline(store, defaults, encoder=encoder).reranker, SentenceReranker)
+    lexical = load_settings(overrides=["retrieval.dense.enabled=false"])
+    assert build_pipeline(store, lexical).reranker is None
+    with pytest.raises(ConfigError, match="rerank.method 'sentences' needs the dense encoder"):
+        build_pipeline(store, load_settings(overrides=["retrieval.dense.enabled=false", "rerank.method=sentences"]))

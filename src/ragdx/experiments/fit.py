@@ -23,7 +23,7 @@ from ragdx.diagnosis.records import GOOD_OUTCOMES, Outcome
 from ragdx.errors import ConfigError, InputError
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.stages.fuse import ChannelCalibration, WeightedFusion
-from ragdx.stages.rerank import FEATURES, FeatureReranker, features
+from ragdx.stages.rerank import FEATURES, FeatureReranker, SentenceSimilarity, features, sentence_ranks
 from ragdx.types import Query, Ranked
 
 
@@ -83,29 +83,34 @@ def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on
     return WeightedFusion(best.channels, k, note)
 
 
-def reranker_rows(pipeline: Pipeline, run: ValidationRun) -> tuple[np.ndarray, np.ndarray]:
+def reranker_rows(pipeline: Pipeline, run: ValidationRun, *, depth: int = 75) -> tuple[np.ndarray, np.ndarray]:
     """The reranker's training data: a row of :data:`FEATURES` per fused candidate of each
-    validation query, and its label (1 when it holds part of a required span)."""
+    validation query, and its label (1 when it holds part of a required span). The sentence
+    features are scored for the ``depth`` best fused candidates with the pipeline's encoder (0
+    without one)."""
     rows, labels = [], []
+    similarity = SentenceSimilarity(pipeline.encoder) if pipeline.encoder is not None else None
     for query, lists, evidence in zip(run.queries, run.lists, run.evidence):
         fused = pipeline.fusion.run(lists)
         relevant = relevant_items(evidence, {c.chunk_id: c.span for c in fused.items})
         chunks = pipeline.store.chunks_by_id([c.chunk_id for c in fused.items])
-        for c in fused.items:
-            values = features(query.question, chunks[c.chunk_id], c.rank, c.history)
+        found = (sentence_ranks(similarity, query.question, fused.items, chunks, depth) if similarity
+                 else [None] * len(fused.items))
+        for c, sentence in zip(fused.items, found):
+            values = features(query.question, chunks[c.chunk_id], c.rank, c.history, sentence)
             rows.append([values[f] for f in FEATURES])
             labels.append(1.0 if c.chunk_id in relevant else 0.0)
     return np.array(rows).reshape(len(rows), len(FEATURES)), np.array(labels)
 
 
 def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, iterations: int = 50,
-                 fitted_on: str = "", top_n: int = 20) -> FeatureReranker:
+                 fitted_on: str = "", top_n: int = 20, depth: int = 75) -> FeatureReranker:
     """Logistic regression of relevance on the reranker's features, over each query's fused
     candidates, by Newton's method (iteratively reweighted least squares, with L2 regularisation
     of the feature weights; deterministic). The few relevant candidates are weighted so that both
     classes count alike (133 relevant among 19,650 candidates on the dev set's fit half: unweighted,
     the bias alone explains the labels). The fitted reranker keeps ``top_n`` candidates."""
-    features_of, y = reranker_rows(pipeline, run)
+    features_of, y = reranker_rows(pipeline, run, depth=depth)
     if not len(y) or y.min() == y.max():
         raise InputError("the validation candidates are all relevant or all irrelevant: nothing to fit")
     x = np.hstack([features_of, np.ones((len(y), 1))])              # the last column is the bias
@@ -123,8 +128,8 @@ def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, ite
             break
     weights = {f: round(float(v), 6) for f, v in zip(FEATURES, w[:-1])} | {"bias": round(float(w[-1]), 6)}
     note = f"{fitted_on}; {len(run.queries)} queries, {len(y)} candidates, {int(y.sum())} relevant"
-    return FeatureReranker(pipeline.store, top_n=top_n, weights=weights,
-                           fitted_on=note)
+    return FeatureReranker(pipeline.store, top_n=top_n, weights=weights, fitted_on=note,
+                           encoder=pipeline.encoder, depth=depth)
 
 
 def save_fusion(fusion: WeightedFusion, path: Path) -> None:
