@@ -43,7 +43,8 @@ from ragdx.store.sqlite import IndexVersion, SQLiteStore, index_body
 from ragdx.store.vectors import check_space
 from ragdx.types import DocStatus, Query, SpaceState, StoredVersion
 
-__all__ = ["IndexBuild", "IndexCheck", "build_index", "verify_index", "switch_index", "rollback_index"]
+__all__ = ["IndexBuild", "IndexCheck", "build_index", "verify_index", "switch_index", "rollback_index",
+           "needs_encoder"]
 
 log = logging.getLogger("ragdx.index")
 
@@ -208,7 +209,8 @@ def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
     if target.state not in (SpaceState.VERIFIED, SpaceState.RETIRED) and not force:
         raise InputError(f"index {index_id} is {target.state}, not verified: run 'ragdx index verify "
                          f"--index {index_id}' first (or switch with --force)")
-    _check_embedder(store, embedder, "index switch")
+    if needs_encoder(store, index_id):
+        _check_embedder(store, embedder, "index switch")
     with store.transaction():  # versions added since, the swap and the retention: all or nothing
         todo = store.unstaged_versions(index_id)
         if todo:
@@ -236,6 +238,14 @@ def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
         raise InputError("no retired index version to roll back to ('ragdx index status' lists them)")
     switch_index(store, retired[-1].id, force=True, counter=counter, embedder=embedder)
     return retired[-1].id
+
+
+def needs_encoder(store: SQLiteStore, index_id: str) -> bool:
+    """Whether switching to an index version has chunks to embed (versions ingested since it
+    was built, or chunks without a vector in the active space): only then is the encoder loaded."""
+    active = store.active_space()
+    return active is not None and bool(store.unstaged_versions(index_id)
+                                       or store.staged_chunks(index_id, without_vector_in=active.id))
 
 
 # -- building blocks ------------------------------------------------------------------------
@@ -399,22 +409,27 @@ def _latency(live: SQLiteStore, new: SQLiteStore, queries: Sequence[Query], slow
 
 
 def _permission_probes(live: SQLiteStore, new: SQLiteStore, probes: int, notes: list[str]) -> list[str]:
-    """Ask the text of restricted chunks as ``public``: none of them may come back."""
+    """Ask the text of restricted versions (cut as the live index cuts them) as ``public``: no
+    chunk may come back that is of a restricted version, or that holds the words asked while
+    its own version's text (in the live store) does not (restricted text under another name)."""
     acl = live.acl_table()
     closed = {key for key, groups in acl.items() if "public" not in groups}
     problems, asked = [], 0
     for doc_id, version in sorted(closed):
         if asked >= probes:
             break
-        for chunk in new.chunks(doc_id, version)[:2]:
+        for chunk in live.chunks(doc_id, version)[:2]:
             asked += 1
             question = " ".join(chunk.text.split()[:12])
-            leaked = [c for c, _ in new.bm25(query_terms(question), ("public",), 20)
-                      if (c.doc_id, c.version) in closed]
-            if leaked:
-                problems.append(f"permission: a public principal asking {question!r} reaches "
-                                f"{leaked[0].doc_id}@{leaked[0].version} (chunk {leaked[0].id}), which "
-                                "public may not read")
+            for hit, _ in new.bm25(query_terms(question), ("public",), 20):
+                where = f"{hit.doc_id}@{hit.version}"
+                if (hit.doc_id, hit.version) in closed:
+                    problems.append(f"permission: a public principal asking {question!r} reaches {where} "
+                                    f"(chunk {hit.id}), which public may not read")
+                elif question in " ".join(hit.text.split()) and \
+                        question not in " ".join(live.texts(hit.doc_id, hit.version)[1].split()):
+                    problems.append(f"permission: a public principal asking {question!r} reaches the text of "
+                                    f"restricted {doc_id}@{version} in chunk {hit.id}, filed under {where}")
     notes.append(f"permission probes: {asked} restricted chunks asked as public"
                  + (", none reached" if not problems else ""))
     return problems
