@@ -119,6 +119,21 @@ def test_a_deleted_document_never_resurfaces_after_a_switch_or_a_rollback(store)
     assert "refund.md" not in found(store, ["refunds", "gift"])
 
 
+def test_a_deleted_document_never_resurfaces_through_the_cache_across_a_switch_and_rollback(store, tmp_path):
+    pipeline = CachedPipeline(build_pipeline(store, load_settings(overrides=SETTINGS)),
+                              SQLiteCache(tmp_path / "s.db.cache"))
+    query = Query("q", QUESTION, Principal("ann", ("public",)))
+    cited = lambda trace: {u.doc_id for u in trace.context.units}  # noqa: E731
+    assert "refund.md" in cited(pipeline.run(query))
+    indexing.switch_index(store, build(store), force=True)
+    assert "refund.md" in cited(pipeline.run(query)) and pipeline.run(query).cached  # cached on ix_1
+    delete_documents(store, ["refund.md"])
+    indexing.rollback_index(store)
+    after = pipeline.run(query)
+    assert after.cached == () and "refund.md" not in cited(after)
+    assert "refund.md" not in {i.doc_id for r in after.ranked for i in r.items}
+
+
 def test_a_revocation_holds_after_a_rollback_and_an_edit_is_chunked_with_the_old_settings(store, tmp_path):
     assert "salaries.md" in found(store, ["bonuses"], ("staff",))  # premise
     indexing.switch_index(store, build(store), force=True)
@@ -302,3 +317,29 @@ def test_the_cli_builds_verifies_switches_and_rolls_back(store, capsys):
     assert f"ix_1   active   3         {len(store.chunks())}       max 12, overlap 0, regex:words+punct" in out
     assert main(["index", "rollback", "--chunks", *s]) == 0
     assert "live index: ix_0 (rolled back)" in capsys.readouterr().out
+
+
+def test_vectors_follow_the_chunks_through_a_switch_and_a_rollback(tmp_path):
+    from ragdx.ingest.embed import Embedder
+    from ragdx.testing.encoders import HashingEncoder
+    encoder = HashingEncoder()
+    dense = ["chunking.tokenizer=regex", "rerank.method=none", "generation.semantic_weight=0"]
+    with SQLiteStore(tmp_path / "d.db") as store:
+        build_ingestor(store, load_settings(overrides=dense), encoder=encoder).run(manifest(tmp_path / "c"))
+        space = store.active_space().id
+        live = store.vector_table(space)[0]
+        with pytest.raises(ConfigError, match="new chunks need its vectors"):
+            build(store)
+        embedder = Embedder(encoder, backend="HashingEncoder")
+        built = indexing.build_index(store, SMALL, RegexTokenCounter(), embedder=embedder)
+        assert built.embedding.chunks == built.chunks
+        assert store.vector_table(space)[0] == live  # the live vectors are untouched
+        indexing.switch_index(store, built.index_id, force=True, embedder=embedder)
+        ids = store.vector_table(space)[0]
+        assert sorted(ids) == sorted(c.id for c in store.chunks() if c.duplicate_of is None)
+        assert set(ids).isdisjoint(live)
+        pipeline = build_pipeline(store, load_settings(overrides=dense), encoder=encoder)
+        trace = pipeline.run(Query("q", QUESTION, Principal("ann", ("public",))))
+        assert {c.chunk_id for c in trace.stage("dense").items} <= set(ids)
+        indexing.rollback_index(store, embedder=embedder)
+        assert sorted(store.vector_table(space)[0]) == sorted(live) and store.audit() == ([], [])
