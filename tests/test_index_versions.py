@@ -20,6 +20,7 @@ from ragdx.config import load_settings
 from ragdx.errors import ConfigError, InputError, StoreError
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.ingestor import delete_documents
+from ragdx.queryset import load_queries
 from ragdx.store.cache import SQLiteCache
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, INITIAL_INDEX, SQLiteStore
 from ragdx.types import Principal, Query, SpaceState
@@ -123,7 +124,10 @@ def test_a_deleted_document_never_resurfaces_through_the_cache_across_a_switch_a
     pipeline = CachedPipeline(build_pipeline(store, load_settings(overrides=SETTINGS)),
                               SQLiteCache(tmp_path / "s.db.cache"))
     query = Query("q", QUESTION, Principal("ann", ("public",)))
-    cited = lambda trace: {u.doc_id for u in trace.context.units}  # noqa: E731
+
+    def cited(trace):
+        return {u.doc_id for u in trace.context.units}
+
     assert "refund.md" in cited(pipeline.run(query))
     indexing.switch_index(store, build(store), force=True)
     assert "refund.md" in cited(pipeline.run(query)) and pipeline.run(query).cached  # cached on ix_1
@@ -199,9 +203,8 @@ def test_verify_reports_a_required_span_the_new_index_no_longer_holds(store, tmp
     index_id = build(store, ChunkerConfig(max_tokens=store_config(store)), retain=0)
     code = main(["index", "verify", "--store", str(store.path), "--index", index_id, "--queries", str(queries)])
     assert code == 1
-    check = indexing.verify_index(store, index_id, __import__("ragdx.queryset", fromlist=["x"]).load_queries(queries))
-    assert [p.split(" (")[0] for p in check.problems] == [
-        f"spans: query 'q1': group 0 alternative 0"]
+    check = indexing.verify_index(store, index_id, load_queries(queries))
+    assert [p.split(" (")[0] for p in check.problems] == ["spans: query 'q1': group 0 alternative 0"]
 
 
 def store_config(store: SQLiteStore) -> int:

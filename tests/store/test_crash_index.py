@@ -5,7 +5,6 @@ during edits and switches never sees a half-applied change; a second writer wait
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from ragdx.errors import StoreError
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.store.sqlite import INITIAL_INDEX, SQLiteStore
 from ragdx.types import DocStatus, SpaceState, VersionFilter
-from tests.conftest import snapshot, write
+from tests.conftest import snapshot
 from tests.test_index_versions import DOCS, ingest, manifest
 
 CLI = [sys.executable, "-m", "ragdx.cli"]
@@ -31,7 +30,7 @@ TERMS = (["refunds", "gift"], ["parcels", "abroad"], ["bonuses"], ["weeks"])
 def killed(args: list[str], point: str) -> None:
     """Run ``ragdx ARGS`` until it kills itself at ``point``."""
     proc = subprocess.run(CLI + args, env=dict(os.environ, RAGDX_KILL_AT=point), capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
     assert proc.returncode == -signal.SIGKILL, proc.stderr
 
 
