@@ -345,4 +345,6 @@ def test_vectors_follow_the_chunks_through_a_switch_and_a_rollback(tmp_path):
         trace = pipeline.run(Query("q", QUESTION, Principal("ann", ("public",))))
         assert {c.chunk_id for c in trace.stage("dense").items} <= set(ids)
         indexing.rollback_index(store, embedder=embedder)
-        assert sorted(store.vector_table(space)[0]) == sorted(live) and store.audit() == ([], [])
+        assert sorted(store.vector_table(space)[0]) == sorted(live)
+        assert store.audit() == ([], [f"index version {built.index_id} (retired) held beside the live one: "
+                                      f"{built.chunks} chunks of 3 versions, invisible to queries"])

@@ -252,7 +252,7 @@ def _index_versions(args: argparse.Namespace, store) -> int:
     embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=dense.backend) if encoder else None
     config, counter = chunker_for(settings, encoder)
     if args.action == "build":
-        retain = args.retain if args.retain is not None else store.live_index().retain_superseded
+        retain = args.retain if args.retain is not None else indexing.live_retention(store)
         built = indexing.build_index(store, config, counter, embedder=embedder, retain_superseded=retain)
         print(f"index {built.index_id}: {built.chunked} versions chunked, {built.copied} copied from the live "
               f"index, {built.unindexed} held unindexed (retention); {built.chunks} chunks, "

@@ -44,7 +44,7 @@ from ragdx.store.vectors import check_space
 from ragdx.types import DocStatus, Query, SpaceState, StoredVersion
 
 __all__ = ["IndexBuild", "IndexCheck", "build_index", "verify_index", "switch_index", "rollback_index",
-           "needs_encoder"]
+           "needs_encoder", "live_retention"]
 
 log = logging.getLogger("ragdx.index")
 
@@ -240,9 +240,15 @@ def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
     return retired[-1].id
 
 
+def live_retention(store: SQLiteStore) -> int | None:
+    """The live index version's ``retain_superseded`` (what a build keeps unless told otherwise)."""
+    return _sqlite(store).live_index().retain_superseded
+
+
 def needs_encoder(store: SQLiteStore, index_id: str) -> bool:
     """Whether switching to an index version has chunks to embed (versions ingested since it
     was built, or chunks without a vector in the active space): only then is the encoder loaded."""
+    store = _sqlite(store)
     active = store.active_space()
     return active is not None and bool(store.unstaged_versions(index_id)
                                        or store.staged_chunks(index_id, without_vector_in=active.id))

@@ -1178,6 +1178,9 @@ class SQLiteStore:
         notes += [f"{n} vectors of space {sid}, which is not live ({state})" for sid, state, n in q(
             "SELECT s.id, s.state, COUNT(*) FROM vectors v JOIN spaces s ON s.id = v.space_id "
             "WHERE s.state != 'active' GROUP BY s.id ORDER BY s.id")]
+        notes += [f"index version {v.id} ({v.state}) held beside the live one: {v.chunks} chunks of "
+                  f"{v.versions} versions, invisible to queries" for v in self.index_versions()
+                  if v.state is not SpaceState.ACTIVE]
         return problems, notes
 
     # -- index versions (docs/ingest.md, "Index versions") -----------------------------------
