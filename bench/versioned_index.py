@@ -3,7 +3,7 @@ a new keyword index version on a realistic store, and what a retention does to B
 
 Reproduce, from the repository root (the store is the dev set's, made by bench/devset)::
 
-    .venv/bin/python bench/index_versions.py [--store bench/.cache/devset/store.db] [--queries 100]
+    .venv/bin/python bench/versioned_index.py [--store bench/.cache/devset/store.db] [--queries 100]
 
 The store is copied to a temporary folder first (the original is not touched), opened for writing
 (which migrates a schema-1 store: timed), and its dense space dropped from the copy (vectors and
@@ -101,10 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--store", type=Path, default=DEVSET / "store.db")
     ap.add_argument("--query-set", type=Path, default=DEVSET / "queries.jsonl")
     ap.add_argument("--queries", type=int, default=100)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "index_versions.json")
+    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "versioned_index.json")
     args = ap.parse_args(argv)
     if not args.store.is_file():
-        print(f"error: no store at {args.store}; build the dev set first (bench/devset)", file=sys.stderr)
+        print(f"error: no store at {args.store}; run bench/quality.py first (it builds the dev set and ingests it; make bench runs it before this script)", file=sys.stderr)
         return 2
     queries = load_queries(args.query_set)[:args.queries]
     with tempfile.TemporaryDirectory(prefix="ragdx-bench-") as tmp:
