@@ -104,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "versioned_index.json")
     args = ap.parse_args(argv)
     if not args.store.is_file():
-        print(f"error: no store at {args.store}; run bench/quality.py first (it builds the dev set and ingests it; make bench runs it before this script)", file=sys.stderr)
+        print(f"error: no store at {args.store}; run bench/quality.py first (it builds the dev set and "
+              "ingests it; make bench runs it before this script)", file=sys.stderr)
         return 2
     queries = load_queries(args.query_set)[:args.queries]
     with tempfile.TemporaryDirectory(prefix="ragdx-bench-") as tmp:
