@@ -348,3 +348,16 @@ def test_vectors_follow_the_chunks_through_a_switch_and_a_rollback(tmp_path):
         assert sorted(store.vector_table(space)[0]) == sorted(live)
         assert store.audit() == ([], [f"index version {built.index_id} (retired) held beside the live one: "
                                       f"{built.chunks} chunks of 3 versions, invisible to queries"])
+
+
+def test_a_parser_version_change_builds_a_version_parsed_again(store):
+    # the store as an older markdown parser left it: same text, another parser id
+    store._db.execute("UPDATE documents SET parser = 'markdown/0'")
+    live_config = ChunkerConfig(max_tokens=store_config(store))
+    built = indexing.build_index(store, live_config, RegexTokenCounter())
+    assert (built.chunked, built.copied) == (3, 0)  # nothing copied: every version parsed again
+    assert store.index_version_of(built.index_id).body["parsers"] == {"markdown": "markdown/1"}
+    indexing.switch_index(store, built.index_id, force=True)
+    assert {v.parser for v in store.versions()} == {"markdown/1"} and store.verify() == []
+    indexing.rollback_index(store)
+    assert {v.parser for v in store.versions()} == {"markdown/0"}
