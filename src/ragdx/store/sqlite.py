@@ -1198,39 +1198,37 @@ class SQLiteStore:
             raise StoreError("store writes must happen inside store.transaction()")
         return self._db.execute(sql, args)
 
-    @_decoding("index_versions")
     def index_versions(self) -> list[IndexVersion]:
         """Every index version, oldest first, with how many document versions and chunks it holds
         (the live one: the chunks table)."""
-        if self._schema < 2:  # a store of schema 1 opened read-only: its live index only
-            return [self._live_counts(IndexVersion(INITIAL_INDEX, index_body(None, None, None),
-                                                   SpaceState.ACTIVE, 0, 0, "", ""))]
-        out = []
-        for iid, body, state, created, updated in self._db.execute(
-                "SELECT id, body, state, created_at, updated_at FROM index_versions "
-                "ORDER BY created_at, CAST(SUBSTR(id, 4) AS INTEGER)").fetchall():
-            version = IndexVersion(iid, json.loads(body), SpaceState(state), 0, 0, created, updated)
-            if version.state is SpaceState.ACTIVE:
-                version = self._live_counts(version)
-            else:
-                versions, chunks = self._db.execute(
-                    "SELECT COUNT(DISTINCT doc_id || '@' || version), COUNT(*) FROM staged_chunks "
-                    "WHERE index_id = ?", (iid,)).fetchone()
-                version = replace(version, versions=versions, chunks=chunks)
-            out.append(version)
-        return out
+        return [self._counted(v) for v in self._index_rows()]
 
-    def _live_counts(self, version: IndexVersion) -> IndexVersion:
+    @_decoding("index_versions")
+    def _index_rows(self, where: str = "", args: tuple = ()) -> list[IndexVersion]:
+        """Index versions without their counts (reading them scans the chunks)."""
+        if self._schema < 2:  # a store of schema 1 opened read-only: its live index only
+            initial = IndexVersion(INITIAL_INDEX, index_body(None, None, None), SpaceState.ACTIVE, 0, 0, "", "")
+            return [initial] if not where or where == "WHERE state = 'active'" else []
+        return [IndexVersion(iid, json.loads(body), SpaceState(state), 0, 0, created, updated)
+                for iid, body, state, created, updated in self._db.execute(
+                    f"SELECT id, body, state, created_at, updated_at FROM index_versions {where} "
+                    "ORDER BY created_at, CAST(SUBSTR(id, 4) AS INTEGER)", args).fetchall()]
+
+    def _counted(self, version: IndexVersion) -> IndexVersion:
+        table, where, args = ("chunks", "", ()) if version.state is SpaceState.ACTIVE else \
+            ("staged_chunks", "WHERE index_id = ?", (version.id,))
         versions, chunks = self._db.execute(
-            "SELECT COUNT(DISTINCT doc_id || '@' || version), COUNT(*) FROM chunks").fetchone()
+            f"SELECT COUNT(DISTINCT doc_id || '@' || version), COUNT(*) FROM {table} {where}", args).fetchone()
         return replace(version, versions=versions, chunks=chunks)
 
     def index_version_of(self, index_id: str) -> IndexVersion | None:
-        return next((v for v in self.index_versions() if v.id == index_id), None)
+        """One index version, with its counts (None: no such version)."""
+        found = self._index_rows("WHERE id = ?", (index_id,))
+        return self._counted(found[0]) if found else None
 
     def live_index(self) -> IndexVersion:
-        """The index version queries search."""
-        return next(v for v in self.index_versions() if v.state is SpaceState.ACTIVE)
+        """The index version queries search (without its counts: ``index_version_of`` has them)."""
+        return self._index_rows("WHERE state = 'active'")[0]
 
     def register_index(self, body: dict) -> str:
         """Record a new index version (state ``building``); returns its id (``ix_N``)."""
