@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragdx.text import asked_quantity, question_parts, statements, states_quantity, stem
+from ragdx.text import asked_quantity, split_question, statements, states_quantity, stem
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -38,16 +38,3 @@ def test_number_words_state_an_amount():
 def test_a_signature_with_defaults_is_a_statement_and_a_heading_is_not():
     text = "Introduction\n\ndatetime.isoformat(sep='T', timespec='auto')\n\nReturn a string."
     assert statements(text) == ["datetime.isoformat(sep='T', timespec='auto')", "Return a string."]
-
-
-def test_a_question_asking_two_things_has_two_parts():
-    assert question_parts("Which SQLite version does it need, and what exception does it raise otherwise?") == [
-        "Which SQLite version does it need", "what exception does it raise otherwise"]
-    assert question_parts("What is an SQLITE_CORRUPT error? Why am I getting this error?") == [
-        "What is an SQLITE_CORRUPT error", "Why am I getting this error"]
-
-
-@pytest.mark.parametrize("question", ["How many ? placeholders can one statement use?",
-                                      "Why?", "What is X, and why?", "Is this a bug?"])
-def test_a_question_asking_one_thing_is_one_part(question):
-    assert question_parts(question) == [question]

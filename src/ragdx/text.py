@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["sentence_spans", "sentences", "statements", "content_terms", "stem", "STOPWORDS",
-           "quantities", "question_parts"]
+           "quantities", "split_question"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -197,15 +197,22 @@ def states_quantity(text: str, unit: str) -> bool:
     return not unit or unit in {stem(t) for t in content_terms(text)}
 
 
-# where a question asks a second thing: ", and what ...", "; ...", "? Why ..."
-_PART = re.compile(r",?\s+and\s+(?=(?:what|which|how|when|where|why|who|whose|does|do|is|are|can|will|must|should)\b)"
-                   r"|;\s+|\?\s+(?=[A-Z])", re.IGNORECASE)
+_ASKS = re.compile(r"^(?:what|where|when|which|who|whom|whose|why|how|does|do|did|is|are|was|were|can|could|"
+                   r"should|will|would|may|might|must|has|have|had)\b", re.IGNORECASE)
+_JOINS = re.compile(r"\s*;\s*|,?\s+and\s+(?=(?:what|where|when|which|who|whom|why|how|does|do|is|are|can|could|"
+                    r"should|will|would|may|might|must)\b)", re.IGNORECASE)
 
 
-def question_parts(question: str) -> list[str]:
-    """The parts of a question that asks several things (``"Which SQLite version does sqlite3
-    need, and what exception does it raise otherwise?"`` has two), each with at least two content
-    terms of its own; a question asking one thing is one part."""
-    parts = [p.strip(" ,;?") for p in _PART.split(question)]
-    parts = [p for p in parts if len(content_terms(p)) >= 2]
-    return parts if len(parts) > 1 else [question]
+def split_question(question: str) -> tuple[str, ...]:
+    """The parts of a compound question: its sentences, and clauses joined by ``;`` or by ``and``
+    before a question word, each with at least two content words (``What does that mean?`` is
+    no part of its own). A question part ends with ``?``. One part: the question is not compound."""
+    parts = []
+    for sentence in sentences(question.strip()):
+        for clause in _JOINS.split(sentence):
+            clause = clause.strip().rstrip("?").strip()
+            if len(content_terms(clause)) < 2:
+                continue
+            parts.append(clause[0].upper() + clause[1:] + ("?" if _ASKS.match(clause) else
+                                                            "" if clause.endswith(".") else "."))
+    return tuple(parts)

@@ -31,7 +31,7 @@ from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
-from ragdx.text import (SIGNATURE, asked_quantity, content_terms, question_parts, sentences, statements,
+from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
                         states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
 
@@ -182,7 +182,7 @@ class ExtractiveGenerator:
         """For a question that asks several things, the best sentence for each part that no
         chosen sentence answers nearly as well (``keep_ratio`` of that part's best), so that
         "which version ..., and what exception ...?" is answered in both parts."""
-        parts = question_parts(question)
+        parts = split_question(question)
         if len(parts) < 2:
             return []
         added: list[_Candidate] = []
