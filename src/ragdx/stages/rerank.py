@@ -29,6 +29,7 @@ import numpy as np
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.text import content_terms, statements
 from ragdx.protocols import Encoder, Store
+from ragdx.stages.fuse import RRF_C
 from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
 
 def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, config: dict,
@@ -160,7 +161,7 @@ class SentenceReranker:
     kind = StageKind.RERANK
 
     def __init__(self, store: Store, encoder: Encoder, *, top_n: int = 150, depth: int = 75,
-                 c: float = 60.0, name: str = "sentences") -> None:
+                 c: float = RRF_C, name: str = "sentences") -> None:
         if depth < 1 or c < 0:
             raise ConfigError(f"the sentence reranker needs rerank.depth >= 1 and c >= 0, not {depth} and {c}")
         self.store, self.top_n, self.depth, self.c, self.name = store, top_n, depth, c, name
