@@ -141,7 +141,7 @@ class ContextSettings:
     """The context's token budget (counted in the encoder's tokenizer by default), small-to-big
     expansion, and the smallest truncated unit worth keeping."""
 
-    budget_tokens: int = _at_least(4000, 16)
+    budget_tokens: int = _at_least(6000, 16)
     expand: str = _choice("section", "section", "none")
     min_tokens: int = _at_least(24, 1)
     tokenizer: str = _choice("auto", "auto", "encoder", "regex")

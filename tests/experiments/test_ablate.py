@@ -48,7 +48,7 @@ def test_variants_parse_to_one_stage_each():
     base = load_settings()
     variant, settings = parse_variant("small:context.budget_tokens=300", base)
     assert variant == Variant("small", ("context.budget_tokens=300",), (StageKind.CONTEXT,))
-    assert settings.context.budget_tokens == 300 and base.context.budget_tokens == 3000
+    assert settings.context.budget_tokens == 300 and base.context.budget_tokens == 6000
     variant, _ = parse_variant("deep:retrieval.bm25.top_k=300,retrieval.dense.top_k=300", base)
     assert variant.stages == (StageKind.RETRIEVAL,)  # two keys, one stage
 
@@ -58,7 +58,7 @@ def test_variants_parse_to_one_stage_each():
                                                       "context (context.budget_tokens)"),
     ("chunks:chunking.max_tokens=100", "changes the chunks, and so the index"),
     ("typo:context.budget=300", "context.budget"),
-    ("same:context.budget_tokens=3000", "would change nothing"),
+    ("same:context.budget_tokens=6000", "would change nothing"),
     ("baseline:context.budget_tokens=300", "not be one of baseline"),
     ("..:context.budget_tokens=300", "must start with a letter or digit"),
     ("Report.html:context.budget_tokens=300", "not be one of"),
