@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, Stopwatch, code_version, machine, write_result  # noqa: E402
 
-from ragdx import indexing  # noqa: E402
+from ragdx.index import versions as indexing  # noqa: E402
 from ragdx.build import build_encoder  # noqa: E402
 from ragdx.config import load_settings  # noqa: E402
 from ragdx.ingest.chunk import ChunkerConfig  # noqa: E402

@@ -24,12 +24,12 @@ from __future__ import annotations
 from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Rewrite, Rewritten, Section,
-    StageKind, StoredVersion, Verification, VersionFilter,
+    Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
+    Section, StageKind, StoredVersion, Verification, VersionFilter,
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VersionedIndexStore", "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -143,6 +143,25 @@ class VectorSearchStore(Protocol):
     def readable_many(self, groups: tuple[str, ...],
                       keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (doc_id, version) pairs the groups may read, in one look-up."""
+        ...
+
+
+@runtime_checkable
+class VersionedIndexStore(Protocol):
+    """A store whose index has versions built beside the live one (the SQLite store; docs/ingest.md,
+    "Index versions"): an ingest chunks and parses as the live version does, and applies its
+    retention. A store without it (PostgreSQL) re-chunks in place."""
+
+    def live_index(self) -> IndexVersion:
+        """The index version queries search."""
+        ...
+
+    def index_versions(self, counted: bool = True) -> list[IndexVersion]:
+        """Every index version, oldest first (with what each holds, when ``counted``)."""
+        ...
+
+    def apply_retention(self, doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """Take out of the live index the superseded versions its retention does not keep."""
         ...
 
 
