@@ -581,3 +581,14 @@ def schema_1(path: Path) -> None:
     con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     con.commit()
     con.close()
+
+
+def test_the_cli_reports_a_refused_write_as_such_not_as_a_damaged_store(store, monkeypatch, capsys):
+    import sqlite3 as sql
+
+    def refused(*args, **kwargs):
+        raise sql.IntegrityError("FOREIGN KEY constraint failed")
+    monkeypatch.setattr(indexing, "build_index", refused)
+    assert main(["index", "build", "--chunks", "--store", str(store.path), "--set", "retrieval.dense.enabled=false"]) == 2
+    err = capsys.readouterr().err
+    assert "SQLite refused a write (FOREIGN KEY constraint failed)" in err and "integrity check" not in err

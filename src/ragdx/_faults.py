@@ -10,7 +10,7 @@ versions was staged and committed), ``embedded`` (an index build, after a batch 
 
 Why an environment variable in library code: a SIGKILL cannot be sent at an exact statement
 from outside, and a test must kill the real command, not a copy of it. Unset (always, outside
-the tests), a point costs one dictionary look-up and does nothing.
+the tests), a point reads one variable and does nothing.
 """
 
 from __future__ import annotations

@@ -805,6 +805,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except _UsageError as exc:
         print(f"ragdx {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except sqlite3.IntegrityError as exc:  # a constraint refused a write: the store is not damaged
+        print(f"ragdx {args.command}: error: SQLite refused a write ({exc}): another process changed the "
+              "store while this command ran, or this is a bug in ragdx; the refused write was not made "
+              "and the store is intact: run the command again", file=sys.stderr)
+        return 2
     except sqlite3.DatabaseError as exc:  # a page found damaged while reading
         store = getattr(args, "store", None) or "the store"
         print(f"ragdx {args.command}: error: {store}: cannot read the store: {exc} (it fails "

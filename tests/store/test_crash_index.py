@@ -127,6 +127,41 @@ def test_a_build_killed_after_its_second_batch_keeps_both_and_resumes_with_the_t
         assert staged < {c.id for c in store.staged_chunks(built.id)}  # the two batches kept, the third added
 
 
+EMBED = textwrap.dedent("""
+    import sys
+    from ragdx.index import versions
+    from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
+    from ragdx.ingest.embed import Embedder
+    from ragdx.store.sqlite import SQLiteStore
+    from ragdx.testing.encoders import HashingEncoder
+    with SQLiteStore(sys.argv[1], "write") as store:
+        built = versions.build_index(store, ChunkerConfig(max_tokens=12), RegexTokenCounter(), batch=2,
+                                     embedder=Embedder(HashingEncoder(), backend="HashingEncoder"))
+        print(built.embedding.chunks, built.chunks)
+""")
+
+
+def test_a_build_killed_while_embedding_keeps_the_vectors_it_committed(tmp_path):
+    from ragdx.build import build_ingestor
+    from ragdx.config import load_settings
+    from ragdx.testing.encoders import HashingEncoder
+    path = tmp_path / "d.db"
+    with SQLiteStore(path) as store:
+        build_ingestor(store, load_settings(overrides=["chunking.tokenizer=regex", "rerank.method=none"]),
+                       encoder=HashingEncoder()).run(manifest(tmp_path / "c"))
+    proc = subprocess.run([sys.executable, "-c", EMBED, str(path)], env=dict(os.environ, RAGDX_KILL_AT="embedded:2"),
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    with SQLiteStore(path, "read") as store:
+        assert store._db.execute("SELECT COUNT(*) FROM staged_vectors").fetchone() == (4,)  # two batches of 2
+    done = subprocess.run([sys.executable, "-c", EMBED, str(path)], capture_output=True, text=True, timeout=60,
+                          check=True)
+    embedded, chunks = map(int, done.stdout.split())
+    with SQLiteStore(path, "read") as store:
+        space = store.active_space().id
+        assert embedded == chunks - 4 and store.staged_chunks("ix_1", without_vector_in=space) == []
+
+
 def test_a_migration_killed_before_its_commit_leaves_schema_1(corpus):
     from tests.test_index_versions import schema_1
     schema_1(corpus)

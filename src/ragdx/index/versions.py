@@ -11,8 +11,9 @@ version's settings when it is switched to. So a switch or a rollback never bring
 document or a revoked permission, and every switch logs one change of no document, which drops
 every cached result and rebuilds the keyword mirror.
 
-Kept: the live version and the one it replaced (the rollback target); a switch drops every
-other. Retention: a version's ``retain_superseded`` is how many superseded or expired versions
+Kept: the live version, the one it replaced (the rollback target), and a version being built
+(or whose build was stopped: building again with its settings continues it); a switch drops
+every other. Retention: a version's ``retain_superseded`` is how many superseded or expired versions
 of each document stay indexed (searchable by a question naming them, and counted in BM25's N,
 average length and document frequencies); the others leave the live index at each ingest and
 switch, their text still stored.
