@@ -53,6 +53,7 @@ log = logging.getLogger("ragdx.index")
 #: keeps what it committed).
 BATCH = 200
 
+
 @dataclass(frozen=True, slots=True)
 class IndexBuild:
     """What :func:`build_index` did: versions parsed and chunked, copied from the live index
@@ -207,7 +208,7 @@ def verify_index(store: SQLiteStore, index_id: str, queries: Sequence[Query] = (
 def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
                  counter: TokenCounter | None = None, embedder: Embedder | None = None) -> str:
     """Make an index version live in one transaction; the live one is retired (kept for a
-    rollback) and every other version is dropped. Versions ingested since the version was built
+    rollback) and every other version is dropped, except one being built. Versions ingested since the version was built
     are parsed and chunked with its settings first (``counter`` counts in its tokenizer: needed
     when that is not words and punctuation), inside the same transaction, and the retention of
     the version is applied. An embedding space that is not active and lacks vectors of the new
