@@ -149,6 +149,14 @@ def devset_questions(n: int, seed: int) -> list[str]:
     return random.Random(seed).sample(questions, min(n, len(questions)))
 
 
+def rss_mb() -> float:
+    """The process's resident memory now (Linux), in MB; 0 where /proc is missing."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+    except (OSError, ValueError):
+        return 0.0
+
+
 def summary(seconds: list[float]) -> dict[str, float]:
     ms = sorted(x * 1000 for x in seconds)
     return {"p50_ms": statistics.median(ms), "p95_ms": ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))],
@@ -201,6 +209,7 @@ def phase_ragdx(store_path: Path, work: Path) -> dict[str, object]:
         keyword(questions["keyword"][0])
     out["keyword_first_query_s"] = first.wall
     out["rss_after_keyword_mirror_mb"] = peak_rss_mb()
+    out["rss_held_after_keyword_mirror_mb"] = rss_mb()
     for q in questions["keyword"][:20]:
         keyword(q)
     out["keyword_top10"], tops = timed_each(keyword, questions["keyword"])
@@ -212,15 +221,18 @@ def phase_ragdx(store_path: Path, work: Path) -> dict[str, object]:
     dense = DenseRetriever(store, encoder, top_k=100)  # search = auto: the bounded index at this size
     vectors = encoder.encode(questions["dense"], kind="query").vectors
     _log("first dense query (the bounded index is loaded) ...")
+    before = rss_mb()
     with Stopwatch() as first:
         index = dense.index()
     out["dense_load_s"] = first.wall
+    out["rss_held_by_dense_index_mb"] = rss_mb() - before
     out["dense_index"] = {"type": type(index).__name__, "rows": index.rows, "mb": index.nbytes / 1e6}
     for k in (10, 100):
         out[f"dense_top{k}"], found = timed_each(
             lambda v, k=k: index.nearest(v, public.groups, k, None), list(vectors))
         (work / f"dense_top{k}.json").write_text(json.dumps(found))
     out["rss_after_dense_mb"] = peak_rss_mb()
+    out["rss_held_after_dense_mb"] = rss_mb()
     _log(f"dense p50 {out['dense_top10']['p50_ms']:.1f} ms")
 
     pipeline = build_pipeline(store, settings, encoder=encoder)
@@ -234,6 +246,7 @@ def phase_ragdx(store_path: Path, work: Path) -> dict[str, object]:
             stage_ms.setdefault(stage.stage, []).append(getattr(stage, "seconds", 0.0) * 1000)
     out["pipeline_stage_p50_ms"] = {name: statistics.median(ms) for name, ms in stage_ms.items()}
     out["rss_after_pipeline_mb"] = peak_rss_mb()
+    out["rss_held_after_pipeline_mb"] = rss_mb()
     _log(f"pipeline p50 {out['pipeline']['p50_ms']:.0f} ms")
 
     out["edits"], out["deletes"] = edit_and_delete(store, settings, encoder, bm25, dense, work)
@@ -287,6 +300,7 @@ def edit_and_delete(store, settings, encoder, bm25, dense, work: Path, n: int = 
             found = index.nearest(vector, everyone.groups, 1, None)
         edits.append({"doc_id": doc_id, "chunks_before": n_chunks, "seconds": clock.wall, "cpu_s": clock.cpu,
                       "chunks_written": report.chunks, "next_keyword_query_s": next_keyword.wall,
+                      "next_keyword_query_cpu_s": next_keyword.cpu,
                       "next_dense_query_s": next_dense.wall,
                       "keyword_finds_it": bool(top) and top[0].doc_id == doc_id,
                       "new_version": new, "dense_rows_match_store": index.rows == store.vector_count(space),
@@ -309,6 +323,7 @@ def edit_and_delete(store, settings, encoder, bm25, dense, work: Path, n: int = 
         gone = {c.id for c in chunks}
         deletes.append({"doc_id": doc_id, "chunks": n_chunks, "seconds": clock.wall, "cpu_s": clock.cpu,
                         "next_keyword_query_s": next_keyword.wall, "next_dense_query_s": next_dense.wall,
+                        "next_keyword_query_cpu_s": next_keyword.cpu,
                         "found_before_top100": before_kw,
                         "keyword_absent_after": all(i.doc_id != doc_id for i in after),
                         "dense_absent_after": not gone & {cid for cid, _ in found}})
@@ -330,14 +345,37 @@ def phase_exact(store_path: Path, work: Path) -> dict[str, object]:
     space = store.active_space()
     encoder = build_encoder(load_settings(overrides=settings_overrides()).retrieval.dense)
     vectors = encoder.encode(questions["dense"], kind="query").vectors
+    held = rss_mb()
     with Stopwatch() as load:
         exact = DenseIndex.load(store, space.id, space.dim)
-    out: dict[str, object] = {"load_s": load.wall, "matrix_mb": exact.matrix.nbytes / 1e6}
+    out_held = rss_mb() - held
+    out: dict[str, object] = {"load_s": load.wall, "matrix_mb": exact.matrix.nbytes / 1e6,
+                              "rss_held_by_index_mb": out_held}
     for k in (10, 100):
         timing, found = timed_each(lambda v, k=k: exact.nearest(v, ("public",), k, None), list(vectors))
         bounded = json.loads((work / f"dense_top{k}.json").read_text())
         out[f"top{k}"] = timing | {"recall": recall(bounded, found, k)}
     out["peak_rss_mb"] = peak_rss_mb()
+    store.close()
+    del exact
+    out["distinct"] = distinct_recall(vectors)
+    return out
+
+
+def distinct_recall(vectors) -> dict[str, object]:
+    """The bounded index against exact search on the dev set's own store (every vector distinct,
+    70k of them; no copies tie), by chunk id, for the same questions."""
+    from ragdx.store.sqlite import SQLiteStore
+    from ragdx.store.vectors import DenseIndex, QuantizedIndex
+
+    store = SQLiteStore(SEED_STORE, mode="read")
+    space = store.active_space()
+    exact, bounded = DenseIndex.load(store, space.id, space.dim), QuantizedIndex.load(store, space.id, space.dim)
+    out: dict[str, object] = {"store": str(SEED_STORE), "vectors": bounded.rows}
+    for k in (10, 100):
+        truth = [exact.nearest(v, ("public",), k) for v in vectors]
+        timing, found = timed_each(lambda v, k=k: bounded.nearest(v, ("public",), k), list(vectors))
+        out[f"top{k}"] = timing | {"recall": recall(found, truth, k)}
     store.close()
     return out
 
@@ -380,14 +418,34 @@ def phase_bm25s(store_path: Path, work: Path, copies: int) -> dict[str, object]:
     for q in questions[:20]:
         plain(q, 10)
     timing, _ = timed_each(lambda q: plain(q, 10), questions)
-    tied = Bm25sSearch(model, rows, ties_by_row=copies)
     ours = [[tuple(x) for x in top] for top in json.loads((work / "ragdx_top10.json").read_text())]
-    agree = agreement(ours, [tied(q, 10) for q in questions])
+    agree = agreement(ours, [tie_complete(model, rows, q, 10, copies) for q in questions])
     return {"chunks": len(rows.ids), "tokens": n_tokens,
             "rebuild": {"tokenize_s": tokenizing.wall, "index_s": indexing.wall,
                         "total_s": tokenizing.wall + indexing.wall,
                         "cpu_s": tokenizing.cpu + indexing.cpu},
             "top10": timing, "agreement_top10": agree, "peak_rss_mb": peak_rss_mb()}
+
+
+def tie_complete(model, rows, question: str, k: int, copies: int) -> list[tuple[str, float]]:
+    """bm25s's top ``k`` with equal scores ordered by row, as ragdx orders them: bm25s is asked
+    deeper (from ``k * copies``, doubling) until its list holds every row that ties the k-th
+    score (a passage that recurs in several chunks ties them all, in every copy)."""
+    from ragdx.testing.fts5 import fts5_query_tokens
+
+    tokens, mask = fts5_query_tokens(question), (~rows.duplicate).astype(model.dtype)
+    depth = k * copies
+    while True:
+        found = model.retrieve([tokens], k=min(depth, len(rows.ids)), weight_mask=mask, show_progress=False,
+                               n_threads=0)
+        docs, scores = found.documents[0], found.scores[0]
+        if depth >= len(rows.ids) or scores.size <= k or scores[-1] < scores[k - 1]:
+            break
+        depth *= 2
+    order = np.lexsort((docs, -scores))[:k]
+    docs, scores = docs[order], scores[order]
+    matched = scores > 0
+    return list(zip(np.array(rows.ids, dtype=object)[docs[matched]], scores[matched].tolist()))
 
 
 # -- running it all --------------------------------------------------------------------------------
@@ -430,11 +488,15 @@ def table(r: dict) -> str:
         f"top10 p50 {g['dense_top10']['p50_ms']:.1f} ms, top100 p50 {g['dense_top100']['p50_ms']:.1f} ms",
         f"dense exact ({e['matrix_mb']:.0f} MB, loaded in {e['load_s']:.1f} s): "
         f"top10 p50 {e['top10']['p50_ms']:.1f} ms, top100 p50 {e['top100']['p50_ms']:.1f} ms",
-        f"recall of bounded vs exact: @10 {e['top10']['recall']}, @100 {e['top100']['recall']}",
+        f"recall of bounded vs exact (tie-aware, the copies tie): @10 {e['top10']['recall']['tie_aware']:.4f}, "
+        f"@100 {e['top100']['recall']['tie_aware']:.4f}; on the dev set's {e['distinct']['vectors']:,} distinct "
+        f"vectors, by id: @10 {e['distinct']['top10']['recall']['by_id']:.4f}, "
+        f"@100 {e['distinct']['top100']['recall']['by_id']:.4f}",
         f"pipeline p50 {g['pipeline']['p50_ms']:.0f} ms, p95 {g['pipeline']['p95_ms']:.0f} ms; "
         f"stages p50 {', '.join(f'{k} {v:.1f}' for k, v in g['pipeline_stage_p50_ms'].items())}",
         f"peak RSS: ragdx query process {g['peak_rss_mb']:.0f} MB (after the keyword mirror "
-        f"{g['rss_after_keyword_mirror_mb']:.0f}, after dense {g['rss_after_dense_mb']:.0f}), "
+        f"{g['rss_after_keyword_mirror_mb']:.0f}, after dense {g['rss_after_dense_mb']:.0f}; held after the "
+        f"pipeline {g.get('rss_held_after_pipeline_mb', 0):.0f}), "
         f"exact dense {e['peak_rss_mb']:.0f} MB, bm25s {b['peak_rss_mb']:.0f} MB",
     ]
     return "\n".join(lines)
@@ -451,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--phase", choices=("build",) + PHASES)
     ap.add_argument("--work", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", nargs="+", choices=PHASES, help="run these phases again and merge them into --out")
     args = ap.parse_args(argv)
     if args.phase == "build":
         print(json.dumps(build_store(args.seed_store, args.store, args.chunks)))
@@ -482,6 +545,12 @@ def main(argv: list[str] | None = None) -> int:
     db.close()
     work = args.store.parent / "work"
     work.mkdir(exist_ok=True)
+    if args.only:  # the questions and the other phases' results stay as they were
+        result = json.loads(args.out.read_text())
+        for phase in args.only:
+            result[phase] = run_phase(phase, args, work) | {"rerun": code_version()}
+        write_result(args.out, result, table(result))
+        return 0
     (work / "store.json").write_text(json.dumps(store_info))
     questions = {"keyword": make_questions(args.store, args.queries, args.seed),
                  "dense": devset_questions(args.dense_queries, args.seed)}

@@ -941,13 +941,14 @@ class SQLiteStore:
         ids, (doc_id, version) pairs, duplicate flags and float32 bytes, in row order; of every
         document, or of ``doc_ids`` only. Duplicates are included (flagged), so the rows match
         :meth:`vector_count`."""
-        where, args = "", ()
-        if doc_ids is not None:
-            where, args = f"AND c.doc_id IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids)
-        cursor = self._db.execute(
-            "SELECT v.chunk_rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector FROM vectors v "
-            f"JOIN chunks c ON c.rowid = v.chunk_rowid WHERE v.space_id = ? {where} ORDER BY v.chunk_rowid",
-            (space_id, *args))
+        columns = "c.rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector"
+        if doc_ids is None:
+            cursor = self._db.execute(f"SELECT {columns} FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                                      "WHERE v.space_id = ? ORDER BY v.chunk_rowid", (space_id,))
+        else:  # from the documents' chunks (CROSS JOIN keeps that order), not a scan of every vector
+            cursor = self._db.execute(
+                f"SELECT {columns} FROM chunks c CROSS JOIN vectors v ON v.space_id = ? AND v.chunk_rowid = c.rowid "
+                f"WHERE c.doc_id IN ({','.join('?' * len(doc_ids))}) ORDER BY c.rowid", (space_id, *doc_ids))
         while rows := cursor.fetchmany(batch):
             yield ([r[0] for r in rows], [(r[1], r[2]) for r in rows], [bool(r[3]) for r in rows],
                    [r[4] for r in rows])

@@ -174,6 +174,7 @@ class QuantizedIndex:
 
     BLOCK = 65_536  # rows whose Hamming distances are computed at a time
     BATCH = 8_192  # rows read from the store at a time
+    SHORTLIST = 50  # the Hamming shortlist keeps at least 1/SHORTLIST of the readable rows
     DEAD_KEPT = 4_096  # dead rows kept (or an eighth of the rows, if more) before reading all again
 
     def __init__(self, store: VectorRowStore, space_id: str, dim: int) -> None:
@@ -327,11 +328,11 @@ class QuantizedIndex:
             return []
         q = query.astype(np.float32)
         pool = min(n, max(4 * k, k + 32))
-        short = min(n, max(16 * pool, n // 50))
+        short = min(n, max(16 * pool, n // self.SHORTLIST))
         rows = self._shortlist(self.hamming(q), allowed, short) if short < n else np.flatnonzero(allowed)
         estimate = (self.codes[rows].astype(np.float32) @ q) * self.scale[rows]
-        if pool < rows.size:
-            rows = rows[np.argpartition(-estimate, pool - 1)[:pool]]
+        if pool < rows.size:  # the best estimates, equal ones to the older row (identical vectors tie)
+            rows = rows[np.lexsort((self.rowid[rows], -estimate))[:pool]]
         stored = self.store.vectors_at(self.space_id, self.rowid[rows].tolist())
         if not stored:
             return []
