@@ -247,8 +247,8 @@ class KeywordIndex:
         term, pos, tf = term[order], new_pos[at[order]], postings.tf[order]
         ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
         where = ends[term]  # each new posting goes after its term's existing ones
-        self.pos = np.insert(self.pos, where, pos.astype(np.int32))
-        self.tf = np.insert(self.tf, where, tf.T.astype(np.float32), axis=1)
+        self.pos = _insert_sorted(self.pos, where, pos.astype(np.int32))
+        self.tf = _insert_sorted(self.tf, where, tf.T.astype(np.float32))
         counts = old_counts + np.bincount(term, minlength=n_terms)
         self.indptr = np.r_[0, np.cumsum(counts)]
 
@@ -407,6 +407,23 @@ class KeywordIndex:
         rowid = self.rowid[rows]
         order = np.lexsort((rowid, -score))[:limit]
         return list(zip(rowid[order].tolist(), score[order].tolist()))
+
+
+def _insert_sorted(old: np.ndarray, where: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.insert(old, where, values, axis=-1)`` for sorted ``where``: the old entries are copied
+    slice by slice between the distinct insertion points (an edit inserts a few thousand postings
+    into tens of millions; numpy's insert moves every old entry through a boolean mask)."""
+    points = np.unique(where)
+    if points.size > 4096:
+        return np.insert(old, where, values, axis=-1)
+    n, m = old.shape[-1], where.size
+    out = np.empty(old.shape[:-1] + (n + m,), old.dtype)
+    out[..., where + np.arange(m)] = values
+    bounds = np.r_[0, points, n]
+    shifts = np.r_[0, np.searchsorted(where, points, side="right")]  # new entries before each slice
+    for start, end, shift in zip(bounds[:-1].tolist(), bounds[1:].tolist(), shifts.tolist()):
+        out[..., start + shift:end + shift] = old[..., start:end]
+    return out
 
 
 @dataclass(frozen=True, slots=True)
