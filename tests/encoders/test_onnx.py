@@ -112,6 +112,13 @@ def test_the_vendored_vocabulary_is_the_models(st_encoder):
 
 
 # -- the vectors -----------------------------------------------------------------------------
+def test_a_repeated_question_is_encoded_once(onnx_encoder):
+    first = onnx_encoder.encode(["How do I copy a list?"], kind="query")
+    assert onnx_encoder.encode(["How do I copy a list?"], kind="query") is first
+    passage = onnx_encoder.encode(["How do I copy a list?"], kind="passage")
+    assert passage is not first and passage.vectors.flags.writeable
+
+
 def test_vectors_are_unit_norm_of_dimension_384(onnx_encoder):
     found = onnx_encoder.encode(["a short text", "", _long_text(), "東京 ☃"])
     assert found.vectors.shape == (4, 384)

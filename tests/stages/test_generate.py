@@ -151,3 +151,36 @@ def test_a_bare_name_from_a_list_is_no_answer():
     assert [c.citations for c in answer.claims] == [("S2",)]
     alone = gen.run(Query("q", "What does sqlite3session_create do?"), context(names))
     assert alone.abstained
+
+
+def test_a_count_of_something_that_is_not_a_measure_is_answered_by_any_number():
+    question = "How many people are using Python?"
+    stated = "There are probably millions of people using Python, though an exact count is hard."
+    gen = ExtractiveGenerator(min_coverage=0.1)
+    answer = gen.run(Query("q", question), context(unit("S1", stated)))
+    assert not answer.abstained and answer.claims[0].text == stated
+    vague = gen.run(Query("q", question), context(unit("S1", "Python is used by many companies.")))
+    assert vague.abstained and vague.missing == ("a number",)
+
+
+def test_a_signature_stating_defaults_is_an_answer():
+    sig = "datetime.isoformat(sep='T', timespec='auto')"
+    gen = ExtractiveGenerator(min_coverage=0.1)
+    answer = gen.run(Query("q", "What separator does datetime.isoformat put by default?"),
+                     context(unit("S1", sig + "\n\nReturn a string representing the date.")))
+    assert answer.claims[0].text == sig
+
+
+def test_each_part_of_a_question_is_answered():
+    question = "Which SQLite version does sqlite3 need for deterministic functions, and what exception does it raise otherwise?"
+    version = [unit(f"V{i}", text, i) for i, text in enumerate((
+        "Deterministic functions need SQLite version 3.8.3 or newer in sqlite3.",
+        "SQLite version 3.8.3 added deterministic functions.",
+        "The sqlite3 module checks the SQLite version for deterministic functions."), 1)]
+    raises = unit("E1", "Otherwise NotSupportedError is the exception it will raise.", 4)
+    # the whole question's best sentences all speak of the version; 2 sentences leave no room
+    alone = ExtractiveGenerator(min_coverage=0.1, max_sentences=2)
+    whole = alone.run(Query("q", question), context(*version, raises))
+    cited = [c.citations[0] for c in whole.claims]
+    assert "E1" in cited and len(cited) == 3
+    assert cited[:2] == ["V1", "V3"]  # 6 and 5 of the 9 question terms; V2 has 4

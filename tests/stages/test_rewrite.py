@@ -10,12 +10,14 @@ from ragdx.build import build_pipeline
 from ragdx.config import load_settings
 from ragdx.diagnosis.ours import diagnose_trace
 from ragdx.errors import ConfigError
+from ragdx.ingest.ingestor import Ingestor, delete_documents
 from ragdx.pipeline import Pipeline
 from ragdx.queryset import load_queries
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.generate import ChatClient
 from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter, diff, hypothetical, markers, split_question
 from ragdx.stages.routed import RoutedRewrite
+from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.chat import ChatServer
 from ragdx.tracefile import trace_to_dict
 from ragdx.types import Marker, MarkerKind, Principal, Query, Rewrite, RewriteKind, StageKind
@@ -65,6 +67,16 @@ def test_entities_are_completed_from_the_heading_index_for_what_the_asker_may_re
     assert rewriter.complete(staff) == ["When to use a manual refund"]
     # "Order NW-1042" adds nothing to the question; "Order NW-1024" names another number
     assert rewriter.complete(Query("q", "What does order NW-1042 contain?")) == []
+
+
+def test_the_heading_index_is_read_again_after_a_deletion(tmp_path):
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(EXAMPLE / "manifest.jsonl")
+    rewriter = OfflineRewriter(store)
+    staff = Query("q", "Who approves a manual refund above the limit?", Principal("sam", ("public", "staff")))
+    assert rewriter.complete(staff) == ["When to use a manual refund"]
+    delete_documents(store, ["internal/refund-runbook.md"])
+    assert rewriter.complete(staff) == []  # the deleted runbook's headings are gone with it
 
 
 def test_a_hyde_passage_is_searched_with_but_never_reaches_the_context_or_a_citation(example_store):
@@ -136,6 +148,17 @@ def test_a_simple_question_is_routed_single_and_searched_as_asked(example_store)
     assert trace.stage("bm25").items == plain.run(query).stage("bm25").items
     multi = routed.run(example_query("q-order-quality-refund"))
     assert multi.rewritten.route == "multi-hop" and len(multi.rewritten.searches) > 1
+
+
+def test_a_routed_question_is_decomposed_once(example_store, monkeypatch):
+    routed = build_pipeline(example_store, load_settings(overrides=LEXICAL))
+    loop = routed.stages[0].multihop
+    calls = []
+    decompose = loop.decompose
+    monkeypatch.setattr(loop, "decompose", lambda query: calls.append(query.id) or decompose(query))
+    trace = routed.run(example_query("q-order-quality-refund"))
+    assert trace.rewritten.route == "multi-hop" and len(trace.rewritten.slots) > 1
+    assert calls == ["q-order-quality-refund"]
 
 
 def test_the_llm_rewriter_flags_what_the_model_dropped():

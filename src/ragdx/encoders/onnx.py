@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ragdx.encoders._memo import QueryMemo
 from ragdx.encoders._window import tokenizer_name, window_ends
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import TextKind
@@ -146,6 +147,7 @@ class OnnxEncoder:
         self.batch_size = batch_size
         self.threads = threads
         self.query_prefix = query_prefix
+        self._queries = QueryMemo()
         self.passage_prefix = passage_prefix
         self._tokenizer: Any = None
         self._name: str | None = None
@@ -283,6 +285,9 @@ class OnnxEncoder:
         return len(self._tokenizer_loaded().encode(text, add_special_tokens=False).ids)
 
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
+        return self._queries.get(texts, kind, lambda: self._encode(texts, kind))
+
+    def _encode(self, texts: Sequence[str], kind: TextKind) -> Encoding:
         self._load()
         space = self.space
         tokenizer = self._tokenizer

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ragdx.encoders._memo import QueryMemo
 from ragdx.encoders._window import tokenizer_name, window_ends
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import TextKind
@@ -74,6 +75,7 @@ class SentenceTransformerEncoder:
                  batch_size: int = 16, normalize: bool = True) -> None:
         self.model_id = model
         self.query_prefix = query_prefix
+        self._queries = QueryMemo()
         self.passage_prefix = passage_prefix
         self.batch_size = batch_size
         self.normalize = normalize
@@ -154,6 +156,9 @@ class SentenceTransformerEncoder:
         return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
+        return self._queries.get(texts, kind, lambda: self._encode(texts, kind))
+
+    def _encode(self, texts: Sequence[str], kind: TextKind) -> Encoding:
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         inputs = [prefix + t for t in texts]

@@ -49,6 +49,10 @@ CREATE TABLE IF NOT EXISTS events (
     detail TEXT NOT NULL DEFAULT '');
 """
 
+#: the published items, each joined with its latest draft checkpoint (what was published)
+_PUBLISHED = ("FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM checkpoints WHERE n = i.n) "
+              "WHERE i.state = 'published'")
+
 
 class ItemState(ChoiceEnum):
     """Where an item of a durable run stands."""
@@ -247,20 +251,17 @@ class RunState:
     def published(self) -> list[tuple[int, int, tuple[Any, ...]]]:
         """The published items' query number, index version and results, in query order."""
         return [(n, version, pickle.loads(objects)) for n, version, objects in self._db.execute(
-            "SELECT c.n, c.index_version, c.objects FROM items i JOIN checkpoints c ON c.id = "
-            "(SELECT MAX(id) FROM checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY i.n")]
+            f"SELECT c.n, c.index_version, c.objects {_PUBLISHED} ORDER BY i.n")]
 
     def index_versions(self) -> list[int]:
         """The index versions the published items' drafts were made at."""
         return [v for (v,) in self._db.execute(
-            "SELECT DISTINCT c.index_version FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM "
-            "checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY 1")]
+            f"SELECT DISTINCT c.index_version {_PUBLISHED} ORDER BY 1")]
 
     def published_lines(self) -> list[tuple[str, str]]:
         """Every published item's trace and diagnosis, as published: in publication order."""
         return [(t, d) for t, d in self._db.execute(
-            "SELECT c.trace, c.diagnosis FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM "
-            "checkpoints WHERE n = i.n) WHERE i.state = 'published' ORDER BY i.published_seq")]
+            f"SELECT c.trace, c.diagnosis {_PUBLISHED} ORDER BY i.published_seq")]
 
     @contextmanager
     def publishing(self, n: int, worker: str) -> Iterator[tuple[int, ...] | None]:

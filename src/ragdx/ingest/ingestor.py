@@ -4,6 +4,7 @@ in one store transaction, so a bad file or a killed process leaves the store as 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import multiprocessing
 import time
@@ -196,7 +197,9 @@ class Ingestor:
         version = entry.version or content_hash[:12]
         stored = self.store.version(entry.doc_id, version)
         if (stored is not None and stored.document.content_hash == content_hash
-                and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)):
+                and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)
+                and (entry.status is not DocStatus.CURRENT or self.store.chunk_count(entry.doc_id, version))):
+            # (a current version whose chunks a retention took out is chunked again)
             document = Document(entry.doc_id, version, content_hash, str(entry.path),
                                 entry.title or stored.document.title, entry.acl, entry.status,
                                 entry.updated_at, entry.metadata, fmt)
@@ -237,6 +240,7 @@ class Ingestor:
         with Progress("parsing and chunking", len(entries), unit="documents") as progress:
             prepared = _supersede_earlier(self.prepare_all(entries, progress))
         self._refuse_lost_vectors(prepared)
+        self._refuse_other_chunker(prepared)
         vectors: dict[str, VectorRow] = {}
         stats = None
         if self.embedder is not None:
@@ -261,6 +265,9 @@ class Ingestor:
                     if vectors and item.chunked and action.action in ("add", "rechunk"):
                         self.store.write_vectors(self.embedder.space.id, [
                             vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
+            retention = getattr(self.store, "apply_retention", None)  # index versions: SQLite only
+            if retention is not None:
+                retention(sorted({p.document.doc_id for p in prepared}))
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
                          for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
@@ -289,6 +296,23 @@ class Ingestor:
             "the dense channel would not find them. Ingest with the dense channel on (the space's model "
             f"{active.model_id!r}); to leave the dense channel on purpose, ingest into a new store beside "
             "the live one (ragdx ingest --store NEW.db ...) and move readers to it once it is checked")
+
+    def _refuse_other_chunker(self, prepared: list[PreparedDocument]) -> None:
+        """Refuse to chunk into a live index built with other chunker settings ('ragdx index
+        build --chunks'): the live index would mix two chunkers, and a re-chunk would rewrite it
+        in place instead of beside it."""
+        live = getattr(self.store, "live_index", None)
+        body = live().body["chunker"] if live is not None else None
+        if body is None or body == json.loads(self._config_json):
+            return
+        if any(p.chunked is not None for p in prepared):
+            mine = json.loads(self._config_json)
+            differ = ", ".join(f"{k}: {body.get(k)!r} (live) vs {mine.get(k)!r}" for k in sorted(mine)
+                               if body.get(k) != mine.get(k))
+            raise ConfigError(
+                f"the live index {live().id} was built with other chunker settings ({differ}): ingest "
+                "with the live index's settings ('ragdx index status' shows them), or build a new index "
+                "version beside the live one with 'ragdx index build --chunks'")
 
     def _write(self, item: PreparedDocument) -> IngestAction:
         doc, store = item.document, self.store

@@ -11,7 +11,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 from ragdx.errors import ConfigError
 from ragdx.types import Candidate, Dropped, Provenance, Ranked, StageKind
@@ -51,6 +51,19 @@ def _fused(name: str, lists: Sequence[Ranked], scores: dict[str, float], top_k: 
                   time.perf_counter() - started)
 
 
+#: RRF's damping constant, as in the paper (not a cut-off)
+RRF_C = 60.0
+
+
+def reciprocal_ranks(lists: Iterable[Iterable[Candidate]], c: float = RRF_C) -> dict[str, float]:
+    """Each chunk's reciprocal-rank-fusion score over ranked lists: ``sum 1 / (c + rank)``."""
+    scores: dict[str, float] = {}
+    for items in lists:
+        for item in items:
+            scores[item.chunk_id] = scores.get(item.chunk_id, 0.0) + 1.0 / (c + item.rank)
+    return scores
+
+
 class RRF:
     """Reciprocal rank fusion: ``score(d) = sum over lists of 1 / (c + rank(d))``.
 
@@ -67,17 +80,14 @@ class RRF:
 
     kind = StageKind.FUSION
 
-    def __init__(self, c: float = 60.0, top_k: int | None = None, name: str = "rrf") -> None:
+    def __init__(self, c: float = RRF_C, top_k: int | None = None, name: str = "rrf") -> None:
         if c < 0:
             raise ConfigError(f"fusion.c must be >= 0, not {c}")
         self.c, self.top_k, self.name = c, top_k, name
 
     def run(self, lists: Sequence[Ranked]) -> Ranked:
         started = time.perf_counter()
-        scores: dict[str, float] = {}
-        for ranked in lists:
-            for item in ranked.items:
-                scores[item.chunk_id] = scores.get(item.chunk_id, 0.0) + 1.0 / (self.c + item.rank)
+        scores = reciprocal_ranks((ranked.items for ranked in lists), self.c)
         config = {"method": "rrf", "c": self.c, "top_k": self.top_k,
                   "channels": [r.stage for r in lists]}
         return _fused(self.name, lists, scores, self.top_k, config, started, "below the fusion cut")

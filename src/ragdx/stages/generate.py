@@ -31,7 +31,8 @@ from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
-from ragdx.text import asked_quantity, content_terms, sentences, statements, states_quantity, stem
+from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
+                        states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -146,9 +147,11 @@ class ExtractiveGenerator:
         for unit in context.units:
             by_version = version_terms if asked.names(unit.version) else set()
             for index, text in enumerate(statements(unit.text, unit.header_text)):
-                if _untrusted(text) or text.endswith("?") or len(text.split()) < MIN_WORDS:
+                if _untrusted(text) or text.endswith("?") or (len(text.split()) < MIN_WORDS
+                                                              and not SIGNATURE.search(text)):
                     continue  # a document's instructions have no authority; a question or a bare
-                    # name (a list of functions: "sqlite3session_create") is no answer
+                    # name (a list of functions: "sqlite3session_create") is no answer, unless it
+                    # is a signature stating defaults
                 terms = {stem(t) for t in content_terms(text)} | by_version
                 covered = frozenset(t for t in weights if t in terms)
                 score = sum(weights[t] for t in covered) / total
@@ -162,6 +165,38 @@ class ExtractiveGenerator:
         found = [replace(c, content=c.score, score=c.score + self.rank_weight / math.log2(1 + c.unit.rank))
                  for c in found]
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def _part_scores(self, part: str, found: list[_Candidate]) -> list[float]:
+        """Each candidate's score for one part of the question, as :meth:`_candidates` scores
+        the whole question."""
+        weights = question_weights(part)
+        total = sum(weights.values()) or 1.0
+        lexical = [sum(weights[t] for t in c.covered | _terms(c.text) if t in weights) / total for c in found]
+        if self.semantic_weight <= 0:
+            return lexical
+        w = self.semantic_weight
+        return [(1 - w) * lx + w * m for lx, m in zip(lexical, self._meaning(part, [c.text for c in found]))]
+
+    def _uncovered_parts(self, question: str, found: list[_Candidate],
+                         chosen: list[_Candidate]) -> list[_Candidate]:
+        """For a question that asks several things, the best sentence for each part that no
+        chosen sentence answers nearly as well (``keep_ratio`` of that part's best), so that
+        "which version ..., and what exception ...?" is answered in both parts."""
+        parts = split_question(question)
+        if len(parts) < 2:
+            return []
+        added: list[_Candidate] = []
+        for part in parts:
+            scores = self._part_scores(part, found)
+            by_text = {c.text: s for c, s in zip(found, scores)}
+            best = max(range(len(found)), key=lambda i: (scores[i], -found[i].unit.rank))
+            if scores[best] < self.min_coverage:
+                continue  # the context does not answer this part: no sentence is forced in
+            taken = chosen + added
+            if max(by_text[c.text] for c in taken) < self.keep_ratio * scores[best] \
+                    and all(found[best].text != c.text for c in taken):
+                added.append(found[best])
+        return added
 
     def best_score(self, query: Query, context: Context) -> float:
         """The best sentence's score without the rank prior (what ``min_coverage`` is compared
@@ -190,6 +225,9 @@ class ExtractiveGenerator:
             if cand.score >= self.keep_ratio * found[0].score and cand.text not in {c.text for c in chosen}:
                 chosen.append(cand)
                 units_used.add(cand.unit.id)
+        for cand in self._uncovered_parts(query.question, found, chosen):
+            chosen.append(cand)
+            units_used.add(cand.unit.id)
         claims = []
         for c in chosen:
             claims.append(Claim(c.text, (c.unit.id,)))
@@ -213,6 +251,10 @@ class ExtractiveGenerator:
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
+
+
+def _terms(text: str) -> set[str]:
+    return {stem(t) for t in content_terms(text)}
 
 
 def _next_statement(chosen: _Candidate) -> str | None:

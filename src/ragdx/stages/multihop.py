@@ -31,8 +31,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ragdx.protocols import Retriever, Store
-from ragdx.stages.rewrite import RRF_C, split_question
-from ragdx.text import content_terms, quantities, sentences, statements, stem
+from ragdx.stages.fuse import reciprocal_ranks
+from ragdx.text import content_terms, quantities, sentences, split_question, statements, stem
 from ragdx.types import Answer, Chunk, Claim, Context, DocStatus, Hop, Query, Slot, SlotState
 
 __all__ = ["MultiHop", "LoopResult", "answer_with_slots", "elapsed_days"]
@@ -148,10 +148,7 @@ class MultiHop:
 
     def _search(self, channels: Sequence[Retriever], query: Query, text: str) -> list[str]:
         """The channels' lists for ``text``, fused by RRF: chunk ids, best first."""
-        scores: dict[str, float] = {}
-        for channel in channels:
-            for c in channel.run(replace(query, question=text)).items:
-                scores[c.chunk_id] = scores.get(c.chunk_id, 0.0) + 1.0 / (RRF_C + c.rank)
+        scores = reciprocal_ranks(channel.run(replace(query, question=text)).items for channel in channels)
         return sorted(scores, key=lambda cid: (-scores[cid], cid))
 
     def _verify(self, slot: Slot, chunk: Chunk, need: tuple[str, float] | None,
@@ -220,9 +217,11 @@ class MultiHop:
                 return Slot(f"exception to {slot.name}", text), (unit, limit)
         return None
 
-    def run(self, query: Query, channels: Sequence[Retriever]) -> LoopResult:
+    def run(self, query: Query, channels: Sequence[Retriever],
+            slots: Sequence[Slot] | None = None) -> LoopResult:
+        """Fill the question's slots (``slots``: its decomposition, when already made)."""
         started = time.perf_counter()
-        slots = list(self.decompose(query))
+        slots = list(self.decompose(query) if slots is None else slots)
         needs: dict[str, tuple[str, float]] = {}
         hops: list[Hop] = []
         queries = tokens = idle = 0

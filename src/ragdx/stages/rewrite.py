@@ -5,7 +5,7 @@ is used only to search.
   sub-questions split off, and the negations, dates, numbers and quantifiers kept or dropped (a
   dropped negation or date is flagged: "Can't I get a refund?" -> "refund process" no longer asks
   whether the refund is allowed).
-- :func:`split_question`: a compound question's sub-questions (Perez et al., "Unsupervised
+- :func:`~ragdx.text.split_question`: a compound question's sub-questions (Perez et al., "Unsupervised
   Question Decomposition for Question Answering", EMNLP 2020, split by rules here).
 - :class:`OfflineRewriter` (the default): deterministic and offline. Entity completion and
   disambiguation from the corpus's title and heading index (a name the question writes in part,
@@ -33,7 +33,8 @@ from typing import Any, Sequence
 
 from ragdx.errors import ChatError
 from ragdx.protocols import Retriever, Rewriter, Store
-from ragdx.text import content_terms, sentences, stem
+from ragdx.stages.fuse import RRF_C, reciprocal_ranks
+from ragdx.text import content_terms, sentences, split_question, stem
 from ragdx.types import (
     Candidate, DocStatus, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, Rewritten,
     StageKind,
@@ -88,27 +89,6 @@ def diff(original: str, rewrite: str, *, entities: Sequence[str] = (),
                        tuple(m for m in found if not _kept(m, rewrite)))
 
 
-_ASKS = re.compile(r"^(?:what|where|when|which|who|whom|whose|why|how|does|do|did|is|are|was|were|can|could|"
-                   r"should|will|would|may|might|must|has|have|had)\b", re.IGNORECASE)
-_JOINS = re.compile(r"\s*;\s*|,?\s+and\s+(?=(?:what|where|when|which|who|whom|why|how|does|do|is|are|can|could|"
-                    r"should|will|would|may|might|must)\b)", re.IGNORECASE)
-
-
-def split_question(question: str) -> tuple[str, ...]:
-    """The parts of a compound question: its sentences, and clauses joined by ``;`` or by ``and``
-    before a question word, each with at least two content words (``What does that mean?`` is
-    no part of its own). A question part ends with ``?``. One part: the question is not compound."""
-    parts = []
-    for sentence in sentences(question.strip()):
-        for clause in _JOINS.split(sentence):
-            clause = clause.strip().rstrip("?").strip()
-            if len(content_terms(clause)) < 2:
-                continue
-            parts.append(clause[0].upper() + clause[1:] + ("?" if _ASKS.match(clause) else
-                                                            "" if clause.endswith(".") else "."))
-    return tuple(parts)
-
-
 # a name written as code: a dotted or underscored identifier, or a call
 _CODE = re.compile(r"\w+(?:[._]\w+)+|\w+\(\)")
 # a question turned into a statement: the question word and its auxiliary go, the rest is stated
@@ -137,6 +117,7 @@ class OfflineRewriter:
         self.name = name
         self._index: list[tuple[str, str, tuple[str, ...], frozenset[str]]] | None = None
         self._df: dict[str, int] = {}
+        self._built_at: int | None = None  # the store's index version the index was read at
 
     @property
     def config(self) -> dict[str, Any]:
@@ -148,8 +129,11 @@ class OfflineRewriter:
         self._headings()
 
     def _headings(self) -> list[tuple[str, str, tuple[str, ...], frozenset[str]]]:
-        """(heading, doc_id, acl, stemmed terms) of every current document's title and headings."""
-        if self._index is None:
+        """(heading, doc_id, acl, stemmed terms) of every current document's title and headings,
+        read again after any change to the store (an ingest, a deletion, an access change)."""
+        if self._index is None or self._built_at != self.store.index_version:
+            self._built_at = self.store.index_version
+            self._df = {}
             seen: dict[tuple[str, str], tuple[str, ...]] = {}
             for stored in self.store.versions():
                 doc = stored.document
@@ -276,20 +260,16 @@ class LlmRewriter:
         return tuple(out)
 
 
-RRF_C = 60.0
-
-
 def search_all(channel: Retriever, query: Query, texts: Sequence[str]) -> Ranked:
     """``channel`` searched with each text (the query's principal and id kept), its lists merged by
     reciprocal rank fusion into one list as long as the longest, named as the channel is. Each
     item's history keeps its rank for the first search that found it best."""
     started = time.perf_counter()
     lists = [channel.run(replace(query, question=t)) for t in texts]
-    scores: dict[str, float] = {}
+    scores = reciprocal_ranks(ranked.items for ranked in lists)
     best: dict[str, Candidate] = {}
     for ranked in lists:
         for c in ranked.items:
-            scores[c.chunk_id] = scores.get(c.chunk_id, 0.0) + 1.0 / (RRF_C + c.rank)
             if c.chunk_id not in best or c.rank < best[c.chunk_id].rank:
                 best[c.chunk_id] = c
     order = sorted(scores, key=lambda cid: (-scores[cid], best[cid].rank, cid))

@@ -17,7 +17,7 @@ from ragdx.errors import ConfigError
 from ragdx.protocols import Retriever, Rewriter
 from ragdx.stages.multihop import MultiHop, answer_with_slots
 from ragdx.stages.rewrite import diff, search_all
-from ragdx.types import Answer, Context, Query, Ranked, Rewrite, RewriteKind, Rewritten, StageKind
+from ragdx.types import Answer, Context, Query, Ranked, Rewrite, RewriteKind, Rewritten, Slot, StageKind
 
 __all__ = ["RoutedRewrite", "ROUTES"]
 
@@ -67,21 +67,27 @@ class RoutedRewrite:
 
     def routes(self, query: Query) -> str:
         """The route a question takes: ``multi-hop`` or ``single``."""
+        return self._route(query)[0]
+
+    def _route(self, query: Query) -> tuple[str, tuple[Slot, ...] | None]:
+        """The route, with the slots the decision decomposed the question into (None: not
+        decomposed), so the loop does not decompose it again."""
         if self.multihop is None or self.route == "single":
-            return "single"
+            return "single", None
         if self.route == "multi-hop":
-            return "multi-hop"
-        return "multi-hop" if len(self.multihop.decompose(query)) > 1 else "single"
+            return "multi-hop", None
+        slots = self.multihop.decompose(query)
+        return ("multi-hop" if len(slots) > 1 else "single"), slots
 
     def run(self, query: Query, channels: Sequence[Retriever] = ()) -> Rewritten:
         started = time.perf_counter()
-        route = self.routes(query)
+        route, decomposed = self._route(query)
         rewrites: tuple[Rewrite, ...] = ()
         if self.rewriter is not None and (route == "multi-hop" or self.rewrite_single):
             rewrites = self.rewriter.rewrite(query)
         slots, hops, stopped = (), (), ""
         if route == "multi-hop":
-            loop = self.multihop.run(query, channels)
+            loop = self.multihop.run(query, channels, decomposed)
             slots, hops, stopped = loop.slots, loop.hops, loop.stopped
             known = {r.text for r in rewrites}
             rewrites += tuple(Rewrite(h.query, RewriteKind.HOP, diff(query.question, h.query))

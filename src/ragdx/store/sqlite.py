@@ -16,10 +16,12 @@ import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
+from ragdx._faults import fault_point
 from ragdx.errors import InputError, StoreError
 from ragdx.store._attributes import attribute_changes
 from ragdx.store.keyword import KeywordIndex
@@ -30,7 +32,7 @@ from ragdx.types import (
 
 log = logging.getLogger("ragdx.store")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: index versions built beside the live one (index_versions, staged_*)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -140,13 +142,104 @@ CREATE TABLE IF NOT EXISTS vectors (
 );
 CREATE INDEX IF NOT EXISTS vectors_by_input ON vectors (space_id, input_hash);
 CREATE INDEX IF NOT EXISTS vectors_by_chunk ON vectors (chunk_rowid);
+CREATE TABLE IF NOT EXISTS index_versions (
+    id TEXT PRIMARY KEY,
+    body TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('building', 'built', 'verified', 'active', 'retired')),
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS staged_versions (
+    index_id TEXT NOT NULL REFERENCES index_versions (id) ON DELETE CASCADE,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    parser TEXT NOT NULL,
+    parse_warnings TEXT NOT NULL,
+    chunker_config TEXT NOT NULL,
+    parsed_text TEXT NOT NULL,
+    PRIMARY KEY (index_id, doc_id, version),
+    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS staged_versions_by_doc ON staged_versions (doc_id, version);
+CREATE TABLE IF NOT EXISTS staged_sections (
+    index_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    heading_path TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    parent_id TEXT,
+    PRIMARY KEY (index_id, id),
+    FOREIGN KEY (index_id, doc_id, version) REFERENCES staged_versions (index_id, doc_id, version)
+        ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS staged_sections_by_doc ON staged_sections (index_id, doc_id, version);
+CREATE TABLE IF NOT EXISTS staged_chunks (
+    index_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    ord INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    heading_path TEXT NOT NULL,
+    section_id TEXT NOT NULL,
+    prefix TEXT NOT NULL,
+    header_start INTEGER,
+    header_end INTEGER,
+    token_count INTEGER NOT NULL,
+    prev_id TEXT,
+    next_id TEXT,
+    duplicate_of TEXT,
+    over_limit INTEGER NOT NULL,
+    config_id TEXT NOT NULL,
+    PRIMARY KEY (index_id, id),
+    FOREIGN KEY (index_id, doc_id, version) REFERENCES staged_versions (index_id, doc_id, version)
+        ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS staged_chunks_by_doc ON staged_chunks (index_id, doc_id, version, ord);
+CREATE TABLE IF NOT EXISTS staged_vectors (
+    index_id TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    chunk_id TEXT NOT NULL,
+    space_id TEXT NOT NULL,
+    input_hash TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    window_end INTEGER,
+    PRIMARY KEY (index_id, space_id, chunk_id),
+    FOREIGN KEY (index_id, doc_id, version) REFERENCES staged_versions (index_id, doc_id, version)
+        ON DELETE CASCADE
+);
+CREATE INDEX IF NOT EXISTS staged_vectors_by_doc ON staged_vectors (index_id, doc_id, version);
 """
+
+#: Tables and indexes that schema 2 added (a store of schema 1 gets them when opened for writing).
+_SINCE_2 = ("index_versions", "staged_")
+#: The index version a store starts with: the chunks as ingested (its chunker and parsers are
+#: whatever each ingest used; only a version built with 'ragdx index build --chunks' fixes them).
+INITIAL_INDEX = "ix_0"
 
 #: FTS5's tokenizer for the BM25 channel: Porter stemming over Unicode 6.1 word characters.
 FTS_TOKENIZER = "porter unicode61 remove_diacritics 2"
 #: FTS5's bm25() uses these constants; they cannot be changed from SQL (recorded in manifests).
 FTS_BM25_K1 = 1.2
 FTS_BM25_B = 0.75
+
+
+def index_body(chunker: dict | None, parsers: dict[str, str] | None,
+               retain_superseded: int | None) -> dict[str, object]:
+    """What defines an index version (docs/formats.md, "Index versions"): the chunker's config
+    (None: as each ingest chunked), the parser of each format (None: as each ingest parsed), and
+    the keyword channel's settings: FTS5's tokenizer, k1 and b (fixed by FTS5), and how many
+    superseded or expired versions of a document stay indexed, newest first (None: all)."""
+    return {"chunker": chunker, "parsers": parsers,
+            "keyword": {"tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B,
+                        "retain_superseded": retain_superseded}}
 
 
 def match_expression(terms: Sequence[str]) -> str | None:
@@ -204,6 +297,29 @@ def _decoding(table: str) -> Callable[[Callable], Callable]:
     return wrap
 
 
+@dataclass(frozen=True, slots=True)
+class IndexVersion:
+    """One version of the chunk and keyword index: the live one (``active``), one built beside it
+    (``building``, ``built``, ``verified``), or the one it replaced (``retired``, kept for a
+    rollback). ``body`` is :func:`index_body`'s; ``versions`` and ``chunks`` count what it holds."""
+
+    id: str
+    body: dict
+    state: SpaceState
+    versions: int
+    chunks: int
+    created_at: str
+    updated_at: str
+
+    @property
+    def retain_superseded(self) -> int | None:
+        return self.body["keyword"]["retain_superseded"]
+
+
+def _prefixed(alias: str, columns: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in columns.split(","))
+
+
 class OpenMode(ChoiceEnum):
     """How a store is opened.
 
@@ -254,6 +370,7 @@ class SQLiteStore:
         self._token_total: tuple[int | None, int] = (None, 0)
         self._keyword: KeywordIndex | None = None
         self._token_cache: dict[str, tuple[str, ...]] = {}
+        self._schema = SCHEMA_VERSION
         try:
             if self.mode is OpenMode.READ:
                 self._db = sqlite3.connect(self.path.resolve().as_uri() + "?mode=ro", uri=True,
@@ -305,6 +422,9 @@ class SQLiteStore:
             raise StoreError(f"{self.path}: damaged store: index_version is "
                              f"{row[0] if row else None!r}, not a number")
         expected = _expected_schema()
+        if int(version) < 2:  # migrated when opened for writing (_init_schema)
+            expected = {k: v for k, v in expected.items() if not k[1].startswith(_SINCE_2)}
+        self._schema = int(version)
         for kind, name in sorted(set(expected) - found):
             raise StoreError(f"{self.path}: damaged store: the {kind} {name!r} is missing")
         for (kind, name), columns in expected.items():
@@ -328,6 +448,8 @@ class SQLiteStore:
                 raise StoreError(f"{self.path}: the store fails SQLite's integrity check "
                                  f"({'; '.join(problems[:2])}{'; ...' if len(problems) > 2 else ''}); "
                                  "nothing was written to it: restore a copy or ingest into a new store")
+            if self._schema < SCHEMA_VERSION:
+                self._migrate()
             return
         with self.transaction():
             # statement by statement: executescript would commit our transaction
@@ -337,6 +459,25 @@ class SQLiteStore:
                              (str(SCHEMA_VERSION),))
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('index_version', '0')")
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
+            self._add_initial_index()
+        self._schema = SCHEMA_VERSION
+
+    def _migrate(self) -> None:
+        """Bring a store of an older schema up to this one, in one transaction (a killed process
+        leaves the old schema, migrated again at the next write). 1 -> 2: the tables of index
+        versions, and the live index recorded as :data:`INITIAL_INDEX`."""
+        log.info("%s: migrating the store from schema %d to %d", self.path, self._schema, SCHEMA_VERSION)
+        with self.transaction():
+            for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
+                self._db.execute(statement)  # IF NOT EXISTS: only what is new is made
+            self._add_initial_index()
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        self._schema = SCHEMA_VERSION
+
+    def _add_initial_index(self) -> None:
+        body = json.dumps(index_body(None, None, None), sort_keys=True)
+        self._db.execute("INSERT OR IGNORE INTO index_versions VALUES (?, ?, 'active', ?, ?)",
+                         (INITIAL_INDEX, body, _now(), _now()))
 
     def close(self) -> None:
         self._db.close()
@@ -378,7 +519,9 @@ class SQLiteStore:
                 if self._changed:
                     self._db.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 "
                                      "WHERE key = 'index_version'")
+                fault_point("commit")
                 self._db.execute("COMMIT")
+                fault_point("committed")
             except BaseException:
                 self._db.execute("ROLLBACK")
                 raise
@@ -802,6 +945,9 @@ class SQLiteStore:
         """The posting matrix at the store's current generation (call inside a read transaction)."""
         generation = self.index_version
         index = self._keyword
+        if index is not None and index.generation != generation and self._db.execute(
+                "SELECT 1 FROM log WHERE seq > ? AND op = 'index' LIMIT 1", (index.log_seq,)).fetchone():
+            index = None  # an index version was switched: every chunk is new
         if index is not None and index.generation != generation:
             try:
                 index.patch(self._db, generation, FTS_TOKENIZER)
@@ -1071,7 +1217,272 @@ class SQLiteStore:
         notes += [f"{n} vectors of space {sid}, which is not live ({state})" for sid, state, n in q(
             "SELECT s.id, s.state, COUNT(*) FROM vectors v JOIN spaces s ON s.id = v.space_id "
             "WHERE s.state != 'active' GROUP BY s.id ORDER BY s.id")]
+        notes += [f"index version {v.id} ({v.state}) held beside the live one: {v.chunks} chunks of "
+                  f"{v.versions} versions, invisible to queries" for v in self.index_versions()
+                  if v.state is not SpaceState.ACTIVE]
         return problems, notes
+
+    # -- index versions (docs/ingest.md, "Index versions") -----------------------------------
+    # The live index is the chunks table (with FTS5 and the vectors that follow it); every other
+    # version is held in the staged_* tables, invisible to queries, until a switch swaps the two
+    # in one transaction. Staging writes do not bump index_version and are not logged: nothing a
+    # query or a cache reads changes until the switch, which logs one change of no document.
+    _STAGED_CHUNK_COLUMNS = ("id, doc_id, version, ord, start, end, text, kind, heading_path, section_id, "
+                             "prefix, header_start, header_end, token_count, prev_id, next_id, "
+                             "duplicate_of, over_limit, config_id")
+    _SECTION_COLUMNS = "id, doc_id, version, start, end, heading_path, level, parent_id"
+
+    def _staging(self, sql: str, args: tuple | list = ()) -> sqlite3.Cursor:
+        if not self._in_tx:
+            raise StoreError("store writes must happen inside store.transaction()")
+        return self._db.execute(sql, args)
+
+    def index_versions(self) -> list[IndexVersion]:
+        """Every index version, oldest first, with how many document versions and chunks it holds
+        (the live one: the chunks table)."""
+        return [self._counted(v) for v in self._index_rows()]
+
+    @_decoding("index_versions")
+    def _index_rows(self, where: str = "", args: tuple = ()) -> list[IndexVersion]:
+        """Index versions without their counts (reading them scans the chunks)."""
+        if self._schema < 2:  # a store of schema 1 opened read-only: its live index only
+            initial = IndexVersion(INITIAL_INDEX, index_body(None, None, None), SpaceState.ACTIVE, 0, 0, "", "")
+            return [initial] if not where or where == "WHERE state = 'active'" else []
+        return [IndexVersion(iid, json.loads(body), SpaceState(state), 0, 0, created, updated)
+                for iid, body, state, created, updated in self._db.execute(
+                    f"SELECT id, body, state, created_at, updated_at FROM index_versions {where} "
+                    "ORDER BY created_at, CAST(SUBSTR(id, 4) AS INTEGER)", args).fetchall()]
+
+    def _counted(self, version: IndexVersion) -> IndexVersion:
+        table, where, args = ("chunks", "", ()) if version.state is SpaceState.ACTIVE else \
+            ("staged_chunks", "WHERE index_id = ?", (version.id,))
+        versions, chunks = self._db.execute(
+            f"SELECT COUNT(DISTINCT doc_id || '@' || version), COUNT(*) FROM {table} {where}", args).fetchone()
+        return replace(version, versions=versions, chunks=chunks)
+
+    def index_version_of(self, index_id: str) -> IndexVersion | None:
+        """One index version, with its counts (None: no such version)."""
+        found = self._index_rows("WHERE id = ?", (index_id,))
+        return self._counted(found[0]) if found else None
+
+    def live_index(self) -> IndexVersion:
+        """The index version queries search (without its counts: ``index_version_of`` has them)."""
+        return self._index_rows("WHERE state = 'active'")[0]
+
+    def register_index(self, body: dict) -> str:
+        """Record a new index version (state ``building``); returns its id (``ix_N``)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'index_seq'").fetchone()
+        number = int(row[0]) + 1 if row else 1
+        self._staging("INSERT OR REPLACE INTO meta VALUES ('index_seq', ?)", (str(number),))
+        self._staging("INSERT INTO index_versions VALUES (?, ?, 'building', ?, ?)",
+                      (f"ix_{number}", json.dumps(body, sort_keys=True), _now(), _now()))
+        return f"ix_{number}"
+
+    def set_index_state(self, index_id: str, state: SpaceState) -> None:
+        self._staging("UPDATE index_versions SET state = ?, updated_at = ? WHERE id = ?",
+                      (SpaceState.parse(state, what="index state"), _now(), index_id))
+
+    def stage_version(self, index_id: str, doc_id: str, version: str, parsed: ParsedDocument,
+                      sections: Sequence[Section], chunks: Sequence[Chunk], chunker_config: str) -> None:
+        """Hold a version's parsed text, sections and chunks in an index version beside the live one."""
+        self._staging("DELETE FROM staged_versions WHERE index_id = ? AND doc_id = ? AND version = ?",
+                      (index_id, doc_id, version))
+        self._staging("INSERT INTO staged_versions VALUES (?,?,?,?,?,?,?)",
+                      (index_id, doc_id, version, parsed.parser, json.dumps(list(parsed.warnings)),
+                       chunker_config, parsed.text))
+        self._db.executemany("INSERT INTO staged_sections VALUES (?,?,?,?,?,?,?,?,?)", [
+            (index_id, s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
+             s.parent_id) for s in sections])
+        self._db.executemany(
+            f"INSERT INTO staged_chunks (index_id, {self._STAGED_CHUNK_COLUMNS}) VALUES "
+            f"({','.join('?' * 20)})",
+            [(index_id, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
+              json.dumps(list(c.heading_path)), c.section_id, c.prefix,
+              c.header[0] if c.header else None, c.header[1] if c.header else None, c.token_count,
+              c.prev_id, c.next_id, c.duplicate_of, int(c.over_limit), c.config_id)
+             for i, c in enumerate(chunks)])
+        if chunks:
+            self._staging("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
+                          (chunks[0].config_id, chunker_config))
+
+    def stage_unindexed(self, index_id: str, doc_id: str, version: str) -> None:
+        """Hold a version in an index version without chunks (its retention leaves it out): its
+        stored parse is kept as it is."""
+        self._staging("INSERT OR REPLACE INTO staged_versions SELECT ?, doc_id, version, parser, "
+                      "parse_warnings, chunker_config, parsed_text FROM documents WHERE doc_id = ? "
+                      "AND version = ?", (index_id, doc_id, version))
+
+    def stage_from_live(self, index_id: str, chunker_config: str, parsers: Sequence[tuple[str, str]],
+                        versions: Sequence[tuple[str, str]]) -> int:
+        """Copy into an index version the live chunks (sections, vectors) of those ``versions``
+        that the live index chunked with this chunker config and parsed with these ``(format,
+        parser)`` pairs: what a rebuild would make again. Returns how many versions were copied."""
+        if not parsers or not versions:
+            return 0
+        self._db.execute("CREATE TEMP TABLE IF NOT EXISTS ragdx_stage (doc_id TEXT, version TEXT)")
+        self._db.execute("DELETE FROM temp.ragdx_stage")
+        pairs = ",".join("(?, ?)" for _ in parsers)
+        self._db.executemany("INSERT INTO temp.ragdx_stage VALUES (?, ?)", versions)
+        self._db.execute(
+            "DELETE FROM temp.ragdx_stage WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.doc_id = "
+            "ragdx_stage.doc_id AND d.version = ragdx_stage.version AND d.chunker_config = ? AND "
+            f"(d.format, d.parser) IN (VALUES {pairs}) AND EXISTS (SELECT 1 FROM chunks c WHERE "
+            "c.doc_id = d.doc_id AND c.version = d.version))", (chunker_config, *[x for p in parsers for x in p]))
+        copied = self._db.execute("SELECT COUNT(*) FROM temp.ragdx_stage").fetchone()[0]
+        keys = "JOIN temp.ragdx_stage t ON t.doc_id = x.doc_id AND t.version = x.version"
+        self._staging(f"INSERT OR REPLACE INTO staged_versions SELECT ?, x.doc_id, x.version, x.parser, "
+                      f"x.parse_warnings, x.chunker_config, x.parsed_text FROM documents x {keys}", (index_id,))
+        self._staging(f"INSERT INTO staged_sections SELECT ?, {_prefixed('x', self._SECTION_COLUMNS)} "
+                      f"FROM sections x {keys}", (index_id,))
+        self._staging(f"INSERT INTO staged_chunks (index_id, {self._STAGED_CHUNK_COLUMNS}) SELECT ?, "
+                      f"{_prefixed('x', self._STAGED_CHUNK_COLUMNS)} FROM chunks x {keys}", (index_id,))
+        self._staging(f"INSERT INTO staged_vectors SELECT ?, x.doc_id, x.version, x.id, v.space_id, "
+                      f"v.input_hash, v.vector, v.window_end FROM chunks x {keys} JOIN vectors v ON "
+                      "v.chunk_rowid = x.rowid", (index_id,))
+        return copied
+
+    def stage_vectors(self, index_id: str, space_id: str, rows: Sequence[tuple[str, str, bytes, int | None]]) -> None:
+        """Hold vectors of an index version's chunks: ``(chunk_id, input_hash, bytes, window_end)``."""
+        self._db.executemany(
+            "INSERT OR REPLACE INTO staged_vectors SELECT index_id, doc_id, version, id, ?, ?, ?, ? "
+            "FROM staged_chunks WHERE index_id = ? AND id = ?",
+            [(space_id, h, vector, end, index_id, cid) for cid, h, vector, end in rows])
+
+    def staged_chunks(self, index_id: str, without_vector_in: str | None = None) -> list[Chunk]:
+        """An index version's chunks that are not duplicates (those without a vector in a space)."""
+        where, args = "", ()
+        if without_vector_in is not None:
+            where, args = ("AND NOT EXISTS (SELECT 1 FROM staged_vectors v WHERE v.index_id = c.index_id "
+                           "AND v.space_id = ? AND v.chunk_id = c.id)"), (without_vector_in,)
+        columns = _prefixed("c", self._CHUNK_COLUMNS)
+        return [self._chunk_row(r) for r in self._db.execute(
+            f"SELECT {columns} FROM staged_chunks c WHERE c.index_id = ? AND c.duplicate_of IS NULL "
+            f"{where} ORDER BY c.doc_id, c.version, c.ord", (index_id, *args))]
+
+    def unstaged_versions(self, index_id: str) -> list[StoredVersion]:
+        """Stored versions an index version lacks: not held at all (ingested after it was built),
+        or current and held without chunks."""
+        rows = self._db.execute(
+            f"SELECT {_prefixed('d', self._VERSION_COLUMNS)} FROM documents d WHERE NOT EXISTS "
+            "(SELECT 1 FROM staged_versions s WHERE s.index_id = ? AND s.doc_id = d.doc_id AND "
+            "s.version = d.version) OR (d.status = 'current' AND NOT EXISTS (SELECT 1 FROM staged_chunks c "
+            "WHERE c.index_id = ? AND c.doc_id = d.doc_id AND c.version = d.version)) ORDER BY d.seq",
+            (index_id, index_id)).fetchall()
+        return [self._version_row(r) for r in rows]
+
+    def parse_configs(self, index_id: str | None = None) -> list[tuple[str, str, str, int]]:
+        """How the versions of the live index (or of an index version) were parsed and chunked:
+        ``(chunker_config, format, parser, versions)``, most versions first."""
+        table, where, args = ("documents", "", ()) if index_id is None else \
+            ("staged_versions s JOIN documents d ON d.doc_id = s.doc_id AND d.version = s.version",
+             "WHERE s.index_id = ?", (index_id,))
+        columns = "chunker_config, format, parser" if index_id is None else "s.chunker_config, d.format, s.parser"
+        return [tuple(r) for r in self._db.execute(
+            f"SELECT {columns}, COUNT(*) FROM {table} {where} GROUP BY 1, 2, 3 ORDER BY 4 DESC, 1, 2", args)]
+
+    def switch_index(self, index_id: str) -> str:
+        """Make an index version live, in the caller's transaction: the live chunks, sections,
+        parses and vectors move into the staged tables under the live version's id (kept for a
+        rollback), the version's own move in, and every other version is dropped. Document
+        rows, access groups, statuses and tombstones are not touched: they are live in both.
+
+        Returns:
+            The id of the version replaced (now ``retired``).
+        """
+        old = self.live_index().id
+        if old == index_id:
+            return old
+        chunks, sections = self._STAGED_CHUNK_COLUMNS, self._SECTION_COLUMNS
+        self._staging("DELETE FROM staged_versions WHERE index_id = ?", (old,))
+        self._staging("INSERT INTO staged_versions SELECT ?, doc_id, version, parser, parse_warnings, "
+                      "chunker_config, parsed_text FROM documents", (old,))
+        self._staging(f"INSERT INTO staged_sections SELECT ?, {sections} FROM sections", (old,))
+        self._staging(f"INSERT INTO staged_chunks (index_id, {chunks}) SELECT ?, {chunks} FROM chunks", (old,))
+        self._staging("INSERT INTO staged_vectors SELECT ?, c.doc_id, c.version, c.id, v.space_id, "
+                      "v.input_hash, v.vector, v.window_end FROM vectors v JOIN chunks c ON "
+                      "c.rowid = v.chunk_rowid", (old,))
+        self._write("DELETE FROM chunks")  # the FTS5 trigger and the vectors' cascade follow
+        self._write("DELETE FROM sections")
+        self._write("UPDATE documents SET (parser, parse_warnings, chunker_config, parsed_text) = "
+                    "(SELECT parser, parse_warnings, chunker_config, parsed_text FROM staged_versions s "
+                    "WHERE s.index_id = ? AND s.doc_id = documents.doc_id AND s.version = documents.version) "
+                    "WHERE EXISTS (SELECT 1 FROM staged_versions s WHERE s.index_id = ? AND "
+                    "s.doc_id = documents.doc_id AND s.version = documents.version)", (index_id, index_id))
+        self._write(f"INSERT INTO sections SELECT {sections} FROM staged_sections WHERE index_id = ?", (index_id,))
+        self._write(f"INSERT INTO chunks ({chunks}) SELECT {chunks} FROM staged_chunks WHERE index_id = ? "
+                    "ORDER BY doc_id, version, ord", (index_id,))
+        self._write("INSERT INTO vectors SELECT c.rowid, s.space_id, s.input_hash, s.vector, s.window_end "
+                    "FROM staged_vectors s JOIN chunks c ON c.id = s.chunk_id WHERE s.index_id = ? "
+                    "AND s.space_id IN (SELECT id FROM spaces)", (index_id,))
+        self._staging("DELETE FROM index_versions WHERE id NOT IN (?, ?)", (old, index_id))
+        self._staging("DELETE FROM staged_versions WHERE index_id = ?", (index_id,))
+        self.set_index_state(old, SpaceState.RETIRED)
+        self.set_index_state(index_id, SpaceState.ACTIVE)
+        self.log("index", None, None, f"switched {old} -> {index_id}")
+        return old
+
+    def apply_retention(self, doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """Take out of the live index the superseded and expired versions beyond the newest
+        ``retain_superseded`` of each document (the live index version's setting): their chunks
+        (and vectors) are deleted, so N, average length and document frequencies are those of
+        the versions kept; the versions' text stays stored (recheck, evidence, a rollback).
+
+        Returns:
+            The ``(doc_id, version)`` pairs taken out (each logged).
+        """
+        if self._schema < 2:
+            return []
+        keep = self.live_index().body["keyword"]["retain_superseded"]
+        if keep is None:
+            return []
+        where, args = "", ()
+        if doc_ids is not None:
+            if not doc_ids:
+                return []
+            where, args = f"AND doc_id IN ({','.join('?' * len(doc_ids))})", tuple(doc_ids)
+        gone = [(d, v) for d, v in self._db.execute(
+            "SELECT doc_id, version FROM (SELECT doc_id, version, ROW_NUMBER() OVER (PARTITION BY doc_id "
+            f"ORDER BY seq DESC) AS n FROM documents WHERE status != 'current' {where}) r WHERE n > ? AND "
+            "EXISTS (SELECT 1 FROM chunks c WHERE c.doc_id = r.doc_id AND c.version = r.version) "
+            "ORDER BY doc_id, version", (*args, keep)).fetchall()]
+        for doc_id, version in gone:
+            self._write("DELETE FROM chunks WHERE doc_id = ? AND version = ?", (doc_id, version))
+            self.log("unindex", doc_id, version, f"beyond the {keep} newest superseded or expired "
+                     "versions kept indexed")
+        return gone
+
+    def materialize(self, index_id: str, path: Path) -> "SQLiteStore":
+        """A new store at ``path`` holding an index version as its live index (the documents it
+        holds, their access groups and tombstones): what ``ragdx index verify`` searches and
+        checks."""
+        SQLiteStore(path, OpenMode.CREATE).close()
+        self._db.execute("ATTACH DATABASE ? AS shadow", (str(path),))
+        try:
+            self._db.execute("BEGIN")
+            try:
+                held = ("EXISTS (SELECT 1 FROM staged_versions s WHERE s.index_id = :i AND "
+                        "s.doc_id = x.doc_id AND s.version = x.version)")
+                self._db.execute(
+                    "INSERT INTO shadow.documents SELECT x.doc_id, x.version, x.seq, x.content_hash, x.path, "
+                    "x.title, x.format, x.status, x.updated_at, x.metadata, s.parser, s.parse_warnings, "
+                    "s.chunker_config, x.raw_text, s.parsed_text, x.ingested_at FROM documents x JOIN "
+                    "staged_versions s ON s.doc_id = x.doc_id AND s.version = x.version WHERE s.index_id = :i",
+                    {"i": index_id})
+                self._db.execute(f"INSERT INTO shadow.acl SELECT x.* FROM acl x WHERE {held}", {"i": index_id})
+                self._db.execute("INSERT INTO shadow.tombstones SELECT * FROM tombstones")
+                self._db.execute(f"INSERT INTO shadow.sections SELECT {self._SECTION_COLUMNS} FROM "
+                                 "staged_sections WHERE index_id = :i", {"i": index_id})
+                self._db.execute(f"INSERT INTO shadow.chunks ({self._STAGED_CHUNK_COLUMNS}) SELECT "
+                                 f"{self._STAGED_CHUNK_COLUMNS} FROM staged_chunks WHERE index_id = :i "
+                                 "ORDER BY doc_id, version, ord", {"i": index_id})
+                self._db.execute("UPDATE shadow.meta SET value = '1' WHERE key = 'index_version'")
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        finally:
+            self._db.execute("DETACH DATABASE shadow")
+        return SQLiteStore(path, OpenMode.WRITE)
 
 
 @functools.lru_cache(maxsize=1)

@@ -1,0 +1,363 @@
+"""Index versions built beside the live one (issue 15): a new chunker or retention builds a version
+that queries do not see, `verify` checks it, `switch` makes it live at once (caches and the
+keyword mirror follow), and `rollback` returns to the previous one without bringing back a
+deleted document or a revoked permission. Keyword statistics under a retention, by hand."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ragdx import indexing
+from ragdx.build import build_ingestor, build_pipeline
+from ragdx.caching import CachedPipeline
+from ragdx.cli import main
+from ragdx.config import load_settings
+from ragdx.errors import ConfigError, InputError, StoreError
+from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
+from ragdx.ingest.ingestor import delete_documents
+from ragdx.queryset import load_queries
+from ragdx.store.cache import SQLiteCache
+from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, INITIAL_INDEX, SQLiteStore
+from ragdx.types import Principal, Query, SpaceState
+from tests.conftest import snapshot, write
+
+SETTINGS = ["retrieval.dense.enabled=false", "chunking.tokenizer=regex", "rerank.method=none"]
+SMALL = ChunkerConfig(max_tokens=12)  # the default cuts each document below into 2 chunks, this into 4+
+QUESTION = "Are refunds accepted within 30 days of delivery?"
+DOCS = {
+    "refund.md": "# Refund policy\n\nRefunds are accepted within 30 days of delivery. Quality defects may "
+                 "be refunded within 90 days.\n\n## Exceptions\n\nGift cards are never refunded at all.\n",
+    "shipping.md": "# Shipping\n\nParcels travel by courier and arrive within 3 working days.\n\n## Abroad\n\n"
+                   "Parcels abroad take two weeks and cost extra.\n",
+    "salaries.md": "# Salaries\n\nThe salary bands are secret and reviewed every spring.\n\n## Bonus\n\n"
+                   "Bonuses are paid in March to staff only.\n",
+}
+
+
+def manifest(folder: Path, docs=DOCS, acl=None) -> Path:
+    acl = acl or {"salaries.md": ["staff"]}
+    for name, text in docs.items():
+        write(folder / name, text)
+    return write(folder / "m.jsonl", "\n".join(json.dumps(
+        {"doc_id": name, "path": name, "acl": acl.get(name, ["public"])}) for name in docs) + "\n")
+
+
+def ingest(store: SQLiteStore, folder: Path, **kw) -> None:
+    build_ingestor(store, load_settings(overrides=SETTINGS)).run(manifest(folder, **kw))
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = SQLiteStore(tmp_path / "s.db")
+    ingest(s, tmp_path / "c")
+    yield s
+    s.close()
+
+
+def build(store: SQLiteStore, config: ChunkerConfig = SMALL, retain: int | None = None) -> str:
+    return indexing.build_index(store, config, RegexTokenCounter(), retain_superseded=retain).index_id
+
+
+def configs(store: SQLiteStore) -> set[str]:
+    return {c.config_id for c in store.chunks()}
+
+
+def found(store: SQLiteStore, terms, groups=("public",)) -> set[str]:
+    return {c.doc_id for c, _ in store.bm25(terms, groups, 50)}
+
+
+def test_a_built_version_is_invisible_until_the_switch_and_then_alone_live(store):
+    live_config = configs(store)
+    generation = store.index_version
+    index_id = build(store)
+    assert store.index_version == generation  # nothing a query or a cache reads changed
+    assert configs(store) == live_config and len(store.chunks()) == 6
+    assert [c.config_id for c, _ in store.bm25(["parcels"], ("public",), 5)] == [live_config.pop()] * 2
+    assert indexing.verify_index(store, index_id).problems == ()
+    assert indexing.switch_index(store, index_id) == INITIAL_INDEX
+    assert configs(store) == {SMALL.id}
+    assert len(store.chunks()) > 6
+    # the keyword mirror was rebuilt: every hit is a new chunk, scored as FTS5 scores it
+    assert store.bm25(["parcels", "abroad"], ("public",), 10) == store.fts5_bm25(["parcels", "abroad"], ("public",), 10)
+    assert {c.config_id for c, _ in store.bm25(["parcels"], ("public",), 10)} == {SMALL.id}
+    assert store.verify() == [] and store.audit()[0] == []
+    states = {v.id: v.state for v in store.index_versions()}
+    assert states == {INITIAL_INDEX: SpaceState.RETIRED, index_id: SpaceState.ACTIVE}
+
+
+def test_a_switch_drops_every_cached_result(store, tmp_path):
+    pipeline = CachedPipeline(build_pipeline(store, load_settings(overrides=SETTINGS)),
+                              SQLiteCache(tmp_path / "s.db.cache"))
+    query = Query("q", QUESTION, Principal("ann", ("public",)))
+    pipeline.run(query)
+    assert pipeline.run(query).cached  # premise: the answer is cached
+    index_id = build(store)
+    assert pipeline.run(query).cached  # a build beside the live index changes nothing served
+    indexing.switch_index(store, index_id, force=True)
+    trace = pipeline.run(query)
+    assert trace.cached == ()
+    new_chunks = {c.id for c in store.chunks() if c.config_id == SMALL.id}
+    assert trace.context.units and {i.chunk_id for r in trace.ranked for i in r.items} <= new_chunks
+
+
+def test_a_deleted_document_never_resurfaces_after_a_switch_or_a_rollback(store):
+    index_id = build(store)
+    delete_documents(store, ["refund.md"])  # after the build: its staged chunks go with it
+    assert "refund.md" not in found(store, ["refunds"])
+    indexing.switch_index(store, index_id, force=True)
+    assert "refund.md" not in found(store, ["refunds", "gift"])
+    assert store.chunks("refund.md") == []
+    indexing.rollback_index(store)
+    assert store.live_index().id == INITIAL_INDEX
+    assert "refund.md" not in found(store, ["refunds", "gift"])
+    assert store.chunks("refund.md") == [] and store.audit()[0] == []
+    indexing.rollback_index(store)  # and back again
+    assert "refund.md" not in found(store, ["refunds", "gift"])
+
+
+def test_a_deleted_document_never_resurfaces_through_the_cache_across_a_switch_and_rollback(store, tmp_path):
+    pipeline = CachedPipeline(build_pipeline(store, load_settings(overrides=SETTINGS)),
+                              SQLiteCache(tmp_path / "s.db.cache"))
+    query = Query("q", QUESTION, Principal("ann", ("public",)))
+
+    def cited(trace):
+        return {u.doc_id for u in trace.context.units}
+
+    assert "refund.md" in cited(pipeline.run(query))
+    indexing.switch_index(store, build(store), force=True)
+    assert "refund.md" in cited(pipeline.run(query)) and pipeline.run(query).cached  # cached on ix_1
+    delete_documents(store, ["refund.md"])
+    indexing.rollback_index(store)
+    after = pipeline.run(query)
+    assert after.cached == () and "refund.md" not in cited(after)
+    assert "refund.md" not in {i.doc_id for r in after.ranked for i in r.items}
+
+
+def test_a_revocation_holds_after_a_rollback_and_an_edit_is_chunked_with_the_old_settings(store, tmp_path):
+    assert "salaries.md" in found(store, ["bonuses"], ("staff",))  # premise
+    indexing.switch_index(store, build(store), force=True)
+    # since the switch: staff loses salaries.md, and shipping.md is edited (a new version)
+    docs = dict(DOCS, **{"shipping.md": DOCS["shipping.md"].replace("two weeks", "three weeks")})
+    build_ingestor(store, load_settings(overrides=SETTINGS + ["chunking.max_tokens=12"])).run(
+        manifest(tmp_path / "c", docs=docs, acl={"salaries.md": ["board"]}))
+    assert "salaries.md" not in found(store, ["bonuses"], ("staff",))
+    indexing.rollback_index(store)
+    assert "salaries.md" not in found(store, ["bonuses"], ("staff",))
+    assert "salaries.md" in found(store, ["bonuses"], ("board",))
+    current = store.latest("shipping.md").document.version
+    # the version ingested after the switch was chunked as the index rolled back to chunks
+    assert {c.config_id for c in store.chunks("shipping.md", current)} == configs(store) - {SMALL.id}
+    assert len(configs(store)) == 1 and store.verify() == []
+    assert [c.text for c, _ in store.bm25(["three", "weeks"], ("public",), 1)] == \
+        ["Abroad\n\nParcels abroad take three weeks and cost extra."]
+
+
+def test_verify_reports_coverage_and_a_rebuild_adds_what_was_ingested_since(store, tmp_path):
+    index_id = build(store)
+    build_ingestor(store, load_settings(overrides=SETTINGS)).run(
+        manifest(tmp_path / "c", docs=dict(DOCS, **{"returns.md": "# Returns\n\nReturns go to the depot.\n"})))
+    check = indexing.verify_index(store, index_id)
+    assert [p.split(" (first")[0] for p in check.problems] == [f"coverage: 1 current versions are not in {index_id}"]
+    assert check.state is SpaceState.BUILT
+    with pytest.raises(InputError, match="not verified"):
+        indexing.switch_index(store, index_id)
+    assert build(store) == index_id  # the same settings continue the same version
+    assert indexing.verify_index(store, index_id).problems == ()
+    assert store.index_version_of(index_id).state is SpaceState.VERIFIED
+
+
+def test_a_version_ingested_after_verify_is_chunked_by_the_switch(store, tmp_path):
+    index_id = build(store)
+    indexing.verify_index(store, index_id)
+    build_ingestor(store, load_settings(overrides=SETTINGS)).run(
+        manifest(tmp_path / "c", docs=dict(DOCS, **{"returns.md": "# Returns\n\nReturns go to the depot.\n"})))
+    indexing.switch_index(store, index_id)
+    assert {c.config_id for c in store.chunks("returns.md")} == {SMALL.id}
+    assert found(store, ["depot"]) == {"returns.md"}
+
+
+def test_verify_finds_restricted_text_filed_under_a_public_document(store):
+    index_id = build(store)
+    # the bug a probe guards: a staged chunk of salaries.md attributed to refund.md
+    store._db.execute("UPDATE staged_chunks SET doc_id = 'refund.md', version = ? WHERE index_id = ? AND "
+                      "doc_id = 'salaries.md'", (store.latest("refund.md").document.version, index_id))
+    problems = indexing.verify_index(store, index_id).problems
+    assert any(p.startswith("permission: a public principal asking 'Salaries The salary bands") for p in problems)
+    assert any("text is not parsed_text" in p for p in problems)
+    assert store.index_version_of(index_id).state is SpaceState.BUILT
+
+
+def test_verify_reports_a_required_span_the_new_index_no_longer_holds(store, tmp_path):
+    # retention 0 takes the superseded version out; a query pinned to it loses its span
+    old = store.latest("refund.md").document.version
+    docs = dict(DOCS, **{"refund.md": DOCS["refund.md"].replace("30 days", "45 days")})
+    ingest(store, tmp_path / "c", docs=docs)
+    queries = write(tmp_path / "q.jsonl", json.dumps({
+        "id": "q1", "question": QUESTION,
+        "required": [[{"doc": "refund.md", "version": old, "quote": "accepted within 30 days"}]]}) + "\n")
+    index_id = build(store, ChunkerConfig(max_tokens=store_config(store)), retain=0)
+    code = main(["index", "verify", "--store", str(store.path), "--index", index_id, "--queries", str(queries)])
+    assert code == 1
+    check = indexing.verify_index(store, index_id, load_queries(queries))
+    assert [p.split(" (")[0] for p in check.problems] == ["spans: query 'q1': group 0 alternative 0"]
+
+
+def store_config(store: SQLiteStore) -> int:
+    return json.loads(store.parse_configs()[0][0])["max_tokens"]
+
+
+def test_ingest_refuses_other_chunker_settings_after_a_switch(store, tmp_path):
+    indexing.switch_index(store, build(store), force=True)
+    before = snapshot(store.path)
+    with pytest.raises(ConfigError, match=r"max_tokens: 12 \(live\) vs 200"):
+        ingest(store, tmp_path / "c", docs=dict(DOCS, **{"new.md": "# New\n\nSomething new.\n"}))
+    assert snapshot(store.path) == before
+
+
+def test_build_refuses_the_live_settings_and_non_sqlite_stores(store):
+    with pytest.raises(InputError, match="already has these settings"):
+        build(store, ChunkerConfig(max_tokens=store_config(store)))
+    with pytest.raises(StoreError, match="SQLite store only"):
+        indexing.build_index(object(), SMALL, RegexTokenCounter())  # type: ignore[arg-type]
+
+
+# -- retention and the keyword statistics, by hand -----------------------------------------
+# Plain-text versions: one chunk each, whose prefix (the title: the first line) is its text,
+# so a row's length is twice its words. a@1 "apple banana cherry kiwi" (8 tokens), a@2 "apple
+# banana" (4), a@3 "apple fig" (4, current), b@1 "banana date egg" (6, current).
+VERSIONS = [("a", "1", "apple banana cherry kiwi"), ("b", "1", "banana date egg"), ("a", "2", "apple banana"),
+            ("a", "3", "apple fig")]
+
+
+@pytest.fixture
+def versions(tmp_path):
+    s = SQLiteStore(tmp_path / "v.db")
+    for doc_id, version, text in VERSIONS:
+        write(tmp_path / f"{doc_id}{version}.txt", text)
+        m = write(tmp_path / "m.jsonl", json.dumps({"doc_id": doc_id, "version": version,
+                                                    "path": f"{doc_id}{version}.txt"}) + "\n")
+        build_ingestor(s, load_settings(overrides=SETTINGS)).run(m)
+    yield s
+    s.close()
+
+
+def retain(store: SQLiteStore, keep: int) -> None:
+    indexing.switch_index(store, build(store, ChunkerConfig(max_tokens=store_config(store)), retain=keep), force=True)
+
+
+@pytest.mark.parametrize("keep, n, avgdl, df", [
+    (None, 4, (8 + 6 + 4 + 4) / 4, {"banana": 3, "appl": 3, "cherri": 1, "fig": 1}),
+    (1, 3, (6 + 4 + 4) / 3, {"banana": 2, "appl": 2, "cherri": 0, "fig": 1}),
+    (0, 2, (6 + 4) / 2, {"banana": 1, "appl": 1, "cherri": 0, "fig": 1}),
+])
+def test_keyword_statistics_count_only_the_versions_retained(versions, keep, n, avgdl, df):
+    if keep is not None:
+        retain(versions, keep)
+    assert versions.keyword_statistics(list(df)) == (n, avgdl, df)
+    assert versions.verify() == []
+
+
+def test_a_bm25_score_after_retention_is_the_formula_on_the_retained_versions(versions):
+    retain(versions, 1)
+    # N = 3 rows (a@2, a@3, b@1), avgdl 14/3; "date" is in b@1 only, once in its prefix and once in
+    # its text (weights 0.5 and 1), and b@1 is 6 tokens long
+    idf = math.log((3 - 1 + 0.5) / (1 + 0.5))
+    f = 0.5 + 1.0
+    expected = idf * f * (FTS_BM25_K1 + 1) / (f + FTS_BM25_K1 * (1 - FTS_BM25_B + FTS_BM25_B * 6 / (14 / 3)))
+    [(chunk, score)] = versions.bm25(["date"], ("public",), 5)
+    assert (chunk.doc_id, chunk.version) == ("b", "1")
+    assert score == pytest.approx(expected, rel=1e-9)
+
+
+def test_the_next_ingest_applies_the_retention_and_logs_it(versions, tmp_path):
+    retain(versions, 1)
+    write(tmp_path / "a4.txt", "apple grape")
+    build_ingestor(versions, load_settings(overrides=SETTINGS)).run(write(
+        tmp_path / "m.jsonl", json.dumps({"doc_id": "a", "version": "4", "path": "a4.txt"}) + "\n"))
+    assert sorted({(c.doc_id, c.version) for c in versions.chunks()}) == [("a", "3"), ("a", "4"), ("b", "1")]
+    assert [(e.op, e.doc_id, e.version) for e in versions.log_entries()][-1] == ("unindex", "a", "2")
+    assert versions.texts("a", "2")[1] == "apple banana"  # the text stays stored
+    assert versions.keyword_statistics(["appl"]) == (3, (4 + 4 + 6) / 3, {"appl": 2})
+
+
+# -- schema ----------------------------------------------------------------------------------
+def test_a_schema_1_store_is_read_as_is_and_migrated_when_written(store, tmp_path):
+    path = store.path
+    store.close()
+    con = sqlite3.connect(path)
+    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                               "(name LIKE 'staged_%' OR name = 'index_versions')").fetchall():
+        con.execute(f"DROP TABLE {name}")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+    with SQLiteStore(path, "read") as old:
+        assert [(v.id, v.state, v.chunks) for v in old.index_versions()] == [(INITIAL_INDEX, SpaceState.ACTIVE, 6)]
+        assert found(old, ["parcels"]) == {"shipping.md"}
+    with SQLiteStore(path, "write") as migrated:
+        assert migrated._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert build(migrated) == "ix_1" and migrated.verify() == []
+
+
+def test_the_cli_builds_verifies_switches_and_rolls_back(store, capsys):
+    s = ["--store", str(store.path), "--set", "retrieval.dense.enabled=false"]
+    assert main(["index", "build", "--chunks", *s, "--set", "chunking.max_tokens=12", "--set",
+                 "chunking.tokenizer=regex"]) == 0
+    assert "index ix_1: 3 versions chunked, 0 copied from the live index" in capsys.readouterr().out
+    assert main(["index", "switch", *s, "--index", "ix_1"]) == 2  # not verified
+    assert "not verified" in capsys.readouterr().err
+    assert main(["index", "verify", *s, "--index", "ix_1"]) == 0
+    assert "index ix_1: verified" in capsys.readouterr().out
+    assert main(["index", "switch", *s, "--index", "ix_1"]) == 0
+    assert "live index: ix_1 (was ix_0)" in capsys.readouterr().out
+    assert main(["index", "status", "--store", str(store.path)]) == 0
+    out = capsys.readouterr().out
+    assert f"ix_1   active   3         {len(store.chunks())}       max 12, overlap 0, regex:words+punct" in out
+    assert main(["index", "rollback", "--chunks", *s]) == 0
+    assert "live index: ix_0 (rolled back)" in capsys.readouterr().out
+
+
+def test_vectors_follow_the_chunks_through_a_switch_and_a_rollback(tmp_path):
+    from ragdx.ingest.embed import Embedder
+    from ragdx.testing.encoders import HashingEncoder
+    encoder = HashingEncoder()
+    dense = ["chunking.tokenizer=regex", "rerank.method=none", "generation.semantic_weight=0"]
+    with SQLiteStore(tmp_path / "d.db") as store:
+        build_ingestor(store, load_settings(overrides=dense), encoder=encoder).run(manifest(tmp_path / "c"))
+        space = store.active_space().id
+        live = store.vector_table(space)[0]
+        with pytest.raises(ConfigError, match="new chunks need its vectors"):
+            build(store)
+        embedder = Embedder(encoder, backend="HashingEncoder")
+        built = indexing.build_index(store, SMALL, RegexTokenCounter(), embedder=embedder)
+        assert built.embedding.chunks == built.chunks
+        assert store.vector_table(space)[0] == live  # the live vectors are untouched
+        indexing.switch_index(store, built.index_id, force=True, embedder=embedder)
+        ids = store.vector_table(space)[0]
+        assert sorted(ids) == sorted(c.id for c in store.chunks() if c.duplicate_of is None)
+        assert set(ids).isdisjoint(live)
+        pipeline = build_pipeline(store, load_settings(overrides=dense), encoder=encoder)
+        trace = pipeline.run(Query("q", QUESTION, Principal("ann", ("public",))))
+        assert {c.chunk_id for c in trace.stage("dense").items} <= set(ids)
+        indexing.rollback_index(store, embedder=embedder)
+        assert sorted(store.vector_table(space)[0]) == sorted(live)
+        assert store.audit() == ([], [f"index version {built.index_id} (retired) held beside the live one: "
+                                      f"{built.chunks} chunks of 3 versions, invisible to queries"])
+
+
+def test_a_parser_version_change_builds_a_version_parsed_again(store):
+    # the store as an older markdown parser left it: same text, another parser id
+    store._db.execute("UPDATE documents SET parser = 'markdown/0'")
+    live_config = ChunkerConfig(max_tokens=store_config(store))
+    built = indexing.build_index(store, live_config, RegexTokenCounter())
+    assert (built.chunked, built.copied) == (3, 0)  # nothing copied: every version parsed again
+    assert store.index_version_of(built.index_id).body["parsers"] == {"markdown": "markdown/1"}
+    indexing.switch_index(store, built.index_id, force=True)
+    assert {v.parser for v in store.versions()} == {"markdown/1"} and store.verify() == []
+    indexing.rollback_index(store)
+    assert {v.parser for v in store.versions()} == {"markdown/0"}

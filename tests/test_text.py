@@ -1,0 +1,40 @@
+"""Text helpers: the stemmer's spelling folds, amounts asked and stated, statements, question parts."""
+
+import pytest
+
+from ragdx.text import asked_quantity, split_question, statements, states_quantity, stem
+
+
+@pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
+                                               ("initialise", "initialize"), ("serialised", "serialized"),
+                                               ("neighbours", "neighbors"), ("normalising", "normalizing")])
+def test_british_spellings_meet_american_ones(british, american):
+    assert stem(british) == stem(american)
+
+
+@pytest.mark.parametrize("word, stemmed", [("hour", "hour"), ("four", "four"), ("your", "your"),
+                                           ("flour", "flour"), ("raise", "rais")])
+def test_words_that_only_look_british_are_left_alone(word, stemmed):
+    assert stem(word) == stemmed
+
+
+@pytest.mark.parametrize("question, unit", [("How many bytes does it use?", "byte"),
+                                            ("How many times does it retry?", "time"),
+                                            ("How many people use it?", ""),
+                                            ("What latency does it add, in milliseconds?", "millisecond"),
+                                            ("How long does it wait?", ""),
+                                            ("Why is it slow?", None)])
+def test_the_amount_a_question_asks_for(question, unit):
+    assert asked_quantity(question) == unit
+
+
+def test_number_words_state_an_amount():
+    assert states_quantity("There are probably millions of users.", "")
+    assert states_quantity("It retries twice.", "")
+    assert not states_quantity("There are many users.", "")
+    assert not states_quantity("It uses 16 kilobytes.", "byte")
+
+
+def test_a_signature_with_defaults_is_a_statement_and_a_heading_is_not():
+    text = "Introduction\n\ndatetime.isoformat(sep='T', timespec='auto')\n\nReturn a string."
+    assert statements(text) == ["datetime.isoformat(sep='T', timespec='auto')", "Return a string."]
