@@ -119,12 +119,24 @@ def test_vectors_the_log_does_not_name_make_it_read_everything_again(hand, tmp_p
     add(hand, "f", "text of f")  # logged: the next refresh reads f, which has no vector yet
     index.refresh()
     assert index.nearest(Q, PUBLIC, 1) == [("b@v1#0", float(F(0.8)))]
-    with hand.transaction():  # a vector written without a log entry naming its document
+    with hand.transaction():  # a vector written without a log entry
         hand.write_vectors(SPACE.id, [("f@v1#0", "h-f", np.array([1, 0, 0, 0], np.float32).tobytes(), None)])
-        hand.log("bench", None, None, "a change that names no document")
+    assert not hand.log_entries(index.log_seq)
     index.refresh()
     assert index.nearest(Q, PUBLIC, 1) == [("f@v1#0", 1.0)]
     assert (index.size, index.rows) == (6, 6)  # read again in full: no dead row
+
+
+def test_a_change_naming_no_document_makes_it_read_everything_again(hand):
+    """As an index version switched in: every chunk and vector replaced, the count unchanged."""
+    index = QuantizedIndex.load(hand, SPACE.id, 4)
+    with hand.transaction():
+        hand.write_vectors(SPACE.id, [("e@v1#0", "h-e2", np.array([1, 0, 0, 0], np.float32).tobytes(), None)])
+        hand.log("index", None, None, "switched ix_0 -> ix_1")
+    index.refresh()
+    assert index.nearest(Q, PUBLIC, 1) == [("e@v1#0", 1.0)]
+    # e's codes are its new vector's (the five rows are rescored from the store either way)
+    assert (index.size, index.rows) == (5, 5) and index.codes[4].tolist() == [127, 0, 0, 0]
 
 
 def test_the_dense_channel_searches_the_bounded_index_and_sees_a_deletion(small):

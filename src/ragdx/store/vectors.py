@@ -162,7 +162,8 @@ class QuantizedIndex:
     The index is bound to the store's ``index_version``: when the store changed, the documents
     its update log names since the last refresh are dropped and read again, access groups and
     version statuses are read again in full, and the row count is checked against the store's
-    (a change the log did not name, or a gap in the log, means everything is read again). So an
+    (a change the log did not name, an entry naming no document such as an index version
+    switched in, or a gap in the log, means everything is read again). So an
     edit, a deletion or an access change is in the next search, and no deleted or revoked row is
     served.
 
@@ -232,9 +233,12 @@ class QuantizedIndex:
         self._masks = {}
 
     def _patch(self, entries: list) -> bool:
-        """Drop and read again the documents the log entries name; False when the result does
-        not hold the store's row count (a change the log did not name) or too many rows are dead
+        """Drop and read again the documents the log entries name; False when an entry names no
+        document (but a space's), the result does not hold the store's row count (a change the
+        log did not name) or too many rows are dead
         (more than :attr:`DEAD_KEPT` and an eighth)."""
+        if any(e.doc_id is None and e.op != "space" for e in entries):
+            return False  # a change of the whole index (an index version switched in): read it all
         doc_ids = sorted({e.doc_id for e in entries if e.doc_id is not None})
         if doc_ids:
             wanted = set(doc_ids)
