@@ -78,6 +78,21 @@ def test_a_second_ask_is_served_from_the_answer_cache(tmp_path):
     assert docs1 == docs2 == ("refund.md",)
 
 
+def test_a_miss_computes_what_its_results_depend_on_once(tmp_path, monkeypatch):
+    from ragdx import caching
+    calls = []
+    computed = caching.dependencies
+    monkeypatch.setattr(caching, "dependencies", lambda p, q, outs: calls.append(len(outs)) or computed(p, q, outs))
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        pipeline = cached(store, tmp_path)
+        trace = ask(pipeline)
+        whole = computed(pipeline, trace.query, trace.stages)
+        answer_docs = pipeline.cache.entries()[-1][4]
+    assert len(calls) == 1 and calls[0] < len(trace.stages)  # the lists', extended by the answer's documents
+    assert answer_docs == tuple(sorted(whole.docs)) and whole.docs
+
+
 def test_a_changed_context_budget_reuses_the_cached_retrieval(tmp_path):
     with SQLiteStore(tmp_path / "s.db") as store:
         ingest(store, tmp_path)

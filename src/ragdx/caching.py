@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -94,12 +94,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
     keyword channel (with its lowest score when its list was full), the lowest score and the question's vector of a dense channel whose list
     was full; ``open`` for a dense list that was not full or a channel of unknown kind;
     ``any_change`` for a withheld question, or one rewritten or answered by the multi-hop path."""
-    docs: set[str] = set()
-    for out in outputs:
-        if isinstance(out, Ranked):
-            docs |= {c.doc_id for c in out.items} | {d.doc_id for d in out.dropped}
-        elif isinstance(out, Context):
-            docs |= {u.doc_id for u in out.units} | {d.doc_id for d in out.dropped}
+    docs = _documents(outputs)
     stages = {s.name: s for s in pipeline.stages}
     terms: frozenset[str] = frozenset()
     keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[Any, ...]] | None = None
@@ -132,6 +127,17 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
     # found (and a rewriter may read the corpus's headings): any change may alter it
     rewritten = any(isinstance(o, Rewritten) and (o.rewrites or o.hops) for o in outputs)
     return Dependencies(frozenset(docs), terms, keyword, tuple(dense), is_open, withheld or rewritten)
+
+
+def _documents(outputs: Sequence[StageOutput]) -> set[str]:
+    """The documents stage outputs read: their items, units and what they dropped."""
+    docs: set[str] = set()
+    for out in outputs:
+        if isinstance(out, Ranked):
+            docs |= {c.doc_id for c in out.items} | {d.doc_id for d in out.dropped}
+        elif isinstance(out, Context):
+            docs |= {u.doc_id for u in out.units} | {d.doc_id for d in out.dropped}
+    return docs
 
 
 def _still_readable(store: Store, query: Query, ranked: Sequence[StageOutput]) -> bool:
@@ -198,15 +204,19 @@ class CachedPipeline(Pipeline):
             trace = Trace(query, resumed.stages, time.perf_counter() - started,
                           (f"retrieval cache: ranked lists served (made at index version {reused.made_at})",),
                           tuple(s.stage for s in reused.payload))
+            depends = dependencies(self, query, trace.stages)
         else:
             trace = super().run(query)
             ranked = tuple(s for s in trace.stages if s.kind.order <= StageKind.GOVERNANCE.order)
+            depends = dependencies(self, query, ranked)
             if self._resume_at is not None:
-                cache.put(CacheKind.RETRIEVAL, retrieval_key, ranked, dependencies(self, query, ranked),
+                cache.put(CacheKind.RETRIEVAL, retrieval_key, ranked, depends,
                           question=query.question, groups=groups, made_at=made_at,
                           seconds=sum(s.seconds for s in ranked), store=store)
+            # the answer depends on what its lists depend on, and on the documents read after them
+            depends = replace(depends, docs=depends.docs | _documents(trace.stages[len(ranked):]))
         binding = bind_evidence(store, query.principal, trace.context, trace.answer, made_at)
-        cache.put(CacheKind.ANSWER, answer_key, (trace.stages, binding), dependencies(self, query, trace.stages),
+        cache.put(CacheKind.ANSWER, answer_key, (trace.stages, binding), depends,
                   question=query.question, groups=groups, made_at=made_at,
                   seconds=sum(s.seconds for s in trace.stages), store=store)
         return trace

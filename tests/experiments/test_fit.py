@@ -132,6 +132,31 @@ def test_the_abstention_threshold_answers_the_answerable_and_abstains_on_the_res
     assert json.loads((tmp_path / "g.json").read_text())["min_coverage"] == pytest.approx(1.0)
 
 
+def test_the_fit_judges_each_answer_as_the_pipeline_gives_it_with_a_multi_hop_answers_slot_facts(example_store,
+                                                                                                  monkeypatch):
+    from ragdx.config import load_settings
+    from ragdx.diagnosis.ours import diagnose_trace
+    from ragdx.queryset import load_queries
+    from tests.conftest import EXAMPLE
+    lexical = ["retrieval.dense.enabled=false", "rerank.method=none"]
+    queries = [q for q in load_queries(EXAMPLE / "queries.jsonl") if q.id == "q-order-quality-refund"]
+    pipeline = build_pipeline(example_store, load_settings(overrides=lexical))
+    answering = build_pipeline(example_store, load_settings(overrides=lexical + ["generation.min_coverage=0"]))
+    trace = answering.run(queries[0])
+    assert trace.rewritten.route == "multi-hop" and trace.rewritten.slots  # the answer states slot facts
+    calls = []
+    generate = type(pipeline.generator).run
+
+    def counted(self, query, context):
+        calls.append(self.min_coverage)
+        return generate(self, query, context)
+    monkeypatch.setattr(type(pipeline.generator), "run", counted)
+    found = fit.fit_abstention(pipeline, queries)
+    assert found.rows[0][2] == diagnose_trace(answering, trace).outcome.value
+    # the variants answered and abstained; the pipeline's own generator, whose answer is thrown away, did not run
+    assert calls == [0.0, float("inf")]
+
+
 def test_a_hallucination_limit_is_kept_before_success(small):
     store, encoder, settings = small
     from ragdx.config import load_settings

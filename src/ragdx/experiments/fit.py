@@ -21,10 +21,10 @@ from ragdx.diagnosis.locate import Diagnoser
 from ragdx.diagnosis.ours import view_of
 from ragdx.diagnosis.records import GOOD_OUTCOMES, Outcome
 from ragdx.errors import ConfigError, InputError
-from ragdx.pipeline import Pipeline, Trace
+from ragdx.pipeline import Pipeline
 from ragdx.stages.fuse import ChannelCalibration, WeightedFusion
 from ragdx.stages.rerank import FEATURES, FeatureReranker, features
-from ragdx.types import Query, Ranked
+from ragdx.types import Query, Ranked, StageKind
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,17 +177,18 @@ def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: s
                           "(generation.method = extractive)")
     resolver = EvidenceResolver(pipeline.store)
     rows = []
-    answering = _with_threshold(generator, 0.0)
-    abstaining = _with_threshold(generator, float("inf"))
+    # the stages up to the context run once; each variant generates (with a multi-hop answer's
+    # slot facts, as the pipeline adds them) and verifies from there
+    until_context = Pipeline([s for s in pipeline.stages if s.kind.order < StageKind.GENERATION.order],
+                             store=pipeline.store)
+    variants = [Pipeline([_with_threshold(s, threshold) if s is generator else s for s in pipeline.stages],
+                         store=pipeline.store) for threshold in (0.0, float("inf"))]
     for query in queries:
-        base = pipeline.run(query)
+        base = until_context.run(query)
         evidence = resolver.run(query)
-        outcomes = []
-        for variant in (answering, abstaining):
-            answer = variant.run(query, base.context)
-            verification = pipeline.verifier.run(query, base.context, answer)
-            trace = Trace(query, (*base.ranked, base.context, answer, verification), base.seconds)
-            outcomes.append(Diagnoser().run(query, evidence, view_of(trace, pipeline.store)).outcome)
+        outcomes = [Diagnoser().run(query, evidence, view_of(variant.resume(base, StageKind.GENERATION),
+                                                              pipeline.store)).outcome
+                    for variant in variants]
         rows.append((query.id, generator.best_score(query, base.context), outcomes[0], outcomes[1]))
     if not rows:
         raise InputError("the validation set has no query")
