@@ -63,7 +63,7 @@ class DenseSettings:
     query_prefix: str = ""
     passage_prefix: str = ""
     with_prefix: bool = True
-    search: str = _choice("exact", "exact", "hnsw")
+    search: str = _choice("auto", "auto", "exact", "quantized", "hnsw")
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
     Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
@@ -29,7 +29,8 @@ from ragdx.types import (
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VersionedIndexStore", "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
+    "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -126,6 +127,33 @@ class Store(Protocol):
     def window_end(self, space_id: str, chunk_id: str) -> int | None: ...
 
     def log_entries(self, since: int = 0) -> list[LogEntry]: ...
+
+
+@runtime_checkable
+class VectorRowStore(Protocol):
+    """A store whose vectors can be read in batches and by row: the dense channel's bounded
+    index (:class:`~ragdx.store.vectors.QuantizedIndex`) keeps int8 codes in memory and reads
+    the float32 vectors of its candidates back to rescore them."""
+
+    def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
+                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
+        """Batches of (row ids, (doc_id, version) pairs, duplicate flags, float32 bytes), by row."""
+        ...
+
+    def vector_count(self, space_id: str) -> int: ...
+
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
+        """Row id -> (chunk id, float32 bytes), for the rows still stored."""
+        ...
+
+    def version_statuses(self) -> dict[tuple[str, str], str]: ...
+
+    def acl_table(self) -> dict[tuple[str, str], frozenset[str]]: ...
+
+    def log_entries(self, since: int = 0) -> list[LogEntry]: ...
+
+    @property
+    def index_version(self) -> int: ...
 
 
 @runtime_checkable

@@ -1078,6 +1078,45 @@ class SQLiteStore:
             ends.append(end)
         return ids, docs, blobs, ends
 
+    def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
+                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
+        """A space's vectors in batches, without holding them all: per batch the chunks' row
+        ids, (doc_id, version) pairs, duplicate flags and float32 bytes, in row order; of every
+        document, or of ``doc_ids`` only. Duplicates are included (flagged), so the rows match
+        :meth:`vector_count`."""
+        columns = "c.rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector"
+        if doc_ids is None:
+            cursor = self._db.execute(f"SELECT {columns} FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                                      "WHERE v.space_id = ? ORDER BY v.chunk_rowid", (space_id,))
+        else:  # from the documents' chunks (CROSS JOIN keeps that order), not a scan of every vector
+            cursor = self._db.execute(
+                f"SELECT {columns} FROM chunks c CROSS JOIN vectors v ON v.space_id = ? AND v.chunk_rowid = c.rowid "
+                f"WHERE c.doc_id IN ({','.join('?' * len(doc_ids))}) ORDER BY c.rowid", (space_id, *doc_ids))
+        while rows := cursor.fetchmany(batch):
+            yield ([r[0] for r in rows], [(r[1], r[2]) for r in rows], [bool(r[3]) for r in rows],
+                   [r[4] for r in rows])
+
+    def vector_count(self, space_id: str) -> int:
+        """How many vectors a space holds (duplicates' included)."""
+        return self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?", (space_id,)).fetchone()[0]
+
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
+        """The chunk id and float32 bytes of a space's vectors at these chunk row ids (those
+        still stored)."""
+        out: dict[int, tuple[str, bytes]] = {}
+        for i in range(0, len(rowids), 500):
+            batch = list(rowids[i:i + 500])
+            for rowid, chunk_id, vector in self._db.execute(
+                    "SELECT v.chunk_rowid, c.id, v.vector FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                    f"WHERE v.space_id = ? AND v.chunk_rowid IN ({','.join('?' * len(batch))})",
+                    (space_id, *batch)):
+                out[rowid] = (chunk_id, vector)
+        return out
+
+    def version_statuses(self) -> dict[tuple[str, str], str]:
+        """Every stored version's status (``current``, ``superseded``, ``expired``)."""
+        return {(d, v): s for d, v, s in self._db.execute("SELECT doc_id, version, status FROM documents")}
+
     def window_end(self, space_id: str, chunk_id: str) -> int | None:
         """How many characters of a chunk the encoder of a space read (None: all of it)."""
         row = self._db.execute("SELECT v.window_end FROM vectors v JOIN chunks c ON "
