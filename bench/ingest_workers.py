@@ -17,6 +17,7 @@ goes to stdout, everything to ``--out`` (JSON).
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import statistics
 import sys
@@ -76,7 +77,10 @@ def run(html_dir: Path, counts: list[int], repeat: int) -> dict[str, object]:
             "code": code_version(), "machine": machine(),
             "corpus": {"html_dir": str(html_dir), "pages": len(pages),
                        "chunks": runs[counts[0]][0]["chunks"]},
-            "same_chunks_every_run": len(digests) == 1, "repeat": repeat, "workers": summary}
+            "same_chunks_every_run": len(digests) == 1, "repeat": repeat, "workers": summary,
+            # the main process's (a forked child's maximum starts at its parent's, so workers' are not told apart)
+            "peak_rss_mb": {"main_process": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1000},
+            "load_average_end": os.getloadavg()}
 
 
 def table(r: dict) -> str:
@@ -87,6 +91,8 @@ def table(r: dict) -> str:
     for n, s in r["workers"].items():
         lines.append(f"  {n:>5}   {s['wall_s']:14.2f}   {s['documents_per_s']:11.1f}   "
                      f"{base['wall_s'] / s['wall_s']:7.2f}x   {s['main_cpu_s']:.1f} + {s['workers_cpu_s']:.1f}")
+    rss = r["peak_rss_mb"]
+    lines.append(f"peak RSS of the main process (Linux, over every run): {rss['main_process']:.0f} MB")
     return "\n".join(lines)
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, Stopwatch, code_version, machine, write_result  # noqa: E402
 
-from ragdx import indexing  # noqa: E402
+from ragdx.index import versions as indexing  # noqa: E402
 from ragdx.build import build_encoder  # noqa: E402
 from ragdx.config import load_settings  # noqa: E402
 from ragdx.ingest.chunk import ChunkerConfig  # noqa: E402
@@ -54,7 +54,7 @@ def cycle(store: SQLiteStore, name: str, config: ChunkerConfig, counter, retain:
           queries: list) -> dict:
     out: dict = {"name": name, "before": statistics_of(store)}
     with Stopwatch() as t:
-        built = indexing.build_index(store, config, counter, retain_superseded=retain)
+        built = indexing.build_index(store, config, counter, retain_superseded=retain, retain_all=retain is None)
     out["build"] = t.times() | {"chunked": built.chunked, "copied": built.copied, "unindexed": built.unindexed,
                                 "chunks": built.chunks}
     print(f"{name}: built {built.index_id} in {t.wall:.1f} s", file=sys.stderr)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ragdx import indexing
+from ragdx.index import versions as indexing
 from ragdx.build import build_ingestor, build_pipeline
 from ragdx.caching import CachedPipeline
 from ragdx.cli import main
@@ -107,17 +107,19 @@ def test_a_switch_drops_every_cached_result(store, tmp_path):
 
 def test_a_deleted_document_never_resurfaces_after_a_switch_or_a_rollback(store):
     index_id = build(store)
+    assert found(store, ["refunds", "gift"]) == {"refund.md"}  # premise: found before the delete
     delete_documents(store, ["refund.md"])  # after the build: its staged chunks go with it
-    assert "refund.md" not in found(store, ["refunds"])
+    assert found(store, ["refunds", "gift"]) == set()
     indexing.switch_index(store, index_id, force=True)
-    assert "refund.md" not in found(store, ["refunds", "gift"])
-    assert store.chunks("refund.md") == []
+    # each index answers (the others' chunks are there), and the deleted one is in none
+    assert found(store, ["refunds", "gift", "parcels"]) == {"shipping.md"}
+    assert configs(store) == {SMALL.id} and store.chunks("refund.md") == []
     indexing.rollback_index(store)
     assert store.live_index().id == INITIAL_INDEX
-    assert "refund.md" not in found(store, ["refunds", "gift"])
+    assert found(store, ["refunds", "gift", "parcels"]) == {"shipping.md"} and SMALL.id not in configs(store)
     assert store.chunks("refund.md") == [] and store.audit()[0] == []
     indexing.rollback_index(store)  # and back again
-    assert "refund.md" not in found(store, ["refunds", "gift"])
+    assert found(store, ["refunds", "gift", "parcels"]) == {"shipping.md"} and configs(store) == {SMALL.id}
 
 
 def test_a_deleted_document_never_resurfaces_through_the_cache_across_a_switch_and_rollback(store, tmp_path):
@@ -289,13 +291,7 @@ def test_the_next_ingest_applies_the_retention_and_logs_it(versions, tmp_path):
 def test_a_schema_1_store_is_read_as_is_and_migrated_when_written(store, tmp_path):
     path = store.path
     store.close()
-    con = sqlite3.connect(path)
-    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
-                               "(name LIKE 'staged_%' OR name = 'index_versions')").fetchall():
-        con.execute(f"DROP TABLE {name}")
-    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-    con.commit()
-    con.close()
+    schema_1(path)
     with SQLiteStore(path, "read") as old:
         assert [(v.id, v.state, v.chunks) for v in old.index_versions()] == [(INITIAL_INDEX, SpaceState.ACTIVE, 6)]
         assert found(old, ["parcels"]) == {"shipping.md"}
@@ -356,8 +352,243 @@ def test_a_parser_version_change_builds_a_version_parsed_again(store):
     live_config = ChunkerConfig(max_tokens=store_config(store))
     built = indexing.build_index(store, live_config, RegexTokenCounter())
     assert (built.chunked, built.copied) == (3, 0)  # nothing copied: every version parsed again
-    assert store.index_version_of(built.index_id).body["parsers"] == {"markdown": "markdown/1"}
+    assert store.index_version_of(built.index_id).settings.parsers == (("markdown", "markdown/1"),)
     indexing.switch_index(store, built.index_id, force=True)
     assert {v.parser for v in store.versions()} == {"markdown/1"} and store.verify() == []
+    assert found(store, ["parcels"]) == {"shipping.md"} and len(store.chunks()) == 6
     indexing.rollback_index(store)
     assert {v.parser for v in store.versions()} == {"markdown/0"}
+    assert found(store, ["parcels"]) == {"shipping.md"} and len(store.chunks()) == 6
+
+
+# -- races and states (each test stands another writer in the gap a check used to leave) ---
+def other_writer(store: SQLiteStore) -> SQLiteStore:
+    return SQLiteStore(store.path, "write")
+
+
+def before_first_transaction(monkeypatch, store: SQLiteStore, act) -> None:
+    """Run ``act()`` (another process's write) just before ``store``'s next transaction begins."""
+    original, done = store.transaction, []
+
+    def transaction():
+        if not done:
+            done.append(act())
+        return original()
+    monkeypatch.setattr(store, "transaction", transaction)
+
+
+def test_an_ingest_sees_a_switch_committed_after_it_parsed(store, tmp_path, monkeypatch):
+    index_id = build(store)
+    indexing.verify_index(store, index_id)
+    ingestor = build_ingestor(store, load_settings(overrides=SETTINGS))  # the default chunker, not SMALL
+    with other_writer(store) as other:
+        before_first_transaction(monkeypatch, store, lambda: indexing.switch_index(other, index_id))
+        with pytest.raises(ConfigError, match=r"max_tokens: 12 \(live\) vs 200"):
+            ingestor.run(manifest(tmp_path / "c", docs=dict(DOCS, **{"new.md": "# New\n\nParcels by night.\n"})))
+    assert store.live_index().id == index_id and configs(store) == {SMALL.id}
+    assert store.chunks("new.md") == []
+
+
+def test_a_parser_change_is_refused_by_an_ingest_into_a_built_live_index(store, tmp_path):
+    indexing.switch_index(store, build(store), force=True)
+    store._db.execute("UPDATE index_versions SET body = REPLACE(body, 'markdown/1', 'markdown/0')")  # an older ragdx
+    before = snapshot(store.path)
+    settings = load_settings(overrides=SETTINGS + ["chunking.max_tokens=12"])  # the live chunker
+    with pytest.raises(ConfigError, match="parses markdown with markdown/0, and this ragdx parses it with markdown/1"):
+        build_ingestor(store, settings).run(manifest(tmp_path / "c", docs=dict(
+            DOCS, **{"shipping.md": DOCS["shipping.md"].replace("two", "three")})))
+    assert snapshot(store.path) == before
+
+
+def test_building_the_retired_versions_settings_makes_a_new_version_and_keeps_the_rollback(store):
+    first = build(store)
+    indexing.switch_index(store, first, force=True)
+    indexing.switch_index(store, build(store, ChunkerConfig(max_tokens=20)), force=True)
+    assert store.index_version_of(first).state is SpaceState.RETIRED
+    again = build(store)  # SMALL: the retired version's settings
+    assert again not in (first, INITIAL_INDEX)
+    assert store.index_version_of(first).state is SpaceState.RETIRED
+    assert indexing.rollback_index(store) == first and configs(store) == {SMALL.id}
+
+
+def test_a_failed_verify_takes_back_verified(store, tmp_path):
+    old = store.latest("refund.md").document.version
+    ingest(store, tmp_path / "c", docs=dict(DOCS, **{"refund.md": DOCS["refund.md"].replace("30 days", "45 days")}))
+    queries = load_queries(write(tmp_path / "q.jsonl", json.dumps({
+        "id": "q1", "question": QUESTION,
+        "required": [[{"doc": "refund.md", "version": old, "quote": "accepted within 30 days"}]]}) + "\n"))
+    index_id = build(store, ChunkerConfig(max_tokens=store_config(store)), retain=0)
+    assert indexing.verify_index(store, index_id).state is SpaceState.VERIFIED  # without the queries
+    check = indexing.verify_index(store, index_id, queries)
+    assert check.problems and check.state is SpaceState.BUILT
+    with pytest.raises(InputError, match="is built, not verified"):
+        indexing.switch_index(store, index_id)
+
+
+def test_a_verify_does_not_promote_a_version_rebuilt_meanwhile(store, monkeypatch):
+    index_id = build(store)
+    probes = indexing._permission_probes
+
+    def rebuilt_meanwhile(live, new, n, notes):  # another process starts a build of it
+        with other_writer(store) as other, other.transaction():
+            other.set_index_state(index_id, SpaceState.BUILDING)
+        return probes(live, new, n, notes)
+    monkeypatch.setattr(indexing, "_permission_probes", rebuilt_meanwhile)
+    check = indexing.verify_index(store, index_id)
+    assert check.problems == () and check.state is SpaceState.BUILDING
+    with pytest.raises(InputError, match="being built"):
+        indexing.switch_index(store, index_id, force=True)
+
+
+def test_a_build_leaves_out_a_document_deleted_while_it_ran(store, monkeypatch):
+    reparse, seen = indexing._reparse, []
+
+    def deleted_meanwhile(s, stored):
+        seen.append(stored.document.doc_id)
+        if len(seen) == 2:
+            with other_writer(store) as other:
+                delete_documents(other, ["refund.md"])
+        return reparse(s, stored)
+    monkeypatch.setattr(indexing, "_reparse", deleted_meanwhile)
+    built = indexing.build_index(store, SMALL, RegexTokenCounter())
+    assert "refund.md" in seen[:2]  # premise: it was parsed before it was deleted
+    assert (built.chunked, built.state) == (2, SpaceState.BUILT)
+    indexing.switch_index(store, built.index_id, force=True)
+    assert sorted(store.doc_ids()) == ["salaries.md", "shipping.md"] and store.verify() == []
+    assert found(store, ["parcels"]) == {"shipping.md"}
+
+
+def test_a_switch_in_another_process_keeps_the_version_being_built(store, monkeypatch):
+    first = build(store)
+    indexing.verify_index(store, first)
+    reparse, seen = indexing._reparse, []
+
+    def switched_meanwhile(s, stored):
+        seen.append(stored)
+        if len(seen) == 2:
+            with other_writer(store) as other:
+                indexing.switch_index(other, first)
+        return reparse(s, stored)
+    monkeypatch.setattr(indexing, "_reparse", switched_meanwhile)
+    built = indexing.build_index(store, ChunkerConfig(max_tokens=20), RegexTokenCounter())
+    assert (built.chunked, built.state) == (3, SpaceState.BUILT)
+    assert {v.id: v.state for v in store.index_versions()} == {
+        INITIAL_INDEX: SpaceState.RETIRED, first: SpaceState.ACTIVE, built.index_id: SpaceState.BUILT}
+    indexing.switch_index(store, built.index_id, force=True)
+    assert configs(store) == {ChunkerConfig(max_tokens=20).id} and found(store, ["parcels"]) == {"shipping.md"}
+
+
+def test_a_build_whose_version_is_dropped_fails_with_a_message(store, monkeypatch):
+    reparse, seen = indexing._reparse, []
+
+    def dropped_meanwhile(s, stored):
+        seen.append(stored)
+        if len(seen) == 1:
+            with other_writer(store) as other, other.transaction():
+                other._db.execute("DELETE FROM index_versions WHERE id = 'ix_1'")
+        return reparse(s, stored)
+    monkeypatch.setattr(indexing, "_reparse", dropped_meanwhile)
+    with pytest.raises(StoreError, match="index version ix_1 was dropped while it was being built"):
+        indexing.build_index(store, SMALL, RegexTokenCounter())
+
+
+def test_retention_is_applied_at_the_switch(versions, tmp_path):
+    # built with retain 0 while a@3 was current; a@4 ingested after the build makes a@3 superseded
+    index_id = build(versions, ChunkerConfig(max_tokens=store_config(versions)), retain=0)
+    write(tmp_path / "a4.txt", "apple grape")
+    build_ingestor(versions, load_settings(overrides=SETTINGS)).run(write(
+        tmp_path / "m.jsonl", json.dumps({"doc_id": "a", "version": "4", "path": "a4.txt"}) + "\n"))
+    indexing.switch_index(versions, index_id, force=True)
+    assert sorted({(c.doc_id, c.version) for c in versions.chunks()}) == [("a", "4"), ("b", "1")]
+    # N = 2 rows (a@4: 4 tokens, b@1: 6); "appl" only in a@4, "fig" (a@3) in none
+    assert versions.keyword_statistics(["appl", "fig", "banana"]) == (2, (4 + 6) / 2, {"appl": 1, "fig": 0, "banana": 1})
+
+
+def test_the_migration_runs_once_when_two_writers_open_a_schema_1_store(store, monkeypatch):
+    path = store.path
+    store.close()
+    schema_1(path)
+    migrate, calls = SQLiteStore._migrate, []
+
+    def raced(self):  # another writer opens it (migrating it) and switches twice before this one begins
+        calls.append(self)
+        if len(calls) == 1:
+            with SQLiteStore(path, "write") as other:
+                for config in (SMALL, ChunkerConfig(max_tokens=20)):
+                    indexing.switch_index(other, build(other, config), force=True)
+        return migrate(self)
+    monkeypatch.setattr(SQLiteStore, "_migrate", raced)
+    with SQLiteStore(path, "write") as first:
+        assert [(v.id, v.state) for v in first.index_versions()] == [("ix_1", SpaceState.RETIRED),
+                                                                     ("ix_2", SpaceState.ACTIVE)]
+        assert first.verify() == [] and configs(first) == {ChunkerConfig(max_tokens=20).id}
+
+
+def test_an_index_switch_takes_verified_from_a_space_without_vectors_of_the_new_chunks(tmp_path):
+    from ragdx.index import spaces
+    from ragdx.ingest.embed import Embedder
+    from ragdx.testing.encoders import HashingEncoder
+    live, other = Embedder(HashingEncoder(), backend="HashingEncoder"), \
+        Embedder(HashingEncoder(seed=1), backend="HashingEncoder")
+    dense = ["chunking.tokenizer=regex", "rerank.method=none", "generation.semantic_weight=0"]
+    with SQLiteStore(tmp_path / "d.db") as store:
+        build_ingestor(store, load_settings(overrides=dense), encoder=live.encoder).run(manifest(tmp_path / "c"))
+        spaces.build_space(store, other)
+        assert spaces.verify_space(store, other.space.id, other) == []  # premise: verified beside
+        built = indexing.build_index(store, SMALL, RegexTokenCounter(), embedder=live)
+        indexing.switch_index(store, built.index_id, force=True, embedder=live)
+        assert store.space_state(other.space.id) is SpaceState.BUILT
+        assert len(store.chunks_without_vectors(other.space.id)) == built.chunks
+        with pytest.raises(InputError, match="is built, not verified"):
+            spaces.switch_space(store, other.space.id)
+        # verified, then new chunks without a vector there: the switch refuses too
+        spaces.build_space(store, other)
+        assert spaces.verify_space(store, other.space.id, other) == []
+        build_ingestor(store, load_settings(overrides=dense + ["chunking.max_tokens=12"]),
+                       encoder=live.encoder).run(manifest(tmp_path / "c", docs={"new.md": "# New\n\nParcels.\n"}))
+        with pytest.raises(InputError, match=f"space {other.space.id} has no vector for 1 chunks"):
+            spaces.switch_space(store, other.space.id)
+        assert store.active_space().id == live.space.id
+
+
+def test_a_switch_refuses_new_chunks_without_an_embedder_even_if_they_came_meanwhile(tmp_path, monkeypatch):
+    from ragdx.ingest.embed import Embedder
+    from ragdx.testing.encoders import HashingEncoder
+    embedder = Embedder(HashingEncoder(), backend="HashingEncoder")
+    dense = ["chunking.tokenizer=regex", "rerank.method=none", "generation.semantic_weight=0"]
+    with SQLiteStore(tmp_path / "d.db") as store:
+        build_ingestor(store, load_settings(overrides=dense), encoder=embedder.encoder).run(manifest(tmp_path / "c"))
+        index_id = indexing.build_index(store, SMALL, RegexTokenCounter(), embedder=embedder).index_id
+        assert not indexing.needs_embedder(store, index_id)  # premise: nothing to embed when checked
+
+        def ingested_meanwhile():
+            with other_writer(store) as other:
+                build_ingestor(other, load_settings(overrides=dense), encoder=embedder.encoder).run(
+                    manifest(tmp_path / "n", docs={"new.md": "# New\n\nParcels by night.\n"}))
+        before_first_transaction(monkeypatch, store, ingested_meanwhile)
+        with pytest.raises(ConfigError, match="chunks without a vector"):
+            indexing.switch_index(store, index_id, force=True)
+        assert store.live_index().id == INITIAL_INDEX
+        assert store.chunks_without_vectors(store.active_space().id) == []
+
+
+def schema_1(path: Path) -> None:
+    """Make a store of schema 2 what schema 1 was: no index-version tables."""
+    con = sqlite3.connect(path)
+    for (name,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND "
+                               "(name LIKE 'staged_%' OR name = 'index_versions')").fetchall():
+        con.execute(f"DROP TABLE {name}")
+    con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    con.commit()
+    con.close()
+
+
+def test_the_cli_reports_a_refused_write_as_such_not_as_a_damaged_store(store, monkeypatch, capsys):
+    import sqlite3 as sql
+
+    def refused(*args, **kwargs):
+        raise sql.IntegrityError("FOREIGN KEY constraint failed")
+    monkeypatch.setattr(indexing, "build_index", refused)
+    assert main(["index", "build", "--chunks", "--store", str(store.path), "--set", "retrieval.dense.enabled=false"]) == 2
+    err = capsys.readouterr().err
+    assert "SQLite refused a write (FOREIGN KEY constraint failed)" in err and "integrity check" not in err

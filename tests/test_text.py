@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragdx.text import asked_quantity, split_question, statements, states_quantity, stem
+from ragdx.text import asked_quantity, content_terms, statements, states_quantity, stem
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -38,3 +38,8 @@ def test_number_words_state_an_amount():
 def test_a_signature_with_defaults_is_a_statement_and_a_heading_is_not():
     text = "Introduction\n\ndatetime.isoformat(sep='T', timespec='auto')\n\nReturn a string."
     assert statements(text) == ["datetime.isoformat(sep='T', timespec='auto')", "Return a string."]
+
+
+def test_filler_words_of_a_question_are_not_content():
+    assert content_terms("My program is too slow. Why am I getting an error?") == [
+        "program", "slow", "getting", "error"]

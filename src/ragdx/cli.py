@@ -169,7 +169,8 @@ def cmd_build_encoder(args: argparse.Namespace) -> int:
 
 
 def cmd_index(args: argparse.Namespace) -> int:
-    from ragdx.ingest import index
+    from ragdx.index import spaces as index
+    from ragdx.protocols import VersionedIndexStore
     from ragdx.report.terminal import table
     if args.index and args.space:
         raise _UsageError("give --index (an index version) or --space (an embedding space), not both")
@@ -178,7 +179,7 @@ def cmd_index(args: argparse.Namespace) -> int:
             rows = [(s.id, s.model_id, backend, state, count, s.dim, s.weights_hash)
                     for s, backend, state, count in store.spaces()]
             print(table(["space", "model", "backend", "state", "vectors", "dim", "weights"], rows))
-            if hasattr(store, "index_versions"):
+            if isinstance(store, VersionedIndexStore):
                 print(table(["index", "state", "versions", "chunks", "chunker", "parsers", "retain"],
                             [_index_row(v) for v in store.index_versions()]))
             counts = store.counts()
@@ -226,17 +227,21 @@ def cmd_index(args: argparse.Namespace) -> int:
 
 
 def _index_row(v) -> tuple:
-    chunker = v.body["chunker"]
-    what = "as ingested" if chunker is None else \
-        f"max {chunker['max_tokens']}, overlap {chunker['overlap_tokens']}, {chunker['tokenizer']}"
-    parsers = "as ingested" if v.body["parsers"] is None else ", ".join(v.body["parsers"].values())
+    from ragdx.ingest.chunk import ChunkerConfig
+    settings = v.settings
+    if settings.chunker is None:
+        what = "as ingested"
+    else:
+        config = ChunkerConfig.from_json(settings.chunker)
+        what = f"max {config.max_tokens}, overlap {config.overlap_tokens}, {config.tokenizer}"
+    parsers = "as ingested" if settings.parsers is None else ", ".join(p for _, p in settings.parsers)
     retain = "all" if v.retain_superseded is None else v.retain_superseded
     return (v.id, v.state, v.versions, v.chunks, what, parsers, retain)
 
 
 def _index_versions(args: argparse.Namespace, store) -> int:
     """``ragdx index build --chunks``, ``verify/switch --index ID``, ``rollback --chunks``."""
-    from ragdx import indexing
+    from ragdx.index import versions as indexing
     from ragdx.build import build_encoder, chunker_for
     from ragdx.ingest.embed import Embedder
     if args.action in ("verify", "switch") and not args.index:
@@ -245,15 +250,14 @@ def _index_versions(args: argparse.Namespace, store) -> int:
         raise _UsageError("index build --chunks makes a new index version from the settings; it takes no --index")
     settings = _settings(args)
     dense = settings.retrieval.dense
-    needed = store.active_space() is not None and dense.enabled and (
-        args.action == "build" or (args.action == "switch" and indexing.needs_encoder(store, args.index))
-        or args.action == "rollback")
-    encoder = build_encoder(dense) if needed else None
+    target = {"build": None, "switch": args.index}.get(args.action) if args.action != "rollback" \
+        else indexing.rollback_target(store)
+    encoder = build_encoder(dense) if dense.enabled and indexing.needs_embedder(store, target) else None
     embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=dense.backend) if encoder else None
     config, counter = chunker_for(settings, encoder)
     if args.action == "build":
-        retain = args.retain if args.retain is not None else indexing.live_retention(store)
-        built = indexing.build_index(store, config, counter, embedder=embedder, retain_superseded=retain)
+        built = indexing.build_index(store, config, counter, embedder=embedder, retain_all=args.retain == "all",
+                                     retain_superseded=None if args.retain == "all" else args.retain)
         print(f"index {built.index_id}: {built.chunked} versions chunked, {built.copied} copied from the live "
               f"index, {built.unindexed} held unindexed (retention); {built.chunks} chunks, "
               f"{built.seconds:.1f} s; state {built.state}")
@@ -594,9 +598,11 @@ def _positive(value: str) -> int:
     return int(value)
 
 
-def _non_negative(value: str) -> int:
+def _retention(value: str) -> int | str:
+    if value == "all":
+        return value
     if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 0")
+        raise argparse.ArgumentTypeError(f"{value!r} is neither 'all' nor a whole number of at least 0")
     return int(value)
 
 
@@ -659,8 +665,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "keyword index from the settings (chunking.*, --retain, today's parsers) instead of an "
                    "embedding space; rollback: return to the index version the live one replaced")
     p.add_argument("--index", help="an index version id (verify, switch; see 'ragdx index status')")
-    p.add_argument("--retain", type=_non_negative, help="build --chunks: superseded or expired versions of each "
-                   "document kept indexed, newest first (default: as the live index)")
+    p.add_argument("--retain", type=_retention, help="build --chunks: superseded or expired versions of each "
+                   "document kept indexed, newest first, or 'all' (default: as the live index)")
     p.add_argument("--queries", help="verify --index: a query set whose required spans must still resolve, "
                    "and whose questions time the new index against the live one")
     p.add_argument("--force", action="store_true", help="switch to a space or index version that is not verified")
@@ -798,6 +804,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except _UsageError as exc:
         print(f"ragdx {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.IntegrityError as exc:  # a constraint refused a write: the store is not damaged
+        print(f"ragdx {args.command}: error: SQLite refused a write ({exc}): another process changed the "
+              "store while this command ran, or this is a bug in ragdx; the refused write was not made "
+              "and the store is intact: run the command again", file=sys.stderr)
         return 2
     except sqlite3.DatabaseError as exc:  # a page found damaged while reading
         store = getattr(args, "store", None) or "the store"

@@ -63,7 +63,7 @@ class DenseSettings:
     query_prefix: str = ""
     passage_prefix: str = ""
     with_prefix: bool = True
-    search: str = _choice("exact", "exact", "hnsw")
+    search: str = _choice("auto", "auto", "exact", "quantized", "hnsw")
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +154,7 @@ class GenerationSettings:
     method: str = _choice("extractive", "extractive", "chat")
     min_coverage: float = _at_least(0.51, 0.0)  # fitted on the dev set (docs/benchmarks.md)
     keep_ratio: float = _at_least(0.5, 0.0)
-    max_sentences: int = _at_least(5, 1)
+    max_sentences: int = _at_least(7, 1)
     semantic_weight: float = _at_least(0.7, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0)
     base_url: str = ""

@@ -21,15 +21,16 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, EmbeddingSpace, Encoding, LogEntry, Query, Ranked, Rewrite, Rewritten, Section,
-    StageKind, StoredVersion, Verification, VersionFilter,
+    Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
+    Section, StageKind, StoredVersion, Verification, VersionFilter,
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
+    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
+    "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
 
@@ -129,6 +130,33 @@ class Store(Protocol):
 
 
 @runtime_checkable
+class VectorRowStore(Protocol):
+    """A store whose vectors can be read in batches and by row: the dense channel's bounded
+    index (:class:`~ragdx.store.vectors.QuantizedIndex`) keeps int8 codes in memory and reads
+    the float32 vectors of its candidates back to rescore them."""
+
+    def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
+                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
+        """Batches of (row ids, (doc_id, version) pairs, duplicate flags, float32 bytes), by row."""
+        ...
+
+    def vector_count(self, space_id: str) -> int: ...
+
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
+        """Row id -> (chunk id, float32 bytes), for the rows still stored."""
+        ...
+
+    def version_statuses(self) -> dict[tuple[str, str], str]: ...
+
+    def acl_table(self) -> dict[tuple[str, str], frozenset[str]]: ...
+
+    def log_entries(self, since: int = 0) -> list[LogEntry]: ...
+
+    @property
+    def index_version(self) -> int: ...
+
+
+@runtime_checkable
 class VectorSearchStore(Protocol):
     """A store that searches its own vectors (the PostgreSQL store): the dense channel asks it
     instead of loading the space's vectors into memory."""
@@ -143,6 +171,25 @@ class VectorSearchStore(Protocol):
     def readable_many(self, groups: tuple[str, ...],
                       keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (doc_id, version) pairs the groups may read, in one look-up."""
+        ...
+
+
+@runtime_checkable
+class VersionedIndexStore(Protocol):
+    """A store whose index has versions built beside the live one (the SQLite store; docs/ingest.md,
+    "Index versions"): an ingest chunks and parses as the live version does, and applies its
+    retention. A store without it (PostgreSQL) re-chunks in place."""
+
+    def live_index(self) -> IndexVersion:
+        """The index version queries search."""
+        ...
+
+    def index_versions(self, counted: bool = True) -> list[IndexVersion]:
+        """Every index version, oldest first (with what each holds, when ``counted``)."""
+        ...
+
+    def apply_retention(self, doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
+        """Take out of the live index the superseded versions its retention does not keep."""
         ...
 
 

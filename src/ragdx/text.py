@@ -41,7 +41,7 @@ def _trim(text: str, start: int, end: int) -> tuple[int, int]:
 STOPWORDS = frozenset("""a an and are as at be by can could do does for from get got had has have how
 i if in into is it its me my of on or our so than that the their them then there these they this
 to up was we were what when where which who why will with would you your after before about
-need needs been once still ago make much many long just also very own same other does did""".split())
+need needs been once still ago make much many long just also very own same other does did am too""".split())
 
 
 # a version or decimal number is one term ("3.9", "1.0.2"); a word keeps its clitic ("python's")

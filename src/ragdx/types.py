@@ -685,6 +685,75 @@ class SpaceState(ChoiceEnum):
     RETIRED = "retired"
 
 
+@dataclass(frozen=True, slots=True)
+class KeywordSettings:
+    """The keyword index's settings an index version fixes: FTS5's tokenizer, ``k1`` and ``b``
+    (recorded: FTS5's ``bm25()`` fixes them), and how many superseded or expired versions of each
+    document stay indexed, newest first (None: all)."""
+
+    tokenizer: str
+    k1: float
+    b: float
+    retain_superseded: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """What defines an index version (docs/formats.md, "Index versions"); two versions with equal
+    settings are the same version.
+
+    Attributes:
+        chunker: the chunker config every chunk was cut with, as ``ChunkerConfig.to_json()``
+            writes it (None: as each ingest chunked, the store's first index).
+        parsers: ``(format, parser id)`` of each format the store held, sorted (None: as each
+            ingest parsed).
+        keyword: the keyword index's settings.
+    """
+
+    chunker: str | None
+    parsers: tuple[tuple[str, str], ...] | None
+    keyword: KeywordSettings
+
+    def parser(self, fmt: str) -> str | None:
+        """The parser this version parses ``fmt`` with (None: as ingested, or a format it never held)."""
+        return dict(self.parsers or ()).get(fmt)
+
+    def to_json(self) -> str:
+        """The stored form (``index_versions.body``): one JSON object, keys sorted."""
+        return json.dumps({"chunker": None if self.chunker is None else json.loads(self.chunker),
+                           "parsers": None if self.parsers is None else dict(self.parsers),
+                           "keyword": {"tokenizer": self.keyword.tokenizer, "k1": self.keyword.k1,
+                                       "b": self.keyword.b, "retain_superseded": self.keyword.retain_superseded}},
+                          sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "IndexSettings":
+        body = json.loads(text)
+        chunker, parsers, keyword = body["chunker"], body["parsers"], body["keyword"]
+        return cls(None if chunker is None else json.dumps(chunker, sort_keys=True),
+                   None if parsers is None else tuple(sorted(parsers.items())),
+                   KeywordSettings(keyword["tokenizer"], keyword["k1"], keyword["b"], keyword["retain_superseded"]))
+
+
+@dataclass(frozen=True, slots=True)
+class IndexVersion:
+    """One version of the chunk and keyword index: the live one (``active``), one built beside it
+    (``building``, ``built``, ``verified``), or the one it replaced (``retired``, kept for a
+    rollback); ``versions`` and ``chunks`` count what it holds (0 when read without counts)."""
+
+    id: str
+    settings: IndexSettings
+    state: SpaceState
+    versions: int
+    chunks: int
+    created_at: str
+    updated_at: str
+
+    @property
+    def retain_superseded(self) -> int | None:
+        return self.settings.keyword.retain_superseded
+
+
 _VERSION_TOKEN = re.compile(r"(?<![\w.-])v?(\d+(?:[.-]\d+)+)(?![\w]|[.-]\d)")
 
 

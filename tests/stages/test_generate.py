@@ -184,3 +184,22 @@ def test_each_part_of_a_question_is_answered():
     cited = [c.citations[0] for c in whole.claims]
     assert "E1" in cited and len(cited) == 3
     assert cited[:2] == ["V1", "V3"]  # 6 and 5 of the 9 question terms; V2 has 4
+
+
+def test_each_further_statement_comes_from_a_unit_not_yet_cited_first():
+    question = "How are refunds for damaged parcels paid abroad?"  # refund, damag, parcel, paid, abroad
+    a = unit("A", "Refunds for damaged parcels are paid abroad by transfer.", 1)               # 5 of 5
+    b = unit("B", "Refunds for damaged parcels are paid in euros. Damaged parcels abroad get refunds.", 2)  # 4, 4
+    c = unit("C", "Parcels abroad are paid by card.", 3)                                         # 3 of 5
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.5, max_sentences=3)
+    answer = gen.run(Query("q", question), context(a, b, c))
+    # after A's and B's best, C's statement (0.6) goes before B's second one (0.8): C is not cited yet
+    assert [c.citations[0] for c in answer.claims] == ["A", "B", "C"]
+
+
+def test_a_statement_that_announces_what_follows_brings_it():
+    text = "To make a script executable, run these two commands:\n\n$ chmod +x script.py\n$ ./script.py"
+    gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=1)
+    answer = gen.run(Query("q", "How do I make a script executable?"), context(unit("S1", text)))
+    assert [c.text for c in answer.claims] == ["To make a script executable, run these two commands:",
+                                               "$ chmod +x script.py $ ./script.py"]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ragdx.errors import InputError, SpaceMismatchError
-from ragdx.ingest import index
+from ragdx.index import spaces as index
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import delete_documents
 from ragdx.build import build_ingestor, build_pipeline

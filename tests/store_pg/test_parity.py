@@ -22,8 +22,7 @@ pytestmark = pytest.mark.pg
 
 def _run(store, folder, encoder):
     example = example_dir()
-    settings = load_settings()  # retrieval.dense.search is "exact" by default
-    assert settings.retrieval.dense.search == "exact"
+    settings = load_settings(overrides=["retrieval.dense.search=exact"])  # exact on every backend
     build_ingestor(store, settings, encoder).run(example / "manifest.jsonl")
     run(store, settings, load_queries(example / "queries.jsonl"), folder, example / "queries.jsonl",
         progress=False, encoder=encoder)

@@ -13,7 +13,7 @@ import pytest
 from ragdx.build import build_ingestor
 from ragdx.config import load_settings
 from ragdx.errors import InputError, StoreError
-from ragdx.ingest import index
+from ragdx.index import spaces as index
 from ragdx.ingest.chunk import ChunkerConfig
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor, delete_documents

@@ -77,6 +77,12 @@ class ChunkerConfig:
         """The configuration and the algorithm's version, as recorded with each chunked version."""
         return json.dumps(asdict(self) | {"algorithm": ALGORITHM}, sort_keys=True)
 
+    @classmethod
+    def from_json(cls, text: str) -> "ChunkerConfig":
+        """The config :meth:`to_json` recorded (its ``algorithm`` is not checked: compare
+        ``to_json()`` with the text for that)."""
+        return cls(**{k: v for k, v in json.loads(text).items() if k != "algorithm"})
+
     @property
     def id(self) -> str:
         """A short hash of :meth:`to_json`, recorded on every chunk it produced."""

@@ -20,6 +20,7 @@ from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.progress import Progress
+from ragdx.protocols import VersionedIndexStore
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
 
@@ -240,7 +241,6 @@ class Ingestor:
         with Progress("parsing and chunking", len(entries), unit="documents") as progress:
             prepared = _supersede_earlier(self.prepare_all(entries, progress))
         self._refuse_lost_vectors(prepared)
-        self._refuse_other_chunker(prepared)
         vectors: dict[str, VectorRow] = {}
         stats = None
         if self.embedder is not None:
@@ -254,6 +254,7 @@ class Ingestor:
         log.info("writing %d documents", len(prepared))
         actions = []
         with self.store.transaction():
+            self._refuse_other_index(prepared)  # inside: a switch committed meanwhile is seen
             if self.embedder is not None and self.store.active_space() is None:
                 space = self.embedder.space
                 self.store.register_space(space, self.embedder.backend)
@@ -265,9 +266,8 @@ class Ingestor:
                     if vectors and item.chunked and action.action in ("add", "rechunk"):
                         self.store.write_vectors(self.embedder.space.id, [
                             vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
-            retention = getattr(self.store, "apply_retention", None)  # index versions: SQLite only
-            if retention is not None:
-                retention(sorted({p.document.doc_id for p in prepared}))
+            if isinstance(self.store, VersionedIndexStore):
+                self.store.apply_retention(sorted({p.document.doc_id for p in prepared}))
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
                          for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),
@@ -297,22 +297,31 @@ class Ingestor:
             f"{active.model_id!r}); to leave the dense channel on purpose, ingest into a new store beside "
             "the live one (ragdx ingest --store NEW.db ...) and move readers to it once it is checked")
 
-    def _refuse_other_chunker(self, prepared: list[PreparedDocument]) -> None:
-        """Refuse to chunk into a live index built with other chunker settings ('ragdx index
-        build --chunks'): the live index would mix two chunkers, and a re-chunk would rewrite it
-        in place instead of beside it."""
-        live = getattr(self.store, "live_index", None)
-        body = live().body["chunker"] if live is not None else None
-        if body is None or body == json.loads(self._config_json):
+    def _refuse_other_index(self, prepared: list[PreparedDocument]) -> None:
+        """Refuse to chunk into a live index built with other chunker settings or another parser
+        of a format ('ragdx index build --chunks'): the live index would mix two chunkers or
+        parsers, and a re-chunk would rewrite it in place instead of beside it. Called inside the
+        write transaction, so the live index read is the one written to."""
+        if not isinstance(self.store, VersionedIndexStore):
             return
-        if any(p.chunked is not None for p in prepared):
-            mine = json.loads(self._config_json)
-            differ = ", ".join(f"{k}: {body.get(k)!r} (live) vs {mine.get(k)!r}" for k in sorted(mine)
-                               if body.get(k) != mine.get(k))
-            raise ConfigError(
-                f"the live index {live().id} was built with other chunker settings ({differ}): ingest "
-                "with the live index's settings ('ragdx index status' shows them), or build a new index "
-                "version beside the live one with 'ragdx index build --chunks'")
+        live = self.store.live_index()
+        chunking = [p for p in prepared if p.chunked is not None]
+        if not chunking:
+            return
+        how = "build a new index version beside the live one with 'ragdx index build --chunks'"
+        if live.settings.chunker is not None and live.settings.chunker != self._config_json:
+            theirs, mine = json.loads(live.settings.chunker), json.loads(self._config_json)
+            differ = ", ".join(f"{k}: {theirs.get(k)!r} (live) vs {mine.get(k)!r}" for k in sorted(mine)
+                               if theirs.get(k) != mine.get(k))
+            raise ConfigError(f"the live index {live.id} was built with other chunker settings ({differ}): "
+                              f"ingest with the live index's settings ('ragdx index status' shows them), or {how}")
+        for item in chunking:
+            fmt = item.document.format
+            wanted = live.settings.parser(fmt)
+            if wanted is not None and item.parsed is not None and item.parsed.parser != wanted:
+                raise ConfigError(f"{item.document.doc_id}: the live index {live.id} parses {fmt} with "
+                                  f"{wanted}, and this ragdx parses it with {item.parsed.parser}: {how}, "
+                                  f"which parses every version again ({item.entry.origin})")
 
     def _write(self, item: PreparedDocument) -> IngestAction:
         doc, store = item.document, self.store

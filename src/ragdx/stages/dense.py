@@ -3,7 +3,11 @@
 A query is searched only against vectors of the very space its encoder produces (model,
 weights, dimension, normalisation, prompts, window); anything else is refused, since vectors
 of two spaces are not comparable even when their dimensions agree. Exact search (numpy) is the
-default; approximate search (hnswlib) is optional and its recall is measured, not assumed.
+default for a space of up to :data:`EXACT_UP_TO` vectors; above it (``search = "auto"``), the
+bounded index holds sign bits and int8 codes and rescores its candidates exactly from the store
+(:class:`~ragdx.store.vectors.QuantizedIndex`), under a third of float32's memory. Approximate search
+(hnswlib) is optional. What the bounded and approximate indexes cost in recall is measured
+(bench/million_chunks.py, bench/ann_recall.py), not assumed.
 
 A store that searches its own vectors (:class:`~ragdx.protocols.VectorSearchStore`, such as
 the PostgreSQL store) is asked directly; the vectors of any other store are loaded into an
@@ -14,10 +18,15 @@ from __future__ import annotations
 
 import time
 
-from ragdx.protocols import Encoder, Store, VectorSearchStore
+from ragdx.errors import ConfigError
+from ragdx.protocols import Encoder, Store, VectorRowStore, VectorSearchStore
 from ragdx.stages._access import readable_only
-from ragdx.store.vectors import DenseIndex, HnswIndex, check_space
-from ragdx.types import Candidate, Provenance, Query, Ranked, StageKind, VersionFilter
+from ragdx.store.vectors import DenseIndex, HnswIndex, QuantizedIndex, check_space
+from ragdx.types import Candidate, EmbeddingSpace, Provenance, Query, Ranked, StageKind, VersionFilter
+
+#: ``search = "auto"`` searches exactly (float32 in memory) up to this many vectors, and with the
+#: bounded (quantized) index above (docs/benchmarks.md, "Dense search in bounded memory").
+EXACT_UP_TO = 100_000
 
 
 class DenseRetriever:
@@ -27,7 +36,9 @@ class DenseRetriever:
         store: the store.
         encoder: encodes the question; its space must be the store's active space.
         top_k: how many candidates to return.
-        search: ``exact`` (numpy) or ``hnsw`` (approximate, extra ``ann``).
+        search: ``auto`` (``exact`` up to :data:`EXACT_UP_TO` vectors, ``quantized`` above),
+            ``exact`` (float32 numpy), ``quantized`` (sign bits and int8 codes in memory,
+            candidates rescored exactly from the store) or ``hnsw`` (approximate, extra ``ann``).
         name: the channel's name in traces.
         current_only: search the versions in force and those the question names (False: all).
     """
@@ -35,7 +46,7 @@ class DenseRetriever:
     kind = StageKind.RETRIEVAL
 
     def __init__(self, store: Store, encoder: Encoder, *, top_k: int = 100,
-                 search: str = "exact", name: str = "dense", current_only: bool = True) -> None:
+                 search: str = "auto", name: str = "dense", current_only: bool = True) -> None:
         self.store = store
         self.current_only = current_only
         self.encoder = encoder
@@ -44,19 +55,36 @@ class DenseRetriever:
         self.name = name
         # the loaded index, one slot shared with every deeper() copy: a copy (governance's probe,
         # the diagnosis's deeper search) must not load a second copy of every vector
-        self._slot: list[DenseIndex | HnswIndex | None] = [None]
+        self._slot: list[DenseIndex | HnswIndex | QuantizedIndex | None] = [None]
 
-    def index(self) -> DenseIndex | HnswIndex:
-        """The active space's index, rebuilt whenever the store changed (an edit, a deletion or
-        an access change bumps the store's index version)."""
+    def index(self) -> DenseIndex | HnswIndex | QuantizedIndex:
+        """The active space's index, brought up to date whenever the store changed (an edit, a
+        deletion or an access change bumps the store's index version): the bounded index is
+        patched, the others are loaded again."""
         space = self.store.active_space()
         check_space(self.encoder.space, space, self.name)
         assert space is not None
         index = self._slot[0]
-        if index is None or index.space_id != space.id or index.index_version != self.store.index_version:
-            exact = DenseIndex.load(self.store, space.id, space.dim)
-            index = self._slot[0] = HnswIndex(exact) if self.search == "hnsw" else exact
+        if isinstance(index, QuantizedIndex) and index.space_id == space.id:
+            index.refresh()
+        elif index is None or index.space_id != space.id or index.index_version != self.store.index_version:
+            index = self._slot[0] = self._load(space)
         return index
+
+    def _load(self, space: EmbeddingSpace) -> DenseIndex | HnswIndex | QuantizedIndex:
+        search = self.search
+        if search in ("auto", "quantized") and not isinstance(self.store, VectorRowStore):
+            if search == "quantized":
+                raise ConfigError(f"{self.name}: search 'quantized' needs a store that reads its vectors by row "
+                                  f"(the SQLite store); {type(self.store).__name__} does not; "
+                                  "choices: auto, exact, hnsw")
+            search = "exact"
+        if search == "auto":
+            search = "quantized" if self.store.vector_count(space.id) > EXACT_UP_TO else "exact"
+        if search == "quantized":
+            return QuantizedIndex.load(self.store, space.id, space.dim)
+        exact = DenseIndex.load(self.store, space.id, space.dim)
+        return HnswIndex(exact) if search == "hnsw" else exact
 
     @property
     def config(self) -> dict[str, object]:
@@ -81,13 +109,13 @@ class DenseRetriever:
             assert space is not None
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
             hits = self.store.vector_search(space.id, vector, query.principal.groups, self.top_k,
-                                            exact=self.search == "exact", versions=versions)
+                                            exact=self.search != "hnsw", versions=versions)
         else:
             index = self.index()
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
-            rows = index.search(vector, query.principal.groups, self.top_k, versions)
-            chunks = self.store.chunks_by_id([index.chunk_ids[row] for row, _ in rows])
-            hits = [(chunks[index.chunk_ids[row]], score) for row, score in rows]
+            nearest = index.nearest(vector, query.principal.groups, self.top_k, versions)
+            chunks = self.store.chunks_by_id([chunk_id for chunk_id, _ in nearest])
+            hits = [(chunks[chunk_id], score) for chunk_id, score in nearest if chunk_id in chunks]
         found = readable_only(self.store, query.principal, self.name, query.id, hits)
         items = tuple(
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,

@@ -77,15 +77,17 @@ class ExtractiveGenerator:
     sentence's and the question's vectors (``semantic_weight`` of it), so an answer phrased in
     other words than the question is still found (a sentence-level dense retrieval over the
     context, as in Karpukhin et al., "Dense Passage Retrieval", EMNLP 2020). The best sentence
-    must reach ``min_coverage``; further sentences (from other units first) are taken while they
-    score at least ``keep_ratio`` of the best, up to ``max_sentences``; equal scores go to the
-    denser sentence (more question terms per word). A chosen sentence whose next sentence limits
-    it (``except``, ``unless``, ``however``, ...) brings that sentence too, so a rule is never
-    cited without its exception. A question that asks for an amount ("How many bytes ...", "...
-    in milliseconds?") is answered only when a chosen sentence states a number with that unit
-    (:func:`ragdx.text.asked_quantity`): related sentences without the figure are no answer. A table row is read with its header (``column: value``). When
-    the context flags a conflict, both conflicting statements are given and the answer says the
-    sources disagree.
+    must reach ``min_coverage``; further sentences are taken while they score at least
+    ``keep_ratio`` of the best, up to ``max_sentences``, each time from a unit not cited yet when
+    one qualifies; equal scores go to the denser sentence (more question terms per word). A
+    chosen sentence whose next sentence limits it (``except``, ``unless``, ``however``, ...)
+    brings that sentence too, so a rule is never cited without its exception; one that ends with
+    a colon brings what it announces. A question that asks several things is answered in each
+    part (:func:`ragdx.text.split_question`). A question that asks for an amount ("How many
+    bytes ...", "... in milliseconds?") is answered only when a chosen sentence states a number
+    with that unit (:func:`ragdx.text.asked_quantity`): related sentences without the figure are
+    no answer. A table row is read with its header (``column: value``). When the context flags a
+    conflict, both conflicting statements are given and the answer says the sources disagree.
 
     Args:
         min_coverage: the least score the best sentence must reach (fit it on a validation set:
@@ -218,13 +220,13 @@ class ExtractiveGenerator:
                           self.config, time.perf_counter() - started)
         chosen = [found[0]]
         units_used = {found[0].unit.id}
-        for cand in sorted(found[1:], key=lambda c: (c.unit.id in units_used, -c.score, -c.density,
-                                                     c.unit.rank)):
-            if len(chosen) >= self.max_sentences:
-                break
-            if cand.score >= self.keep_ratio * found[0].score and cand.text not in {c.text for c in chosen}:
-                chosen.append(cand)
-                units_used.add(cand.unit.id)
+        # further statements that score well enough, each time from a unit not yet cited first
+        rest = [c for c in found[1:] if c.score >= self.keep_ratio * found[0].score and c.text != found[0].text]
+        while rest and len(chosen) < self.max_sentences:
+            cand = min(rest, key=lambda c: (c.unit.id in units_used, -c.score, -c.density, c.unit.rank))
+            rest = [c for c in rest if c.text != cand.text]
+            chosen.append(cand)
+            units_used.add(cand.unit.id)
         for cand in self._uncovered_parts(query.question, found, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
@@ -232,9 +234,9 @@ class ExtractiveGenerator:
         for c in chosen:
             claims.append(Claim(c.text, (c.unit.id,)))
             following = _next_statement(c)
-            if following is not None and EXCEPTION_LIKE.search(following) \
+            if following is not None and (EXCEPTION_LIKE.search(following) or c.text.endswith(":")) \
                     and all(following != claim.text for claim in claims):
-                claims.append(Claim(following, (c.unit.id,)))  # the rule's exception
+                claims.append(Claim(following, (c.unit.id,)))  # the rule's exception, or what it announces
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             amount = f"a number of {unit}s" if unit else "a number"

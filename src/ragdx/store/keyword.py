@@ -97,13 +97,22 @@ def _read_postings(db: sqlite3.Connection, vocab: str) -> _Postings:
         return _Postings([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.int32))
     lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
     cells = np.concatenate(parts)  # rowid * 2 + column, one per token occurrence
+    parts.clear()  # (in place from here on: a million chunks hold some 70 M token occurrences)
     half = int(cells.max()) // 2 + 1  # every rowid is below it
-    key = np.repeat(np.arange(len(terms), dtype=np.int64), lengths) * (2 * half) + cells
+    key = np.repeat(np.arange(len(terms), dtype=np.int64), lengths)
+    key *= 2 * half
+    key += cells
+    del cells
     if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
         key.sort(kind="stable")  # group_concat's order is the scan's in practice, not promised
-    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    boundary = np.empty(key.size, bool)
+    boundary[:1] = True
+    np.not_equal(key[1:], key[:-1], out=boundary[1:])
+    starts = np.flatnonzero(boundary)
+    del boundary
     counts = np.diff(np.r_[starts, key.size])
     key = key[starts]
+    del starts
     pair = key >> 1  # term * half + rowid: one (term, row) pair
     first = np.r_[True, pair[1:] != pair[:-1]]
     tf = np.zeros((int(first.sum()), 2), np.int32)
@@ -227,8 +236,8 @@ class KeywordIndex:
             raise StoreError("the keyword index holds rows the chunks table does not: the store's "
                              "FTS5 index is damaged ('ragdx verify' says more)")
         base = self.rowid.size
-        new_pos = base + np.arange(rowid.size)
         length = np.bincount(at, weights=postings.tf.sum(axis=1), minlength=rowid.size).astype(np.int64)
+        at += base  # each posting's position in the index (in place: tens of millions of postings)
         key_ids = np.fromiter((self._key_id(k) for k in rows.keys), np.int32, len(rows.keys))
         self.rowid = np.r_[self.rowid, rowid]
         self.length = np.r_[self.length, length]
@@ -243,12 +252,21 @@ class KeywordIndex:
         n_terms = len(self.terms)
         old_counts = np.diff(self.indptr)
         old_counts = np.r_[old_counts, np.zeros(n_terms - old_counts.size, np.int64)]
-        order = np.argsort(term, kind="stable")  # already by rowid within a term
-        term, pos, tf = term[order], new_pos[at[order]], postings.tf[order]
-        ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
-        where = ends[term]  # each new posting goes after its term's existing ones
-        self.pos = np.insert(self.pos, where, pos.astype(np.int32))
-        self.tf = np.insert(self.tf, where, tf.T.astype(np.float32), axis=1)
+        if term.size > 1 and not bool(np.all(term[1:] >= term[:-1])):
+            order = np.argsort(term, kind="stable")  # already by rowid within a term
+            term, pos, tf = term[order], at[order], postings.tf[order]
+            del order
+        else:  # already in term order (a build reads them so): no copy
+            pos, tf = at, postings.tf
+        del at
+        if self.pos.size:
+            ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
+            where = ends[term]  # each new posting goes after its term's existing ones
+            self.pos = _insert_sorted(self.pos, where, pos.astype(np.int32))
+            self.tf = _insert_sorted(self.tf, where, tf.T.astype(np.float32))
+        else:
+            self.pos, self.tf = pos.astype(np.int32), np.ascontiguousarray(tf.T, dtype=np.float32)
+        del pos, tf
         counts = old_counts + np.bincount(term, minlength=n_terms)
         self.indptr = np.r_[0, np.cumsum(counts)]
 
@@ -407,6 +425,23 @@ class KeywordIndex:
         rowid = self.rowid[rows]
         order = np.lexsort((rowid, -score))[:limit]
         return list(zip(rowid[order].tolist(), score[order].tolist()))
+
+
+def _insert_sorted(old: np.ndarray, where: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.insert(old, where, values, axis=-1)`` for sorted ``where``: the old entries are copied
+    slice by slice between the distinct insertion points (an edit inserts a few thousand postings
+    into tens of millions; numpy's insert moves every old entry through a boolean mask)."""
+    points = np.unique(where)
+    if points.size > 4096:
+        return np.insert(old, where, values, axis=-1)
+    n, m = old.shape[-1], where.size
+    out = np.empty(old.shape[:-1] + (n + m,), old.dtype)
+    out[..., where + np.arange(m)] = values
+    bounds = np.r_[0, points, n]
+    shifts = np.r_[0, np.searchsorted(where, points, side="right")]  # new entries before each slice
+    for start, end, shift in zip(bounds[:-1].tolist(), bounds[1:].tolist(), shifts.tolist()):
+        out[..., start + shift:end + shift] = old[..., start:end]
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,18 +16,18 @@ import sqlite3
 import threading
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from ragdx._faults import fault_point
 from ragdx.errors import InputError, StoreError
 from ragdx.store._attributes import attribute_changes
 from ragdx.store.keyword import KeywordIndex
 from ragdx.types import (
-    ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, LogEntry, ParsedDocument, Section,
-    SpaceState, StoredVersion, VersionFilter,
+    ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, IndexSettings, IndexVersion, KeywordSettings,
+    LogEntry, ParsedDocument, Section, SpaceState, StoredVersion, VersionFilter,
 )
 
 log = logging.getLogger("ragdx.store")
@@ -231,15 +231,13 @@ FTS_BM25_K1 = 1.2
 FTS_BM25_B = 0.75
 
 
-def index_body(chunker: dict | None, parsers: dict[str, str] | None,
-               retain_superseded: int | None) -> dict[str, object]:
-    """What defines an index version (docs/formats.md, "Index versions"): the chunker's config
-    (None: as each ingest chunked), the parser of each format (None: as each ingest parsed), and
-    the keyword channel's settings: FTS5's tokenizer, k1 and b (fixed by FTS5), and how many
-    superseded or expired versions of a document stay indexed, newest first (None: all)."""
-    return {"chunker": chunker, "parsers": parsers,
-            "keyword": {"tokenizer": FTS_TOKENIZER, "k1": FTS_BM25_K1, "b": FTS_BM25_B,
-                        "retain_superseded": retain_superseded}}
+def index_settings(chunker: str | None, parsers: Mapping[str, str] | None,
+                   retain_superseded: int | None) -> IndexSettings:
+    """An index version's settings with this store's keyword index (FTS5's tokenizer, k1 and b):
+    the chunker config's JSON, the parser of each format and the retention (None each: as ingested,
+    all)."""
+    return IndexSettings(chunker, None if parsers is None else tuple(sorted(parsers.items())),
+                         KeywordSettings(FTS_TOKENIZER, FTS_BM25_K1, FTS_BM25_B, retain_superseded))
 
 
 def match_expression(terms: Sequence[str]) -> str | None:
@@ -295,25 +293,6 @@ def _decoding(table: str) -> Callable[[Callable], Callable]:
                                  f"read ({exc})") from None
         return decode
     return wrap
-
-
-@dataclass(frozen=True, slots=True)
-class IndexVersion:
-    """One version of the chunk and keyword index: the live one (``active``), one built beside it
-    (``building``, ``built``, ``verified``), or the one it replaced (``retired``, kept for a
-    rollback). ``body`` is :func:`index_body`'s; ``versions`` and ``chunks`` count what it holds."""
-
-    id: str
-    body: dict
-    state: SpaceState
-    versions: int
-    chunks: int
-    created_at: str
-    updated_at: str
-
-    @property
-    def retain_superseded(self) -> int | None:
-        return self.body["keyword"]["retain_superseded"]
 
 
 def _prefixed(alias: str, columns: str) -> str:
@@ -468,6 +447,10 @@ class SQLiteStore:
         versions, and the live index recorded as :data:`INITIAL_INDEX`."""
         log.info("%s: migrating the store from schema %d to %d", self.path, self._schema, SCHEMA_VERSION)
         with self.transaction():
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if int(row[0]) >= SCHEMA_VERSION:  # another writer migrated it since we read it
+                self._schema = int(row[0])
+                return
             for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
                 self._db.execute(statement)  # IF NOT EXISTS: only what is new is made
             self._add_initial_index()
@@ -475,7 +458,7 @@ class SQLiteStore:
         self._schema = SCHEMA_VERSION
 
     def _add_initial_index(self) -> None:
-        body = json.dumps(index_body(None, None, None), sort_keys=True)
+        body = index_settings(None, None, None).to_json()
         self._db.execute("INSERT OR IGNORE INTO index_versions VALUES (?, ?, 'active', ?, ?)",
                          (INITIAL_INDEX, body, _now(), _now()))
 
@@ -595,26 +578,40 @@ class SQLiteStore:
         for group in sorted(set(document.acl)):
             self._write("INSERT INTO acl VALUES (?,?,?)", (document.doc_id, document.version, group))
 
+    #: The stored columns of a chunk and a section (the live tables, and the staged ones after ``index_id``).
+    _STORED_CHUNK_COLUMNS = ("id, doc_id, version, ord, start, end, text, kind, heading_path, section_id, "
+                             "prefix, header_start, header_end, token_count, prev_id, next_id, "
+                             "duplicate_of, over_limit, config_id")
+    _SECTION_COLUMNS = "id, doc_id, version, start, end, heading_path, level, parent_id"
+
     def _write_chunks(self, document: Document, sections: tuple[Section, ...],
                       chunks: tuple[Chunk, ...], chunker_config: str) -> None:
         key = (document.doc_id, document.version)
         self._write("DELETE FROM chunks WHERE doc_id = ? AND version = ?", key)
         self._write("DELETE FROM sections WHERE doc_id = ? AND version = ?", key)
-        self._db.executemany("INSERT INTO sections VALUES (?,?,?,?,?,?,?,?)", [
-            (s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
-             s.parent_id) for s in sections])
+        self._insert_rows("", (), sections, chunks, chunker_config)
+
+    def _insert_rows(self, table_prefix: str, key: tuple, sections: Sequence[Section],
+                     chunks: Sequence[Chunk], chunker_config: str) -> None:
+        """Insert sections and chunks into the live tables (``table_prefix`` "") or an index
+        version's (``"staged_"``, ``key`` its ``(index_id,)``): the one place their rows are built."""
+        lead = "index_id, " if key else ""
         self._db.executemany(
-            "INSERT INTO chunks (id, doc_id, version, ord, start, end, text, kind, heading_path, "
-            "section_id, prefix, header_start, header_end, token_count, prev_id, next_id, "
-            "duplicate_of, over_limit, config_id) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
+            f"INSERT INTO {table_prefix}sections ({lead}{self._SECTION_COLUMNS}) VALUES "
+            f"({','.join('?' * (len(key) + 8))})",
+            [(*key, s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
+              s.parent_id) for s in sections])
+        self._db.executemany(
+            f"INSERT INTO {table_prefix}chunks ({lead}{self._STORED_CHUNK_COLUMNS}) VALUES "
+            f"({','.join('?' * (len(key) + 19))})",
+            [(*key, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
               json.dumps(list(c.heading_path)), c.section_id, c.prefix,
               c.header[0] if c.header else None, c.header[1] if c.header else None, c.token_count,
               c.prev_id, c.next_id, c.duplicate_of, int(c.over_limit), c.config_id)
              for i, c in enumerate(chunks)])
         if chunks:
-            self._write("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
-                        (chunks[0].config_id, chunker_config))
+            self._db.execute("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
+                             (chunks[0].config_id, chunker_config))
 
     def replace_chunks(self, document: Document, parsed: ParsedDocument,
                        sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
@@ -1081,6 +1078,45 @@ class SQLiteStore:
             ends.append(end)
         return ids, docs, blobs, ends
 
+    def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
+                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
+        """A space's vectors in batches, without holding them all: per batch the chunks' row
+        ids, (doc_id, version) pairs, duplicate flags and float32 bytes, in row order; of every
+        document, or of ``doc_ids`` only. Duplicates are included (flagged), so the rows match
+        :meth:`vector_count`."""
+        columns = "c.rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector"
+        if doc_ids is None:
+            cursor = self._db.execute(f"SELECT {columns} FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                                      "WHERE v.space_id = ? ORDER BY v.chunk_rowid", (space_id,))
+        else:  # from the documents' chunks (CROSS JOIN keeps that order), not a scan of every vector
+            cursor = self._db.execute(
+                f"SELECT {columns} FROM chunks c CROSS JOIN vectors v ON v.space_id = ? AND v.chunk_rowid = c.rowid "
+                f"WHERE c.doc_id IN ({','.join('?' * len(doc_ids))}) ORDER BY c.rowid", (space_id, *doc_ids))
+        while rows := cursor.fetchmany(batch):
+            yield ([r[0] for r in rows], [(r[1], r[2]) for r in rows], [bool(r[3]) for r in rows],
+                   [r[4] for r in rows])
+
+    def vector_count(self, space_id: str) -> int:
+        """How many vectors a space holds (duplicates' included)."""
+        return self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?", (space_id,)).fetchone()[0]
+
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
+        """The chunk id and float32 bytes of a space's vectors at these chunk row ids (those
+        still stored)."""
+        out: dict[int, tuple[str, bytes]] = {}
+        for i in range(0, len(rowids), 500):
+            batch = list(rowids[i:i + 500])
+            for rowid, chunk_id, vector in self._db.execute(
+                    "SELECT v.chunk_rowid, c.id, v.vector FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                    f"WHERE v.space_id = ? AND v.chunk_rowid IN ({','.join('?' * len(batch))})",
+                    (space_id, *batch)):
+                out[rowid] = (chunk_id, vector)
+        return out
+
+    def version_statuses(self) -> dict[tuple[str, str], str]:
+        """Every stored version's status (``current``, ``superseded``, ``expired``)."""
+        return {(d, v): s for d, v, s in self._db.execute("SELECT doc_id, version, status FROM documents")}
+
     def window_end(self, space_id: str, chunk_id: str) -> int | None:
         """How many characters of a chunk the encoder of a space read (None: all of it)."""
         row = self._db.execute("SELECT v.window_end FROM vectors v JOIN chunks c ON "
@@ -1188,28 +1224,24 @@ class SQLiteStore:
     # version is held in the staged_* tables, invisible to queries, until a switch swaps the two
     # in one transaction. Staging writes do not bump index_version and are not logged: nothing a
     # query or a cache reads changes until the switch, which logs one change of no document.
-    _STAGED_CHUNK_COLUMNS = ("id, doc_id, version, ord, start, end, text, kind, heading_path, section_id, "
-                             "prefix, header_start, header_end, token_count, prev_id, next_id, "
-                             "duplicate_of, over_limit, config_id")
-    _SECTION_COLUMNS = "id, doc_id, version, start, end, heading_path, level, parent_id"
 
     def _staging(self, sql: str, args: tuple | list = ()) -> sqlite3.Cursor:
         if not self._in_tx:
             raise StoreError("store writes must happen inside store.transaction()")
         return self._db.execute(sql, args)
 
-    def index_versions(self) -> list[IndexVersion]:
+    def index_versions(self, counted: bool = True) -> list[IndexVersion]:
         """Every index version, oldest first, with how many document versions and chunks it holds
-        (the live one: the chunks table)."""
-        return [self._counted(v) for v in self._index_rows()]
+        (the live one: the chunks table; ``counted=False``: 0 and 0, without scanning the chunks)."""
+        return [self._counted(v) if counted else v for v in self._index_rows()]
 
     @_decoding("index_versions")
     def _index_rows(self, where: str = "", args: tuple = ()) -> list[IndexVersion]:
         """Index versions without their counts (reading them scans the chunks)."""
         if self._schema < 2:  # a store of schema 1 opened read-only: its live index only
-            initial = IndexVersion(INITIAL_INDEX, index_body(None, None, None), SpaceState.ACTIVE, 0, 0, "", "")
+            initial = IndexVersion(INITIAL_INDEX, index_settings(None, None, None), SpaceState.ACTIVE, 0, 0, "", "")
             return [initial] if not where or where == "WHERE state = 'active'" else []
-        return [IndexVersion(iid, json.loads(body), SpaceState(state), 0, 0, created, updated)
+        return [IndexVersion(iid, IndexSettings.from_json(body), SpaceState(state), 0, 0, created, updated)
                 for iid, body, state, created, updated in self._db.execute(
                     f"SELECT id, body, state, created_at, updated_at FROM index_versions {where} "
                     "ORDER BY created_at, CAST(SUBSTR(id, 4) AS INTEGER)", args).fetchall()]
@@ -1221,27 +1253,29 @@ class SQLiteStore:
             f"SELECT COUNT(DISTINCT doc_id || '@' || version), COUNT(*) FROM {table} {where}", args).fetchone()
         return replace(version, versions=versions, chunks=chunks)
 
-    def index_version_of(self, index_id: str) -> IndexVersion | None:
-        """One index version, with its counts (None: no such version)."""
+    def index_version_of(self, index_id: str, counted: bool = True) -> IndexVersion | None:
+        """One index version, with its counts unless not ``counted`` (None: no such version)."""
         found = self._index_rows("WHERE id = ?", (index_id,))
-        return self._counted(found[0]) if found else None
+        return (self._counted(found[0]) if counted else found[0]) if found else None
 
     def live_index(self) -> IndexVersion:
         """The index version queries search (without its counts: ``index_version_of`` has them)."""
         return self._index_rows("WHERE state = 'active'")[0]
 
-    def register_index(self, body: dict) -> str:
+    def register_index(self, settings: IndexSettings) -> str:
         """Record a new index version (state ``building``); returns its id (``ix_N``)."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'index_seq'").fetchone()
         number = int(row[0]) + 1 if row else 1
         self._staging("INSERT OR REPLACE INTO meta VALUES ('index_seq', ?)", (str(number),))
         self._staging("INSERT INTO index_versions VALUES (?, ?, 'building', ?, ?)",
-                      (f"ix_{number}", json.dumps(body, sort_keys=True), _now(), _now()))
+                      (f"ix_{number}", settings.to_json(), _now(), _now()))
         return f"ix_{number}"
 
-    def set_index_state(self, index_id: str, state: SpaceState) -> None:
-        self._staging("UPDATE index_versions SET state = ?, updated_at = ? WHERE id = ?",
-                      (SpaceState.parse(state, what="index state"), _now(), index_id))
+    def set_index_state(self, index_id: str, state: SpaceState, *, was: SpaceState | None = None) -> bool:
+        """Set an index version's state (only if it is ``was``, when given). Returns whether it was set."""
+        where, args = ("AND state = ?", (SpaceState.parse(was, what="index state"),)) if was is not None else ("", ())
+        return self._staging(f"UPDATE index_versions SET state = ?, updated_at = ? WHERE id = ? {where}",
+                             (SpaceState.parse(state, what="index state"), _now(), index_id, *args)).rowcount == 1
 
     def stage_version(self, index_id: str, doc_id: str, version: str, parsed: ParsedDocument,
                       sections: Sequence[Section], chunks: Sequence[Chunk], chunker_config: str) -> None:
@@ -1251,20 +1285,7 @@ class SQLiteStore:
         self._staging("INSERT INTO staged_versions VALUES (?,?,?,?,?,?,?)",
                       (index_id, doc_id, version, parsed.parser, json.dumps(list(parsed.warnings)),
                        chunker_config, parsed.text))
-        self._db.executemany("INSERT INTO staged_sections VALUES (?,?,?,?,?,?,?,?,?)", [
-            (index_id, s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
-             s.parent_id) for s in sections])
-        self._db.executemany(
-            f"INSERT INTO staged_chunks (index_id, {self._STAGED_CHUNK_COLUMNS}) VALUES "
-            f"({','.join('?' * 20)})",
-            [(index_id, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
-              json.dumps(list(c.heading_path)), c.section_id, c.prefix,
-              c.header[0] if c.header else None, c.header[1] if c.header else None, c.token_count,
-              c.prev_id, c.next_id, c.duplicate_of, int(c.over_limit), c.config_id)
-             for i, c in enumerate(chunks)])
-        if chunks:
-            self._staging("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
-                          (chunks[0].config_id, chunker_config))
+        self._insert_rows("staged_", (index_id,), sections, chunks, chunker_config)
 
     def stage_unindexed(self, index_id: str, doc_id: str, version: str) -> None:
         """Hold a version in an index version without chunks (its retention leaves it out): its
@@ -1290,17 +1311,21 @@ class SQLiteStore:
             f"(d.format, d.parser) IN (VALUES {pairs}) AND EXISTS (SELECT 1 FROM chunks c WHERE "
             "c.doc_id = d.doc_id AND c.version = d.version))", (chunker_config, *[x for p in parsers for x in p]))
         copied = self._db.execute("SELECT COUNT(*) FROM temp.ragdx_stage").fetchone()[0]
-        keys = "JOIN temp.ragdx_stage t ON t.doc_id = x.doc_id AND t.version = x.version"
-        self._staging(f"INSERT OR REPLACE INTO staged_versions SELECT ?, x.doc_id, x.version, x.parser, "
-                      f"x.parse_warnings, x.chunker_config, x.parsed_text FROM documents x {keys}", (index_id,))
-        self._staging(f"INSERT INTO staged_sections SELECT ?, {_prefixed('x', self._SECTION_COLUMNS)} "
-                      f"FROM sections x {keys}", (index_id,))
-        self._staging(f"INSERT INTO staged_chunks (index_id, {self._STAGED_CHUNK_COLUMNS}) SELECT ?, "
-                      f"{_prefixed('x', self._STAGED_CHUNK_COLUMNS)} FROM chunks x {keys}", (index_id,))
-        self._staging(f"INSERT INTO staged_vectors SELECT ?, x.doc_id, x.version, x.id, v.space_id, "
-                      f"v.input_hash, v.vector, v.window_end FROM chunks x {keys} JOIN vectors v ON "
-                      "v.chunk_rowid = x.rowid", (index_id,))
+        self._copy_live(index_id, "JOIN temp.ragdx_stage t ON t.doc_id = x.doc_id AND t.version = x.version")
         return copied
+
+    def _copy_live(self, index_id: str, only: str = "") -> None:
+        """Copy the live parses, sections, chunks and vectors into an index version's staged
+        tables: of every stored version, or of those ``only`` (a JOIN on ``x``) keeps."""
+        self._staging(f"INSERT OR REPLACE INTO staged_versions SELECT ?, x.doc_id, x.version, x.parser, "
+                      f"x.parse_warnings, x.chunker_config, x.parsed_text FROM documents x {only}", (index_id,))
+        self._staging(f"INSERT INTO staged_sections SELECT ?, {_prefixed('x', self._SECTION_COLUMNS)} "
+                      f"FROM sections x {only}", (index_id,))
+        self._staging(f"INSERT INTO staged_chunks (index_id, {self._STORED_CHUNK_COLUMNS}) SELECT ?, "
+                      f"{_prefixed('x', self._STORED_CHUNK_COLUMNS)} FROM chunks x {only}", (index_id,))
+        self._staging(f"INSERT INTO staged_vectors SELECT ?, x.doc_id, x.version, x.id, v.space_id, "
+                      f"v.input_hash, v.vector, v.window_end FROM chunks x {only} JOIN vectors v ON "
+                      "v.chunk_rowid = x.rowid", (index_id,))
 
     def stage_vectors(self, index_id: str, space_id: str, rows: Sequence[tuple[str, str, bytes, int | None]]) -> None:
         """Hold vectors of an index version's chunks: ``(chunk_id, input_hash, bytes, window_end)``."""
@@ -1353,15 +1378,9 @@ class SQLiteStore:
         old = self.live_index().id
         if old == index_id:
             return old
-        chunks, sections = self._STAGED_CHUNK_COLUMNS, self._SECTION_COLUMNS
+        chunks, sections = self._STORED_CHUNK_COLUMNS, self._SECTION_COLUMNS
         self._staging("DELETE FROM staged_versions WHERE index_id = ?", (old,))
-        self._staging("INSERT INTO staged_versions SELECT ?, doc_id, version, parser, parse_warnings, "
-                      "chunker_config, parsed_text FROM documents", (old,))
-        self._staging(f"INSERT INTO staged_sections SELECT ?, {sections} FROM sections", (old,))
-        self._staging(f"INSERT INTO staged_chunks (index_id, {chunks}) SELECT ?, {chunks} FROM chunks", (old,))
-        self._staging("INSERT INTO staged_vectors SELECT ?, c.doc_id, c.version, c.id, v.space_id, "
-                      "v.input_hash, v.vector, v.window_end FROM vectors v JOIN chunks c ON "
-                      "c.rowid = v.chunk_rowid", (old,))
+        self._copy_live(old)
         self._write("DELETE FROM chunks")  # the FTS5 trigger and the vectors' cascade follow
         self._write("DELETE FROM sections")
         self._write("UPDATE documents SET (parser, parse_warnings, chunker_config, parsed_text) = "
@@ -1375,7 +1394,8 @@ class SQLiteStore:
         self._write("INSERT INTO vectors SELECT c.rowid, s.space_id, s.input_hash, s.vector, s.window_end "
                     "FROM staged_vectors s JOIN chunks c ON c.id = s.chunk_id WHERE s.index_id = ? "
                     "AND s.space_id IN (SELECT id FROM spaces)", (index_id,))
-        self._staging("DELETE FROM index_versions WHERE id NOT IN (?, ?)", (old, index_id))
+        # a version being built (or whose build was stopped) is kept: its build goes on beside
+        self._staging("DELETE FROM index_versions WHERE id NOT IN (?, ?) AND state != 'building'", (old, index_id))
         self._staging("DELETE FROM staged_versions WHERE index_id = ?", (index_id,))
         self.set_index_state(old, SpaceState.RETIRED)
         self.set_index_state(index_id, SpaceState.ACTIVE)
@@ -1393,7 +1413,7 @@ class SQLiteStore:
         """
         if self._schema < 2:
             return []
-        keep = self.live_index().body["keyword"]["retain_superseded"]
+        keep = self.live_index().retain_superseded
         if keep is None:
             return []
         where, args = "", ()
@@ -1433,8 +1453,8 @@ class SQLiteStore:
                 self._db.execute("INSERT INTO shadow.tombstones SELECT * FROM tombstones")
                 self._db.execute(f"INSERT INTO shadow.sections SELECT {self._SECTION_COLUMNS} FROM "
                                  "staged_sections WHERE index_id = :i", {"i": index_id})
-                self._db.execute(f"INSERT INTO shadow.chunks ({self._STAGED_CHUNK_COLUMNS}) SELECT "
-                                 f"{self._STAGED_CHUNK_COLUMNS} FROM staged_chunks WHERE index_id = :i "
+                self._db.execute(f"INSERT INTO shadow.chunks ({self._STORED_CHUNK_COLUMNS}) SELECT "
+                                 f"{self._STORED_CHUNK_COLUMNS} FROM staged_chunks WHERE index_id = :i "
                                  "ORDER BY doc_id, version, ord", {"i": index_id})
                 self._db.execute("UPDATE shadow.meta SET value = '1' WHERE key = 'index_version'")
                 self._db.execute("COMMIT")

@@ -94,6 +94,11 @@ def switch_space(store: SQLiteStore, space_id: str, *, force: bool = False) -> N
     if state not in (SpaceState.VERIFIED, SpaceState.RETIRED) and not force:
         raise InputError(f"space {space_id} is {state}, not verified: run 'ragdx index verify' first "
                          "(or switch with --force)")
+    missing = store.chunks_without_vectors(space_id)
+    if missing and not force:  # the chunks changed since it was verified (an index switch)
+        raise InputError(f"space {space_id} has no vector for {len(missing)} chunks of the live index (first: "
+                         f"{missing[0].id}): build it again ('ragdx index build'), verify it, then switch "
+                         "(or switch with --force)")
     with store.transaction():
         active = store.active_space()
         if active is not None:

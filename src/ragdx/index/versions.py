@@ -11,8 +11,9 @@ version's settings when it is switched to. So a switch or a rollback never bring
 document or a revoked permission, and every switch logs one change of no document, which drops
 every cached result and rebuilds the keyword mirror.
 
-Kept: the live version and the one it replaced (the rollback target); a switch drops every
-other. Retention: a version's ``retain_superseded`` is how many superseded or expired versions
+Kept: the live version, the one it replaced (the rollback target), and a version being built
+(or whose build was stopped: building again with its settings continues it); a switch drops
+every other. Retention: a version's ``retain_superseded`` is how many superseded or expired versions
 of each document stay indexed (searchable by a question naming them, and counted in BM25's N,
 average length and document frequencies); the others leave the live index at each ingest and
 switch, their text still stored.
@@ -39,16 +40,17 @@ from ragdx.ingest.embed import EmbedStats, Embedder
 from ragdx.ingest.parsers import parse, parser_id
 from ragdx.ingest.quotes import CoverageStatus
 from ragdx.stages.bm25 import query_terms
-from ragdx.store.sqlite import IndexVersion, SQLiteStore, index_body
+from ragdx.store.sqlite import SQLiteStore, index_settings
 from ragdx.store.vectors import check_space
-from ragdx.types import DocStatus, Query, SpaceState, StoredVersion
+from ragdx.types import DocStatus, IndexSettings, IndexVersion, Query, SpaceState, StoredVersion
 
 __all__ = ["IndexBuild", "IndexCheck", "build_index", "verify_index", "switch_index", "rollback_index",
-           "needs_encoder", "live_retention"]
+           "rollback_target", "needs_embedder"]
 
 log = logging.getLogger("ragdx.index")
 
-#: Versions parsed and chunked per transaction of a build (a killed build keeps what it committed).
+#: Versions parsed and chunked, and chunks embedded, per transaction of a build (a killed build
+#: keeps what it committed).
 BATCH = 200
 
 
@@ -85,7 +87,8 @@ def _sqlite(store: object) -> SQLiteStore:
 
 
 def build_index(store: SQLiteStore, config: ChunkerConfig, counter: TokenCounter, *,
-                embedder: Embedder | None = None, retain_superseded: int | None = None) -> IndexBuild:
+                embedder: Embedder | None = None, retain_superseded: int | None = None,
+                retain_all: bool = False, batch: int = BATCH) -> IndexBuild:
     """Build an index version beside the live one: every stored version parsed by today's parsers
     and chunked with ``config`` (copied from the live index where it already is), held out of
     queries until :func:`switch_index`. Building again with the same settings continues a build
@@ -95,44 +98,56 @@ def build_index(store: SQLiteStore, config: ChunkerConfig, counter: TokenCounter
         store: the store.
         config: the chunker's settings.
         counter: the token counter ``config.tokenizer`` names.
-        embedder: the active space's encoder (needed when the store has an active space).
-        retain_superseded: superseded or expired versions of a document kept indexed (None: all).
+        embedder: the active space's embedder (needed when the store has an active space).
+        retain_superseded: superseded or expired versions of a document kept indexed (None: as
+            the live index keeps them).
+        retain_all: keep every superseded and expired version indexed (overrides the above).
+        batch: versions chunked, and chunks embedded, per committed transaction.
 
     Raises:
         InputError: the live index already has these settings; a negative retention.
         ConfigError: the store has an active embedding space and no embedder is given, or the
             counter is not the one the config names.
-        StoreError: the store is not an SQLite store.
+        StoreError: the store is not an SQLite store, or the version was dropped while it was built.
     """
     started = time.perf_counter()
     store = _sqlite(store)
+    if retain_all:
+        retain_superseded = None
+    elif retain_superseded is None:
+        retain_superseded = store.live_index().retain_superseded
     if retain_superseded is not None and retain_superseded < 0:
         raise InputError(f"retain_superseded must be 0 or more, not {retain_superseded}", field="retain")
     if counter.name != config.tokenizer:
         raise ConfigError(f"the chunker counts in {config.tokenizer!r} but the counter is {counter.name!r}")
     parsers = _parsers(store)
-    body = index_body(json.loads(config.to_json()), parsers, retain_superseded)
+    settings = index_settings(config.to_json(), parsers, retain_superseded)
     live = store.live_index()
-    if body == live.body or (live.body["chunker"] is None and body == _as_ingested(store, live)):
+    if settings == live.settings or (live.settings.chunker is None and settings == _as_ingested(store, live)):
         raise InputError(f"the live index {live.id} already has these settings: nothing to build "
                          "(change chunking.*, --retain, or the parsers)")
-    _check_embedder(store, embedder, "index build")
+    embedder = _check_embedder(store, embedder, "index build")
     with store.transaction():
-        same = [v for v in store.index_versions() if v.body == body and v.state is not SpaceState.ACTIVE]
-        index_id = same[0].id if same else store.register_index(body)
+        # a build with the settings of a version under way continues it; the live version's and
+        # the retired one's (the rollback target) are never rebuilt in place: a new version
+        same = [v for v in store.index_versions(counted=False) if v.settings == settings
+                and v.state not in (SpaceState.ACTIVE, SpaceState.RETIRED)]
+        index_id = same[0].id if same else store.register_index(settings)
         store.set_index_state(index_id, SpaceState.BUILDING)
     indexed = _indexed(store, retain_superseded)
     todo = store.unstaged_versions(index_id)
     with store.transaction():
+        _still_there(store, index_id)
         copied = store.stage_from_live(index_id, config.to_json(), sorted(parsers.items()),
                                        [(v.document.doc_id, v.document.version) for v in todo
                                         if (v.document.doc_id, v.document.version) in indexed])
-    chunked, unindexed = _stage(store, index_id, store.unstaged_versions(index_id), config, counter, indexed)
-    embedding = _embed(store, index_id, embedder)
+    chunked, unindexed = _stage(store, index_id, store.unstaged_versions(index_id), config, counter, indexed,
+                                batch)
+    embedding = _embed(store, index_id, embedder, batch)
     with store.transaction():
-        store.set_index_state(index_id, SpaceState.BUILT)
-    built = store.index_version_of(index_id)
-    assert built is not None
+        _still_there(store, index_id)
+        store.set_index_state(index_id, SpaceState.BUILT, was=SpaceState.BUILDING)
+    built = _version(store, index_id)
     log.info("index %s built: %d versions chunked, %d copied, %d unindexed", index_id, chunked, copied, unindexed)
     return IndexBuild(index_id, chunked, copied, unindexed, built.chunks, embedding,
                       time.perf_counter() - started, built.state)
@@ -182,43 +197,49 @@ def verify_index(store: SQLiteStore, index_id: str, queries: Sequence[Query] = (
             problems += _spans(store, shadow, queries, notes)
         finally:
             shadow.close()
-    if not problems and target.state is SpaceState.BUILT:
-        with store.transaction():
-            store.set_index_state(index_id, SpaceState.VERIFIED)
+    with store.transaction():
+        if not problems:  # only a version nobody rebuilt meanwhile: it is still 'built'
+            store.set_index_state(index_id, SpaceState.VERIFIED, was=SpaceState.BUILT)
+        else:  # a failed check takes back an earlier 'verified'
+            store.set_index_state(index_id, SpaceState.BUILT, was=SpaceState.VERIFIED)
     return IndexCheck(index_id, tuple(problems), tuple(notes), _version(store, index_id).state)
 
 
 def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
                  counter: TokenCounter | None = None, embedder: Embedder | None = None) -> str:
     """Make an index version live in one transaction; the live one is retired (kept for a
-    rollback) and every other version is dropped. Versions ingested since the version was built
+    rollback) and every other version is dropped, except one being built. Versions ingested since the version was built
     are parsed and chunked with its settings first (``counter`` counts in its tokenizer: needed
     when that is not words and punctuation), inside the same transaction, and the retention of
-    the version is applied.
+    the version is applied. An embedding space that is not active and lacks vectors of the new
+    live chunks goes back from ``verified`` to ``built`` (verify it again).
 
     Returns:
         The id of the version replaced.
 
     Raises:
         InputError: no such version, or it is not verified (without ``force``).
+        ConfigError: chunks need vectors in the active space and no embedder is given.
     """
     store = _sqlite(store)
-    target = _version(store, index_id)
-    if target.state is SpaceState.ACTIVE:
-        return index_id
-    if target.state not in (SpaceState.VERIFIED, SpaceState.RETIRED) and not force:
-        raise InputError(f"index {index_id} is {target.state}, not verified: run 'ragdx index verify "
-                         f"--index {index_id}' first (or switch with --force)")
-    if needs_encoder(store, index_id):
-        _check_embedder(store, embedder, "index switch")
-    with store.transaction():  # versions added since, the swap and the retention: all or nothing
+    with store.transaction():  # checks, versions added since, the swap and the retention: all or nothing
+        target = _version(store, index_id, counted=False)
+        if target.state is SpaceState.ACTIVE:
+            return index_id
+        if target.state not in (SpaceState.VERIFIED, SpaceState.RETIRED) and not force:
+            raise InputError(f"index {index_id} is {target.state}, not verified: run 'ragdx index verify "
+                             f"--index {index_id}' first (or switch with --force)")
+        if target.state is SpaceState.BUILDING:
+            raise InputError(f"index {index_id} is being built, or its build was stopped: build it to the end "
+                             "('ragdx index build --chunks' with its settings) before switching to it")
         todo = store.unstaged_versions(index_id)
         if todo:
             config = _config_of(store, target)
             _stage(store, index_id, todo, config, _counter(config, counter),
-                   _indexed(store, target.retain_superseded))
-        _embed(store, index_id, embedder)
+                   _indexed(store, target.retain_superseded), BATCH)
+        _embed(store, index_id, embedder, BATCH)
         old = store.switch_index(index_id)
+        _demote_spaces(store, index_id)
         store.apply_retention()
     log.info("index %s is live (was %s)", index_id, old)
     return old
@@ -232,35 +253,55 @@ def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
     Returns:
         The id of the version now live.
     """
-    store = _sqlite(store)
-    retired = [v for v in store.index_versions() if v.state is SpaceState.RETIRED]
+    target = rollback_target(store)
+    switch_index(store, target, force=True, counter=counter, embedder=embedder)
+    return target
+
+
+def rollback_target(store: SQLiteStore) -> str:
+    """The index version a rollback returns to (the retired one)."""
+    retired = [v for v in _sqlite(store).index_versions(counted=False) if v.state is SpaceState.RETIRED]
     if not retired:
         raise InputError("no retired index version to roll back to ('ragdx index status' lists them)")
-    switch_index(store, retired[-1].id, force=True, counter=counter, embedder=embedder)
     return retired[-1].id
 
 
-def live_retention(store: SQLiteStore) -> int | None:
-    """The live index version's ``retain_superseded`` (what a build keeps unless told otherwise)."""
-    return _sqlite(store).live_index().retain_superseded
-
-
-def needs_encoder(store: SQLiteStore, index_id: str) -> bool:
-    """Whether switching to an index version has chunks to embed (versions ingested since it
-    was built, or chunks without a vector in the active space): only then is the encoder loaded."""
+def needs_embedder(store: SQLiteStore, index_id: str | None = None) -> bool:
+    """Whether a build (``index_id`` None) or a switch to ``index_id`` makes chunks that need
+    vectors in the store's active space: a build whenever there is one, a switch when versions
+    were ingested since the build or chunks lack a vector. Only then need the encoder be loaded."""
     store = _sqlite(store)
     active = store.active_space()
-    return active is not None and bool(store.unstaged_versions(index_id)
-                                       or store.staged_chunks(index_id, without_vector_in=active.id))
+    if active is None or index_id is None:
+        return active is not None
+    return bool(store.unstaged_versions(index_id) or store.staged_chunks(index_id, without_vector_in=active.id))
 
 
 # -- building blocks ------------------------------------------------------------------------
-def _version(store: SQLiteStore, index_id: str) -> IndexVersion:
-    found = store.index_version_of(index_id)
+def _version(store: SQLiteStore, index_id: str, counted: bool = True) -> IndexVersion:
+    found = store.index_version_of(index_id, counted=counted)
     if found is None:
         raise InputError(f"no index version {index_id!r}; versions: "
-                         f"{', '.join(v.id for v in store.index_versions())}")
+                         f"{', '.join(v.id for v in store.index_versions(counted=False))}")
     return found
+
+
+def _still_there(store: SQLiteStore, index_id: str) -> None:
+    """Inside a build's transaction: the version being built is still there."""
+    if store.index_version_of(index_id, counted=False) is None:
+        raise StoreError(f"index version {index_id} was dropped while it was being built (by another process): "
+                         "nothing of it is left; build it again")
+
+
+def _demote_spaces(store: SQLiteStore, index_id: str) -> None:
+    """After a switch: a verified space that is not active and lacks vectors of the new live
+    chunks is no longer what was verified."""
+    for space, _, state, _ in store.spaces():
+        if state is SpaceState.VERIFIED:
+            missing = len(store.chunks_without_vectors(space.id))
+            if missing:
+                store.set_space_state(space.id, SpaceState.BUILT, f"index switch to {index_id}: {missing} "
+                                      "chunks have no vector here; build and verify the space again")
 
 
 def _parsers(store: SQLiteStore) -> dict[str, str]:
@@ -268,15 +309,14 @@ def _parsers(store: SQLiteStore) -> dict[str, str]:
     return {fmt: parser_id(fmt) for fmt in sorted({v.document.format for v in store.versions()})}
 
 
-def _as_ingested(store: SQLiteStore, live: IndexVersion) -> dict | None:
-    """The body the live index as ingested would have, if every version was chunked with one
+def _as_ingested(store: SQLiteStore, live: IndexVersion) -> IndexSettings | None:
+    """The settings the live index as ingested would have, if every version was chunked with one
     config and parsed by today's parsers (else None)."""
     rows = store.parse_configs()
     configs = {r[0] for r in rows}
     if len(configs) != 1 or any(parser_id(fmt) != parser for _, fmt, parser, _ in rows):
         return None
-    return index_body(json.loads(configs.pop()), {fmt: parser for _, fmt, parser, _ in rows},
-                      live.retain_superseded)
+    return index_settings(configs.pop(), {fmt: parser for _, fmt, parser, _ in rows}, live.retain_superseded)
 
 
 def _indexed(store: SQLiteStore, retain: int | None) -> set[tuple[str, str]]:
@@ -296,15 +336,15 @@ def _indexed(store: SQLiteStore, retain: int | None) -> set[tuple[str, str]]:
 def _config_of(store: SQLiteStore, target: IndexVersion) -> ChunkerConfig:
     """The chunker config of an index version: its own, or (the first version, as ingested) the
     one most of its versions were chunked with."""
-    body = target.body["chunker"]
-    if body is None:
+    recorded = target.settings.chunker
+    if recorded is None:
         held = store.parse_configs(target.id)
         if not held:
             raise InputError(f"index {target.id} holds no version to take a chunker config from")
-        body = json.loads(held[0][0])
-    config = ChunkerConfig(**{k: v for k, v in body.items() if k != "algorithm"})
-    if json.loads(config.to_json()) != body:
-        raise ConfigError(f"index {target.id} was chunked by chunking algorithm {body.get('algorithm')}, "
+        recorded = held[0][0]
+    config = ChunkerConfig.from_json(recorded)
+    if json.loads(config.to_json()) != json.loads(recorded):
+        raise ConfigError(f"index {target.id} was chunked by chunking algorithm {json.loads(recorded).get('algorithm')}, "
                           "which this ragdx no longer has: build a new index version instead")
     return config
 
@@ -318,15 +358,18 @@ def _counter(config: ChunkerConfig, counter: TokenCounter | None) -> TokenCounte
     return counter
 
 
-def _check_embedder(store: SQLiteStore, embedder: Embedder | None, stage: str) -> None:
+def _check_embedder(store: SQLiteStore, embedder: Embedder | None, stage: str) -> Embedder | None:
+    """The embedder of the store's active space, checked against it; None when the store has no
+    active space."""
     active = store.active_space()
     if active is None:
-        return
+        return None
     if embedder is None:
         raise ConfigError(f"{stage}: the store's active embedding space {active.id} ({active.model_id}) "
                           "serves dense retrieval, and new chunks need its vectors: run with the dense "
                           f"channel on (its model {active.model_id!r})")
     check_space(embedder.space, active, stage)
+    return embedder
 
 
 def _reparse(store: SQLiteStore, stored: StoredVersion):
@@ -345,16 +388,17 @@ def _reparse(store: SQLiteStore, stored: StoredVersion):
 
 
 def _stage(store: SQLiteStore, index_id: str, todo: Sequence[StoredVersion], config: ChunkerConfig,
-           counter: TokenCounter, indexed: set[tuple[str, str]]) -> tuple[int, int]:
+           counter: TokenCounter, indexed: set[tuple[str, str]], batch: int) -> tuple[int, int]:
     """Parse and chunk ``todo`` into an index version (those ``indexed`` leaves out are held
-    without chunks), committed every :data:`BATCH` versions (joined to the caller's transaction
-    when there is one). Returns (versions chunked, versions held without chunks)."""
+    without chunks), committed every ``batch`` versions (joined to the caller's transaction
+    when there is one); a version deleted since it was read is left out (it is in no version).
+    Returns (versions chunked, versions held without chunks)."""
     chunker = StructureChunker(config, counter)
     config_json = config.to_json()
     chunked = unindexed = 0
-    for i in range(0, len(todo), BATCH):
+    for i in range(0, len(todo), batch):
         prepared = []
-        for stored in todo[i:i + BATCH]:
+        for stored in todo[i:i + batch]:
             doc = stored.document
             if (doc.doc_id, doc.version) in indexed:
                 parsed = _reparse(store, stored)
@@ -362,8 +406,11 @@ def _stage(store: SQLiteStore, index_id: str, todo: Sequence[StoredVersion], con
             else:
                 prepared.append((doc, None, None))
         with store.transaction():
+            _still_there(store, index_id)
             for doc, parsed, out in prepared:
-                if out is None:
+                if store.version(doc.doc_id, doc.version) is None:
+                    log.info("%s@%s was deleted while %s was built: left out", doc.doc_id, doc.version, index_id)
+                elif out is None:
                     store.stage_unindexed(index_id, doc.doc_id, doc.version)
                     unindexed += 1
                 else:
@@ -374,16 +421,26 @@ def _stage(store: SQLiteStore, index_id: str, todo: Sequence[StoredVersion], con
     return chunked, unindexed
 
 
-def _embed(store: SQLiteStore, index_id: str, embedder: Embedder | None) -> EmbedStats | None:
-    """Vectors in the active space for the version's chunks that have none (reused by input)."""
+def _embed(store: SQLiteStore, index_id: str, embedder: Embedder | None, batch: int) -> EmbedStats | None:
+    """Vectors in the active space for the version's chunks that have none (reused by input),
+    committed every ``batch`` chunks (joined to the caller's transaction when there is one)."""
     active = store.active_space()
-    if active is None or embedder is None:
+    todo = store.staged_chunks(index_id, without_vector_in=active.id) if active is not None else []
+    if not todo:
         return None
-    todo = store.staged_chunks(index_id, without_vector_in=active.id)
-    rows, stats = embedder.run(store, todo)
-    with store.transaction():
-        store.stage_vectors(index_id, active.id, rows)
-    return stats
+    made = _check_embedder(store, embedder, f"index {index_id}: {len(todo)} chunks without a vector")
+    if made is None:  # no active space (todo would be empty): nothing to embed
+        return None
+    totals = [0, 0, 0, 0, 0.0]
+    for i in range(0, len(todo), batch):
+        rows, stats = made.run(store, todo[i:i + batch])
+        with store.transaction():
+            _still_there(store, index_id)
+            store.stage_vectors(index_id, active.id, rows)
+        fault_point("embedded")
+        totals = [a + b for a, b in zip(totals, (stats.chunks, stats.encoded, stats.reused, stats.truncated,
+                                                 stats.seconds))]
+    return EmbedStats(*totals)
 
 
 def _median_ms(store: SQLiteStore, questions: Sequence[tuple[str, tuple[str, ...]]]) -> float:
