@@ -203,3 +203,17 @@ def test_a_statement_that_announces_what_follows_brings_it():
     answer = gen.run(Query("q", "How do I make a script executable?"), context(unit("S1", text)))
     assert [c.text for c in answer.claims] == ["To make a script executable, run these two commands:",
                                                "$ chmod +x script.py $ ./script.py"]
+
+
+def test_the_reranker_and_the_generator_encode_a_sentence_once():
+    from ragdx.stages._sentences import sentence_vectors
+    from ragdx.stages.rerank import SentenceSimilarity
+    from ragdx.types import Chunk, ChunkKind
+    encoder = LookupEncoder(ENCODER)
+    chunk = Chunk("c1", "doc", "v", 0, len(PARAPHRASE), PARAPHRASE, ChunkKind.TEXT, (), "s1")
+    SentenceSimilarity(encoder).run(QUESTION, [chunk])
+    shared = sentence_vectors(encoder)
+    assert shared.encoded == 1
+    gen = ExtractiveGenerator(min_coverage=0.1, semantic_weight=0.8, encoder=encoder)
+    answer = gen.run(Query("q", QUESTION), context(unit("S1", PARAPHRASE)))
+    assert answer.claims[0].text == PARAPHRASE and shared.encoded == 1  # the reranker's vector, reused

@@ -21,14 +21,12 @@ import socket
 import time
 import urllib.error
 import urllib.request
-from collections import OrderedDict
 from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
-
 from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder
+from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
 from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
@@ -49,9 +47,6 @@ def question_weights(question: str) -> dict[str, float]:
 
 #: the fewest words a statement needs to be an answer: a list entry that is only a name is not one
 MIN_WORDS = 3
-
-#: how many sentence vectors an extractive generator keeps
-SENTENCE_CACHE = 50_000
 
 #: a sentence that limits the one before it: a rule's exception must travel with the rule
 EXCEPTION_LIKE = re.compile(r"\b(?:except|unless|however|but|only (?:if|when)|not|no longer|cannot|"
@@ -110,7 +105,6 @@ class ExtractiveGenerator:
         self.rank_weight = rank_weight
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self.name = name
 
     @property
@@ -123,20 +117,11 @@ class ExtractiveGenerator:
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
         """Each text's cosine with the question, in the encoder's space (0 when negative).
 
-        Sentence vectors are kept (the last ``SENTENCE_CACHE`` sentences): the contexts of a run's
-        questions share many units, and a unit's sentences need encoding only once."""
+        Sentence vectors are kept with the encoder's, shared with the sentence reranker
+        (:func:`ragdx.stages._sentences.sentence_vectors`): the contexts of a run's questions share
+        many units, and the reranker read most of their sentences already."""
         assert self.encoder is not None
-        q = self.encoder.encode([question], kind="query").vectors[0]
-        new = list(dict.fromkeys(t for t in texts if t not in self._vectors))
-        if new:
-            for text, vector in zip(new, self.encoder.encode(new, kind="passage").vectors):
-                self._vectors[text] = vector
-            while len(self._vectors) > SENTENCE_CACHE:
-                self._vectors.popitem(last=False)
-        v = np.vstack([self._vectors[t] for t in texts])
-        norms = np.linalg.norm(v, axis=1) * (np.linalg.norm(q) or 1.0)
-        cos = (v @ q) / np.where(norms > 0, norms, 1.0)
-        return [max(0.0, float(c)) for c in cos]
+        return [max(0.0, float(c)) for c in sentence_vectors(self.encoder).cosines(question, texts)]
 
     def _candidates(self, question: str, context: Context) -> list[_Candidate]:
         weights = question_weights(question)

@@ -20,15 +20,13 @@ import json
 import math
 import re
 import time
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
-
-import numpy as np
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.text import content_terms, statements
 from ragdx.protocols import Encoder, Store
+from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.fuse import RRF_C
 from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
 
@@ -93,15 +91,11 @@ def features(question: str, chunk: Chunk, fused_rank: int, history: Sequence[Pro
     return values
 
 
-#: sentence vectors kept across a run's questions (their candidates share many chunks)
-SENTENCE_CACHE = 50_000
-
-
 class SentenceSimilarity:
     """Each chunk's best sentence's cosine with a question: the largest over its statements
     (:func:`ragdx.text.statements`; a chunk without one, such as a heading, counts as one
-    sentence), in the encoder's space. Sentence vectors are cached (the last
-    :data:`SENTENCE_CACHE`).
+    sentence), in the encoder's space. Sentence vectors are kept with the encoder's, shared with
+    the extractive generator (:func:`ragdx.stages._sentences.sentence_vectors`).
 
     The maximum over parts follows ColBERT's MaxSim (Khattab & Zaharia, "ColBERT: Efficient and
     Effective Passage Search via Contextualized Late Interaction over BERT", SIGIR 2020), here over
@@ -113,20 +107,16 @@ class SentenceSimilarity:
 
     def __init__(self, encoder: Encoder) -> None:
         self.encoder = encoder
-        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def run(self, question: str, chunks: Sequence[Chunk]) -> list[float]:
         parts = [statements(c.text) or [c.text] for c in chunks]
-        new = list(dict.fromkeys(t for texts in parts for t in texts if t not in self._vectors))
-        if new:
-            for text, vector in zip(new, self.encoder.encode(new, kind="passage").vectors):
-                norm = float(np.linalg.norm(vector))
-                self._vectors[text] = vector / norm if norm > 0 else vector
-            while len(self._vectors) > SENTENCE_CACHE:
-                self._vectors.popitem(last=False)
-        q = self.encoder.encode([question], kind="query").vectors[0]
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        return [max(float(self._vectors[t] @ q) for t in texts) for texts in parts]
+        flat = [t for texts in parts for t in texts]
+        cosines = sentence_vectors(self.encoder).cosines(question, flat)
+        out, at = [], 0
+        for texts in parts:
+            out.append(float(cosines[at:at + len(texts)].max()))
+            at += len(texts)
+        return out
 
 
 def sentence_ranks(similarity: SentenceSimilarity, question: str, items: Sequence[Candidate],

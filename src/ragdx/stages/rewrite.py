@@ -32,12 +32,11 @@ from dataclasses import replace
 from typing import Any, Sequence
 
 from ragdx.errors import ChatError
-from ragdx.protocols import Retriever, Rewriter, Store
+from ragdx.protocols import Retriever, Store
 from ragdx.stages.fuse import RRF_C, reciprocal_ranks
-from ragdx.text import content_terms, sentences, split_question, stem
+from ragdx.text import content_terms, split_question, stem
 from ragdx.types import (
-    Candidate, DocStatus, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, Rewritten,
-    StageKind,
+    Candidate, DocStatus, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, StageKind,
 )
 
 __all__ = ["markers", "diff", "split_question", "hypothetical", "OfflineRewriter", "LlmRewriter", "search_all"]
