@@ -73,6 +73,28 @@ def fts5_totals(db: sqlite3.Connection, table: str = "chunks_fts") -> tuple[int,
     return values[0], sum(values[1:1 + len(_COLUMNS)])
 
 
+
+def key_id(keys: list[tuple[str, str]], ids: dict[tuple[str, str], int], key: tuple[str, str]) -> int:
+    """A (doc_id, version) pair's number in ``keys``, appended (and numbered in ``ids``) if new:
+    the keyword mirror and the bounded dense index number their rows' versions so."""
+    found = ids.get(key)
+    if found is None:
+        found = ids[key] = len(keys)
+        keys.append(key)
+    return found
+
+
+def reload_all(entries: Iterable[Any]) -> bool:
+    """The update log's rule, shared by the keyword mirror and the dense channel's bounded index
+    (:class:`~ragdx.store.vectors.QuantizedIndex`): an entry naming no document that is not an
+    embedding space's (an index version switched in: every chunk is new) means everything is read
+    again; any other entry names the documents to read again.
+
+    Args:
+        entries: the log's entries (:class:`~ragdx.types.LogEntry`, or anything with ``op`` and ``doc_id``).
+    """
+    return any(e.doc_id is None and e.op != "space" for e in entries)
+
 @dataclass(frozen=True, slots=True)
 class _Postings:
     """Postings of a set of rows: (term, rowid) pairs sorted by term then rowid, with the term's
@@ -271,11 +293,7 @@ class KeywordIndex:
         self.indptr = np.r_[0, np.cumsum(counts)]
 
     def _key_id(self, key: tuple[str, str]) -> int:
-        found = self.key_ids.get(key)
-        if found is None:
-            found = self.key_ids[key] = len(self.keys)
-            self.keys.append(key)
-        return found
+        return key_id(self.keys, self.key_ids, key)
 
     # -- access and versions ------------------------------------------------------------------
     def cached(self, key: object, make: Callable[[], object]) -> Any:
