@@ -365,3 +365,14 @@ def test_a_search_reads_one_state_and_never_a_row_id_another_chunk_reused(hand):
     # the refresh built a new state: the one a search in progress holds is as it was
     assert index._rows is not held and (held.dead == dead).all() and (held.codes == codes).all()
     assert held.size == 5 and index.size == 6
+
+
+def test_a_resumed_run_reuses_the_dense_list_whose_config_holds_what_its_query_ran(small):
+    from ragdx.build import build_pipeline
+    from ragdx.types import StageKind
+    store, encoder, settings = small
+    pipeline = build_pipeline(store, settings, encoder=encoder)
+    base = pipeline.run(Query("q", "refunds accepted within 30 days", Principal("p", PUBLIC)))
+    assert base.stage("dense").config["searched"] == "exact" and "searched" not in next(c for c in pipeline.channels if c.name == "dense").config
+    again = pipeline.resume(base, StageKind.RETRIEVAL)
+    assert again.stage("dense") is base.stage("dense")
