@@ -376,3 +376,16 @@ def test_a_resumed_run_reuses_the_dense_list_whose_config_holds_what_its_query_r
     assert base.stage("dense").config["searched"] == "exact" and "searched" not in next(c for c in pipeline.channels if c.name == "dense").config
     again = pipeline.resume(base, StageKind.RETRIEVAL)
     assert again.stage("dense") is base.stage("dense")
+
+
+@pytest.mark.parametrize("kept, held", [(4_096, (5, 4)), (0, (4, 4))])
+def test_dead_rows_are_kept_up_to_dead_kept_then_everything_is_read_again(hand, monkeypatch, kept, held):
+    """One deletion leaves one dead row of five: kept under the default (4,096, an eighth of the
+    rows being 0 here), read again in full when no dead row may be kept."""
+    monkeypatch.setattr(QuantizedIndex, "DEAD_KEPT", kept)
+    index = QuantizedIndex.load(hand, SPACE.id, 4)
+    with hand.transaction():
+        hand.delete_document("b")
+    index.refresh()
+    assert (index.size, index.rows) == held
+    assert [c for c, _ in index.nearest(Q, PUBLIC, 2)] == ["a@v1#0", "c@v1#0"]
