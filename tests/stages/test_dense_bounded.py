@@ -172,7 +172,7 @@ def test_auto_searches_exactly_below_the_threshold_and_quantized_needs_row_reads
             return getattr(store, name)
 
     with pytest.raises(ConfigError, match="search 'quantized' needs a store"):
-        DenseRetriever(NoRows(), encoder, search="quantized").index()
+        DenseRetriever(NoRows(), encoder, search="quantized")  # refused when built, before a query
     assert isinstance(DenseRetriever(NoRows(), HashingEncoder(dim=128), search="auto").index(), DenseIndex)
 
 

@@ -61,6 +61,10 @@ class DenseRetriever:
         self.search = search
         self.name = name
         self.exact = exact
+        if search == "quantized" and not isinstance(store, (VectorRowStore, VectorSearchStore)):
+            raise ConfigError(f"{name}: search 'quantized' needs a store that reads its vectors by row "
+                              f"(VectorRowStore, such as the SQLite store); {type(store).__name__} does not; "
+                              "choices: auto, exact, hnsw")
         # the loaded index, one slot shared with every deeper() copy: a copy (governance's probe,
         # the diagnosis's deeper search) must not load a second copy of every vector
         self._slot: list[DenseIndex | HnswIndex | QuantizedIndex | None] = [None]
@@ -81,11 +85,7 @@ class DenseRetriever:
 
     def _load(self, space: EmbeddingSpace) -> DenseIndex | HnswIndex | QuantizedIndex:
         search = self.search
-        if search in ("auto", "quantized") and not isinstance(self.store, VectorRowStore):
-            if search == "quantized":
-                raise ConfigError(f"{self.name}: search 'quantized' needs a store that reads its vectors by row "
-                                  f"(the SQLite store); {type(self.store).__name__} does not; "
-                                  "choices: auto, exact, hnsw")
+        if search == "auto" and not isinstance(self.store, VectorRowStore):
             search = "exact"
         if search == "auto":
             search = "quantized" if self.store.vector_count(space.id) > EXACT_UP_TO else "exact"
