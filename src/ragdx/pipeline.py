@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from ragdx.errors import ConfigError
 from ragdx.protocols import (
@@ -213,7 +213,7 @@ class Pipeline:
             keep = old is not None and old.kind is stage.kind and (
                 stage.kind.order < start.order
                 or stage.kind is StageKind.RETRIEVAL and start is StageKind.RETRIEVAL
-                and dict(old.config) == dict(stage.config))
+                and _same_setup(old.config, stage.config))
             if keep:
                 reused.append(old.stage)
                 state.outputs.append(old)
@@ -222,6 +222,12 @@ class Pipeline:
         note = f"reused from the baseline: {', '.join(reused)}" if reused else ""
         return Trace(base.query, tuple(state.outputs), sum(s.seconds for s in state.outputs),
                      base.notes + ((note,) if note else ()))
+
+
+def _same_setup(recorded: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
+    """Whether a recorded output's config holds the stage's config (a stage may add what one
+    query's run held to it, as the dense channel adds its shortlist: not part of its setup)."""
+    return all(k in recorded and recorded[k] == v for k, v in config.items())
 
 
 def _check_order(stages: tuple[Any, ...]) -> None:

@@ -142,8 +142,8 @@ class VectorRowStore(Protocol):
 
     def vector_count(self, space_id: str) -> int: ...
 
-    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
-        """Row id -> (chunk id, float32 bytes), for the rows still stored."""
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, str, str, bytes]]:
+        """Row id -> (chunk id, doc_id, version, float32 bytes), for the rows still stored."""
         ...
 
     def version_statuses(self) -> dict[tuple[str, str], str]: ...
@@ -154,6 +154,11 @@ class VectorRowStore(Protocol):
 
     @property
     def index_version(self) -> int: ...
+
+    @property
+    def in_write_transaction(self) -> bool:
+        """Whether this connection is inside its own write transaction (reads see uncommitted writes)."""
+        ...
 
 
 @runtime_checkable
@@ -272,7 +277,10 @@ class DeepRetriever(Retriever, Protocol):
     @property
     def top_k(self) -> int: ...
 
-    def deeper(self, top_k: int) -> Retriever: ...
+    def deeper(self, top_k: int, exact: bool = False) -> Retriever:
+        """The same channel returning ``top_k`` candidates; ``exact``: ranked by an exhaustive
+        exact search even where the channel's own search is bounded or approximate."""
+        ...
 
 
 @runtime_checkable

@@ -76,7 +76,7 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
 
 def _deep_rank(channel: DeepRetriever, query: Query, chunk_ids: set[str]) -> int | None:
     """The rank of the best of these chunks in a deep search of one channel, if found."""
-    for item in channel.deeper(DEEP).run(query).items:
+    for item in channel.deeper(DEEP, exact=True).run(query).items:
         if item.chunk_id in chunk_ids:
             return item.rank
     return None
@@ -86,7 +86,12 @@ def _deep_search(channel: Retriever, query: Query, chunk_ids: set[str]) -> str:
     if not isinstance(channel, DeepRetriever):
         return f"{channel.name}: no deep search (it has no 'deeper' method)"
     rank = _deep_rank(channel, query, chunk_ids)
-    return f"{channel.name} rank {rank} (top_k {channel.top_k})" if rank else f"{channel.name}: not in its top {DEEP}"
+    if rank is None:
+        return f"{channel.name}: not in its top {DEEP}"
+    if rank <= channel.top_k:  # exact search ranks it within top_k: the channel's own search cut it
+        return (f"{channel.name} rank {rank} (top_k {channel.top_k}) in an exact search; the channel's "
+                "bounded or approximate search dropped it (its shortlist: see the stage's config)")
+    return f"{channel.name} rank {rank} (top_k {channel.top_k})"
 
 
 def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence, loss: Loss) -> str:

@@ -57,8 +57,8 @@ class BM25Retriever:
         return {"top_k": self.top_k, "prefix_weight": self.weights[0], "text_weight": self.weights[1],
                 **self.store.bm25_config, "versions": "current and named" if self.current_only else "all"}
 
-    def deeper(self, top_k: int) -> "BM25Retriever":
-        """The same channel, returning ``top_k`` candidates."""
+    def deeper(self, top_k: int, exact: bool = False) -> "BM25Retriever":
+        """The same channel, returning ``top_k`` candidates (its search is exact either way)."""
         return BM25Retriever(self.store, top_k=top_k, prefix_weight=self.weights[0],
                              text_weight=self.weights[1], name=self.name, current_only=self.current_only)
 

@@ -46,8 +46,9 @@ class FunctionRetriever:
         return {"top_k": self.top_k, "function": getattr(self.search, "__qualname__", repr(self.search))} \
             | self._config
 
-    def deeper(self, top_k: int) -> "FunctionRetriever":
-        """The same function, asked for ``top_k`` candidates."""
+    def deeper(self, top_k: int, exact: bool = False) -> "FunctionRetriever":
+        """The same function, asked for ``top_k`` candidates (``exact`` is the function's own
+        business: it is asked as it is)."""
         return FunctionRetriever(self.store, self.search, name=self.name, top_k=top_k, config=self._config)
 
     def run(self, query: Query) -> Ranked:

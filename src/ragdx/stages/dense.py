@@ -41,18 +41,30 @@ class DenseRetriever:
             candidates rescored exactly from the store) or ``hnsw`` (approximate, extra ``ann``).
         name: the channel's name in traces.
         current_only: search the versions in force and those the question names (False: all).
+        exact: rank by an exhaustive exact search whatever ``search`` is (the diagnosis's deep
+            search: a rank it reports is one exact search gives).
+
+    The trace's config says what ran: ``searched`` (``exact``, ``quantized``, ``hnsw`` or
+    ``exact scan``) and, for the bounded index, the ``readable`` rows, the Hamming
+    ``shortlist`` and the int8 ``pool`` of that query.
     """
 
     kind = StageKind.RETRIEVAL
 
     def __init__(self, store: Store, encoder: Encoder, *, top_k: int = 100,
-                 search: str = "auto", name: str = "dense", current_only: bool = True) -> None:
+                 search: str = "auto", name: str = "dense", current_only: bool = True,
+                 exact: bool = False) -> None:
         self.store = store
         self.current_only = current_only
         self.encoder = encoder
         self.top_k = top_k
         self.search = search
         self.name = name
+        self.exact = exact
+        if search == "quantized" and not isinstance(store, (VectorRowStore, VectorSearchStore)):
+            raise ConfigError(f"{name}: search 'quantized' needs a store that reads its vectors by row "
+                              f"(VectorRowStore, such as the SQLite store); {type(store).__name__} does not; "
+                              "choices: auto, exact, hnsw")
         # the loaded index, one slot shared with every deeper() copy: a copy (governance's probe,
         # the diagnosis's deeper search) must not load a second copy of every vector
         self._slot: list[DenseIndex | HnswIndex | QuantizedIndex | None] = [None]
@@ -73,11 +85,7 @@ class DenseRetriever:
 
     def _load(self, space: EmbeddingSpace) -> DenseIndex | HnswIndex | QuantizedIndex:
         search = self.search
-        if search in ("auto", "quantized") and not isinstance(self.store, VectorRowStore):
-            if search == "quantized":
-                raise ConfigError(f"{self.name}: search 'quantized' needs a store that reads its vectors by row "
-                                  f"(the SQLite store); {type(self.store).__name__} does not; "
-                                  "choices: auto, exact, hnsw")
+        if search == "auto" and not isinstance(self.store, VectorRowStore):
             search = "exact"
         if search == "auto":
             search = "quantized" if self.store.vector_count(space.id) > EXACT_UP_TO else "exact"
@@ -93,10 +101,11 @@ class DenseRetriever:
                 "weights_hash": space.weights_hash, "dim": space.dim, "search": self.search,
                 "versions": "current and named" if self.current_only else "all"}
 
-    def deeper(self, top_k: int) -> "DenseRetriever":
-        """The same channel, returning ``top_k`` candidates."""
+    def deeper(self, top_k: int, exact: bool = False) -> "DenseRetriever":
+        """The same channel, returning ``top_k`` candidates (``exact``: by an exhaustive exact
+        search, even where the channel's own search is bounded or approximate)."""
         copy = DenseRetriever(self.store, self.encoder, top_k=top_k, search=self.search, name=self.name,
-                              current_only=self.current_only)
+                              current_only=self.current_only, exact=exact)
         copy._slot = self._slot
         return copy
 
@@ -108,12 +117,24 @@ class DenseRetriever:
             check_space(self.encoder.space, space, self.name)
             assert space is not None
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
+            exact = self.exact or self.search != "hnsw"
             hits = self.store.vector_search(space.id, vector, query.principal.groups, self.top_k,
-                                            exact=self.search != "hnsw", versions=versions)
+                                            exact=exact, versions=versions)
+            ran: dict[str, object] = {"searched": "exact" if exact else "hnsw"}
         else:
             index = self.index()
             vector = self.encoder.encode([query.question], kind="query").vectors[0]
-            nearest = index.nearest(vector, query.principal.groups, self.top_k, versions)
+            groups = query.principal.groups
+            if isinstance(index, QuantizedIndex) and self.exact:
+                nearest, ran = index.scan(vector, groups, self.top_k, versions), {"searched": "exact scan"}
+            elif isinstance(index, QuantizedIndex):
+                nearest, held = index.search(vector, groups, self.top_k, versions)
+                ran = {"searched": "quantized", **held}
+            elif isinstance(index, HnswIndex) and self.exact:
+                nearest, ran = index.dense.nearest(vector, groups, self.top_k, versions), {"searched": "exact"}
+            else:
+                nearest = index.nearest(vector, groups, self.top_k, versions)
+                ran = {"searched": "hnsw" if isinstance(index, HnswIndex) else "exact"}
             chunks = self.store.chunks_by_id([chunk_id for chunk_id, _ in nearest])
             hits = [(chunks[chunk_id], score) for chunk_id, score in nearest if chunk_id in chunks]
         found = readable_only(self.store, query.principal, self.name, query.id, hits)
@@ -121,4 +142,4 @@ class DenseRetriever:
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,
                       (Provenance(self.name, rank, score),))
             for rank, (c, score) in enumerate(found, start=1))
-        return Ranked(self.name, self.kind, items, (), self.config, time.perf_counter() - started)
+        return Ranked(self.name, self.kind, items, (), self.config | ran, time.perf_counter() - started)

@@ -34,7 +34,6 @@ import functools
 import hashlib
 import json
 import logging
-import math
 import pickle
 import sqlite3
 import threading
@@ -48,6 +47,7 @@ import numpy as np
 
 from ragdx.errors import StoreError
 from ragdx.protocols import Store
+from ragdx.store.keyword import fts5_idf, fts5_tokenized
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
 from ragdx.types import ChoiceEnum
 
@@ -418,20 +418,13 @@ _K1, _B = FTS_BM25_K1, FTS_BM25_B
 def _chunk_tokens(chunks: Sequence[Any]) -> list[tuple[dict[str, tuple[int, int]], int]]:
     """Each chunk's tokens as FTS5 indexes its two columns (prefix, text): per term the number of
     instances in each column, and the row's size in tokens."""
-    db = sqlite3.connect(":memory:")
-    try:
-        db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{FTS_TOKENIZER}')")
-        db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?, ?, ?)",
-                       [(n, c.prefix, c.text) for n, c in enumerate(chunks, start=1)])
-        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-        counts: list[dict[str, list[int]]] = [{} for _ in chunks]
-        sizes = [0] * len(chunks)
+    counts: list[dict[str, list[int]]] = [{} for _ in chunks]
+    sizes = [0] * len(chunks)
+    with fts5_tokenized([(n, c.prefix, c.text) for n, c in enumerate(chunks, start=1)], FTS_TOKENIZER) as db:
         for term, row, column in db.execute("SELECT term, doc, col FROM v"):
             counts[row - 1].setdefault(term, [0, 0])[0 if column == "prefix" else 1] += 1
             sizes[row - 1] += 1
-        return [({t: (a, b) for t, (a, b) in c.items()}, size) for c, size in zip(counts, sizes)]
-    finally:
-        db.close()
+    return [({t: (a, b) for t, (a, b) in c.items()}, size) for c, size in zip(counts, sizes)]
 
 
 def listed_counts(chunks: Sequence[Any], phrases: Sequence[str]) -> tuple[tuple[dict[str, tuple[int, int]], int], ...]:
@@ -445,8 +438,8 @@ def listed_counts(chunks: Sequence[Any], phrases: Sequence[str]) -> tuple[tuple[
 def _bm25(phrases: Sequence[str], counts: dict[str, tuple[int, int]], size: int, *, weights: tuple[float, float],
           n_rows: int, avgdl: float, df: dict[str, int]) -> float:
     """FTS5's ``bm25()`` of one row (negated, as the store's scores are: higher is better), as
-    fts5_aux.c computes it: per phrase, idf = ln((N - n + 0.5) / (n + 0.5)) (1e-6 when not
-    positive) times f (k1 + 1) / (f + k1 (1 - b + b D / avgdl)), f the column-weighted count."""
+    fts5_aux.c computes it: per phrase, idf = ln((N - n + 0.5) / (n + 0.5)) (:data:`~ragdx.store.keyword.IDF_FLOOR` when not
+    positive, :func:`~ragdx.store.keyword.fts5_idf`) times f (k1 + 1) / (f + k1 (1 - b + b D / avgdl)), f the column-weighted count."""
     score = 0.0
     for phrase in phrases:
         prefix, text = counts.get(phrase, (0, 0))
@@ -454,7 +447,5 @@ def _bm25(phrases: Sequence[str], counts: dict[str, tuple[int, int]], size: int,
         if not freq:
             continue
         hits = df.get(phrase, 0)
-        idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-        idf = idf if idf > 0 else 1e-6
-        score += idf * freq * (_K1 + 1) / (freq + _K1 * (1 - _B + _B * size / avgdl))
+        score += fts5_idf(n_rows, hits) * freq * (_K1 + 1) / (freq + _K1 * (1 - _B + _B * size / avgdl))
     return score

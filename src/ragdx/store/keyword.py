@@ -29,17 +29,26 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ragdx.errors import StoreError
 
-__all__ = ["KeywordIndex", "IDF_FLOOR"]
+__all__ = ["KeywordIndex", "IDF_FLOOR", "fts5_idf"]
 
 #: FTS5's floor for a phrase's idf when more than half the rows hold it.
 IDF_FLOOR = 1e-6
+
+
+def fts5_idf(rows: int, hits: int) -> float:
+    """FTS5's idf of a phrase held by ``hits`` of ``rows`` rows: ln((N - n + 0.5) / (n + 0.5)),
+    :data:`IDF_FLOOR` when that is not positive (fts5_aux.c, ``fts5Bm25GetData``). The keyword
+    mirror, the cache's rescoring and the PostgreSQL store's bm25 all use it."""
+    value = math.log((rows - hits + 0.5) / (hits + 0.5))
+    return value if value > 0.0 else IDF_FLOOR
 #: Up to this many postings, a query's first use of a pair of column weights computes every
 #: posting's BM25 part at once (8 bytes each); above it, each term's on its first use.
 WHOLE_PARTS = 8_000_000
@@ -72,6 +81,28 @@ def fts5_totals(db: sqlite3.Connection, table: str = "chunks_fts") -> tuple[int,
     values = _varints(bytes(row[0]))
     return values[0], sum(values[1:1 + len(_COLUMNS)])
 
+
+
+def key_id(keys: list[tuple[str, str]], ids: dict[tuple[str, str], int], key: tuple[str, str]) -> int:
+    """A (doc_id, version) pair's number in ``keys``, appended (and numbered in ``ids``) if new:
+    the keyword mirror and the bounded dense index number their rows' versions so."""
+    found = ids.get(key)
+    if found is None:
+        found = ids[key] = len(keys)
+        keys.append(key)
+    return found
+
+
+def reload_all(entries: Iterable[Any]) -> bool:
+    """The update log's rule, shared by the keyword mirror and the dense channel's bounded index
+    (:class:`~ragdx.store.vectors.QuantizedIndex`): an entry naming no document that is not an
+    embedding space's (an index version switched in: every chunk is new) means everything is read
+    again; any other entry names the documents to read again.
+
+    Args:
+        entries: the log's entries (:class:`~ragdx.types.LogEntry`, or anything with ``op`` and ``doc_id``).
+    """
+    return any(e.doc_id is None and e.op != "space" for e in entries)
 
 @dataclass(frozen=True, slots=True)
 class _Postings:
@@ -271,11 +302,7 @@ class KeywordIndex:
         self.indptr = np.r_[0, np.cumsum(counts)]
 
     def _key_id(self, key: tuple[str, str]) -> int:
-        found = self.key_ids.get(key)
-        if found is None:
-            found = self.key_ids[key] = len(self.keys)
-            self.keys.append(key)
-        return found
+        return key_id(self.keys, self.key_ids, key)
 
     # -- access and versions ------------------------------------------------------------------
     def cached(self, key: object, make: Callable[[], object]) -> Any:
@@ -327,8 +354,7 @@ class KeywordIndex:
         idf = []
         for t in phrases:
             hits = self.hits(t) if t >= 0 else 0
-            value = math.log((self.rows - hits + 0.5) / (hits + 0.5))
-            idf.append(value if value > 0.0 else IDF_FLOOR)
+            idf.append(fts5_idf(self.rows, hits))
         present = [i for i, t in enumerate(phrases) if t >= 0]
         strong = [i for i in present if idf[i] > IDF_FLOOR]
         weak = [i for i in present if idf[i] <= IDF_FLOOR]
@@ -489,18 +515,26 @@ def _chunk_rows(db: sqlite3.Connection, where: str, args: Sequence[object] = (),
                  np.concatenate(parts_d), keys, [], [])
 
 
-def _tokenize(rows: _Rows, tokenizer: str) -> _Postings:
-    """The rows' postings as FTS5 tokenizes them: an in-memory FTS5 table with the store's
-    tokenizer indexes their prefix and text under their rowids."""
+@contextmanager
+def fts5_tokenized(rows: Iterable[tuple[int, str, str]], tokenizer: str) -> Iterator[sqlite3.Connection]:
+    """Rows ``(rowid, prefix, text)`` tokenized as FTS5 tokenizes the store's chunks: an in-memory
+    FTS5 table ``t`` with the store's tokenizer holding them under their rowids, and its
+    vocabulary ``v`` (``fts5vocab`` 'instance': term, doc, col, offset). The keyword mirror's
+    patch and the cache's rescoring of a changed chunk tokenize with it."""
     db = sqlite3.connect(":memory:")
     try:
         db.execute(f"CREATE VIRTUAL TABLE t USING fts5(prefix, text, tokenize='{tokenizer}')")
         db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
-        db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?,?,?)",
-                       zip(rows.rowid.tolist(), rows.prefix, rows.text))
-        return _read_postings(db, "v")
+        db.executemany("INSERT INTO t (rowid, prefix, text) VALUES (?,?,?)", rows)
+        yield db
     finally:
         db.close()
+
+
+def _tokenize(rows: _Rows, tokenizer: str) -> _Postings:
+    """The rows' postings as FTS5 tokenizes them (:func:`fts5_tokenized`)."""
+    with fts5_tokenized(zip(rows.rowid.tolist(), rows.prefix, rows.text), tokenizer) as db:
+        return _read_postings(db, "v")
 
 
 def _last_log_seq(db: sqlite3.Connection) -> int:

@@ -53,6 +53,7 @@ import numpy as np
 
 from ragdx.errors import InputError, MissingExtraError, StoreError
 from ragdx.store._attributes import attribute_changes
+from ragdx.store.keyword import IDF_FLOOR, fts5_idf
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, OpenMode
 from ragdx.store.tokens import fts5_tokens
 from ragdx.types import (
@@ -66,7 +67,7 @@ log = logging.getLogger("ragdx.store")
 
 SCHEMA_VERSION = 2  # 2: term deltas folded into term_df once per transaction
 #: FTS5 replaces an idf <= 0 (a term in more than half the rows) by this.
-FTS5_MIN_IDF = 1e-6
+FTS5_MIN_IDF = IDF_FLOOR  # fts5_idf's floor (store/keyword.py), under the name tests know
 _LOCK_KEY = 0x72616764  # "ragd": the advisory lock writers of one schema take
 _NAME = re.compile(r"[a-z_][a-z0-9_]{0,40}")
 
@@ -902,8 +903,7 @@ class PostgresStore:
         parts = []
         for i, token in enumerate(phrases):
             n = df.get(token, 0)
-            idf = math.log((n_rows - n + 0.5) / (n + 0.5))
-            args[f"t{i}"], args[f"idf{i}"] = token, idf if idf > 0.0 else FTS5_MIN_IDF
+            args[f"t{i}"], args[f"idf{i}"] = token, fts5_idf(n_rows, n)
             freq = (f"(coalesce((c.tf -> %(t{i})s ->> 0)::float8, 0) * %(wp)s::float8 + "
                     f"coalesce((c.tf -> %(t{i})s ->> 1)::float8, 0) * %(wt)s::float8)")
             # fts5Bm25Function's very expression, in its order of evaluation

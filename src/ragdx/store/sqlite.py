@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ragdx._faults import fault_point
 from ragdx.errors import InputError, StoreError
 from ragdx.store._attributes import attribute_changes
-from ragdx.store.keyword import KeywordIndex
+from ragdx.store.keyword import KeywordIndex, reload_all
 from ragdx.types import (
     ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, IndexSettings, IndexVersion, KeywordSettings,
     LogEntry, ParsedDocument, Section, SpaceState, StoredVersion, VersionFilter,
@@ -550,6 +550,12 @@ class SQLiteStore:
         return row[0] if row else None
 
     @property
+    def in_write_transaction(self) -> bool:
+        """Whether this connection is inside its own :meth:`transaction`: what it reads then
+        includes writes that may still be rolled back, so no cache takes them as a generation."""
+        return self._in_tx
+
+    @property
     def index_version(self) -> int:
         """A counter bumped by every committed change; caches are bound to it."""
         return int(self._db.execute("SELECT value FROM meta WHERE key='index_version'").fetchone()[0])
@@ -942,8 +948,7 @@ class SQLiteStore:
         """The posting matrix at the store's current generation (call inside a read transaction)."""
         generation = self.index_version
         index = self._keyword
-        if index is not None and index.generation != generation and self._db.execute(
-                "SELECT 1 FROM log WHERE seq > ? AND op = 'index' LIMIT 1", (index.log_seq,)).fetchone():
+        if index is not None and index.generation != generation and reload_all(self.log_entries(index.log_seq)):
             index = None  # an index version was switched: every chunk is new
         if index is not None and index.generation != generation:
             try:
@@ -1100,17 +1105,17 @@ class SQLiteStore:
         """How many vectors a space holds (duplicates' included)."""
         return self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?", (space_id,)).fetchone()[0]
 
-    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, bytes]]:
-        """The chunk id and float32 bytes of a space's vectors at these chunk row ids (those
-        still stored)."""
-        out: dict[int, tuple[str, bytes]] = {}
+    def vectors_at(self, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, str, str, bytes]]:
+        """The chunk id, doc_id, version and float32 bytes of a space's vectors at these chunk
+        row ids (those still stored)."""
+        out: dict[int, tuple[str, str, str, bytes]] = {}
         for i in range(0, len(rowids), 500):
             batch = list(rowids[i:i + 500])
-            for rowid, chunk_id, vector in self._db.execute(
-                    "SELECT v.chunk_rowid, c.id, v.vector FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
-                    f"WHERE v.space_id = ? AND v.chunk_rowid IN ({','.join('?' * len(batch))})",
+            for rowid, chunk_id, doc_id, version, vector in self._db.execute(
+                    "SELECT v.chunk_rowid, c.id, c.doc_id, c.version, v.vector FROM vectors v JOIN chunks c "
+                    f"ON c.rowid = v.chunk_rowid WHERE v.space_id = ? AND v.chunk_rowid IN ({','.join('?' * len(batch))})",
                     (space_id, *batch)):
-                out[rowid] = (chunk_id, vector)
+                out[rowid] = (chunk_id, doc_id, version, vector)
         return out
 
     def version_statuses(self) -> dict[tuple[str, str], str]:
