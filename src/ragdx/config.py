@@ -155,7 +155,7 @@ class GenerationSettings:
     min_coverage: float = _at_least(0.51, 0.0)  # fitted on the dev set (docs/benchmarks.md)
     keep_ratio: float = _at_least(0.5, 0.0)
     max_sentences: int = _at_least(7, 1)
-    semantic_weight: float = _at_least(0.7, 0.0, 1.0)
+    semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0)
     base_url: str = ""
     model: str = ""
