@@ -217,3 +217,12 @@ def test_the_reranker_and_the_generator_encode_a_sentence_once():
     gen = ExtractiveGenerator(min_coverage=0.1, semantic_weight=0.8, encoder=encoder)
     answer = gen.run(Query("q", QUESTION), context(unit("S1", PARAPHRASE)))
     assert answer.claims[0].text == PARAPHRASE and shared.encoded == 1  # the reranker's vector, reused
+
+
+def test_a_call_with_more_sentences_than_the_cache_keeps_scores_them_all():
+    from ragdx.stages._sentences import SentenceVectors
+    encoder = LookupEncoder(ENCODER)
+    kept = SentenceVectors(encoder, size=1)
+    cosines = kept.cosines(QUESTION, [PARAPHRASE, DISTRACTOR])
+    assert len(cosines) == 2 and cosines[0] > 0.9 and cosines[1] == 0.0
+    assert len(kept._kept) == 1

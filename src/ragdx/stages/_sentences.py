@@ -33,15 +33,15 @@ class SentenceVectors:
                 norm = float(np.linalg.norm(vector))
                 self._kept[text] = vector / norm if norm > 0 else vector
             self.encoded += len(new)
+        if not texts:
+            return np.zeros(0, np.float32)
+        matrix = np.vstack([self._kept[t] for t in texts])  # before the oldest go: a call may bring more than size
         for text in texts:
             self._kept.move_to_end(text)
         while len(self._kept) > self.size:
             self._kept.popitem(last=False)
         q = np.asarray(self.encoder.encode([question], kind="query").vectors[0], np.float32)
-        q = q / (float(np.linalg.norm(q)) or 1.0)
-        if not texts:
-            return np.zeros(0, np.float32)
-        return np.vstack([self._kept[t] for t in texts]) @ q
+        return matrix @ (q / (float(np.linalg.norm(q)) or 1.0))
 
 
 _SHARED: "weakref.WeakKeyDictionary[Encoder, SentenceVectors]" = weakref.WeakKeyDictionary()
