@@ -169,7 +169,8 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
         stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
     channels = [stage for stage in stages if stage.kind is StageKind.RETRIEVAL]
     stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded,
-                             withhold=channels if settings.governance.withhold else ()))
+                             withhold=channels if settings.governance.withhold else (),
+                             withhold_depth=settings.governance.withhold_depth))
     c = settings.context
     if c.tokenizer == "encoder" and encoder is None and context_counter is None:
         raise ConfigError("context.tokenizer is 'encoder' but the dense channel is off")

@@ -129,11 +129,13 @@ class RerankSettings:
 @dataclass(frozen=True, slots=True)
 class GovernanceSettings:
     """What may reach the context: superseded and expired versions are dropped unless allowed;
-    with ``withhold``, nothing reaches it when the question's best match, in every retrieval
-    channel searched with every access group, is a source the asker may not read."""
+    with ``withhold``, nothing reaches it when most of the question's best matches (the
+    ``withhold_depth`` best of each retrieval channel, searched with every access group, each
+    weighing ``1 / rank``) are sources the asker may not read."""
 
     allow_superseded: bool = False
     withhold: bool = True
+    withhold_depth: int = _at_least(3, 1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,8 +6,8 @@ import pytest
 
 from ragdx.build import build_pipeline
 from ragdx.config import with_overrides
-from ragdx.stages.govern import WITHHELD
-from ragdx.types import Principal, Query, StageKind
+from ragdx.stages.govern import WITHHELD, Governance
+from ragdx.types import Candidate, Principal, Query, Ranked, StageKind
 
 SECRET_QUESTION = "What is the secret override code for refunds?"   # only runbook.md (staff) says
 PUBLIC = Principal("u", ("public",))
@@ -51,3 +51,43 @@ def test_a_question_whose_best_match_is_public_is_not_withheld(small, question):
     stages = _run(small, question, PUBLIC)
     assert WITHHELD not in {d.reason for d in stages[StageKind.GOVERNANCE].dropped}
     assert stages[StageKind.GOVERNANCE].items != ()
+
+
+class _Listed:
+    """A channel whose best matches are given (a retriever with ``deeper``)."""
+
+    name = "listed"
+
+    def __init__(self, store, docs):
+        self.items = tuple(Candidate(f"{doc}#{i}", doc, store.versions(doc)[0].document.version, 0, 1, i + 1, 1.0, ())
+                           for i, doc in enumerate(docs))
+        self.top_k = len(docs)
+
+    def deeper(self, top_k, exact=False):
+        return self
+
+    def run(self, query):
+        return Ranked(self.name, StageKind.RETRIEVAL, self.items, (), {}, 0.0)
+
+
+@pytest.mark.parametrize("first, second, depth, withheld", [
+    # one channel's best is public, but the staff-only matches weigh 1 + 1/2 + 1/2 + 1/3 = 7/3 of 11/3
+    (["runbook.md", "runbook.md", "refund.md"], ["refund.md", "runbook.md", "runbook.md"], 3, True),
+    # both channels' best is staff-only: 2 of 11/3, though four of the six matches are public
+    (["runbook.md", "refund.md", "errors.md"], ["runbook.md", "refund.md", "shipping.md"], 3, True),
+    # one channel's best is staff-only: 1 of 11/3
+    (["runbook.md", "refund.md", "refund.md"], ["refund.md", "errors.md", "shipping.md"], 3, False),
+    # 1/2 + 1/3 + 1 + 1/2 + 1/3 = 8/3 of 11/3
+    (["refund.md", "runbook.md", "runbook.md"], ["runbook.md", "runbook.md", "runbook.md"], 3, True),
+    # exactly half is not more than half: 1/2 + 1/3 + 1 = 11/6 of 11/3
+    (["refund.md", "runbook.md", "runbook.md"], ["runbook.md", "errors.md", "shipping.md"], 3, False),
+    # depth 1: the best match of every channel (the earlier rule)
+    (["runbook.md", "runbook.md", "runbook.md"], ["refund.md", "runbook.md", "runbook.md"], 1, False),
+    (["runbook.md", "refund.md", "refund.md"], ["runbook.md", "refund.md", "shipping.md"], 1, True),
+])
+def test_a_question_is_withheld_when_most_of_its_best_matches_are_unreadable(small, first, second, depth,
+                                                                             withheld):
+    store = small[0]
+    governance = Governance(store, withhold=[_Listed(store, first), _Listed(store, second)], withhold_depth=depth)
+    assert governance.withheld(Query("q", "anything", PUBLIC)) is withheld
+    assert governance.withheld(Query("q", "anything", STAFF)) is False

@@ -11,11 +11,13 @@ A candidate the principal may not read (whatever an earlier stage did) is remove
 to the operator's log only, as the channels do (:func:`ragdx.stages._access.readable_only`): a
 trace shown to this principal must not name it, even as a dropped item.
 
-A question whose best match is a source the asker may not read is *withheld*: given the
+A question whose best matches are sources the asker may not read is *withheld*: given the
 retrieval channels (``withhold``), governance asks each of them, with every access group, for its
-best match; when that match is unreadable by the asker in every channel, every candidate is
-dropped, so the generator abstains instead of answering from loosely related public text (the
-answer would rest on what the asker may not read). The drop reason names no source, and the
+``withhold_depth`` best matches; when the matches unreadable by the asker weigh more than half of
+all of them, each weighing ``1 / rank`` in its channel, every candidate is dropped, so the generator abstains instead of answering from loosely
+related public text (the answer would rest on what the asker may not read). With a depth of 1
+and two channels, this is "the best match is unreadable in both"; deeper, a restricted page
+that is the second and third best match counts too. The drop reason names no source, and the
 answer is the same abstention as for a question no readable source covers.
 
 Conflicting current documents are *not* resolved here: both stay, and the assembler flags the
@@ -52,16 +54,19 @@ class Governance:
     Args:
         store: the store (the authority on versions, statuses and access).
         allow_superseded: keep superseded and expired versions (marked in the context).
-        withhold: the retrieval channels whose best match, searched with every access group,
-            decides whether a question is withheld (empty: no question is).
+        withhold: the retrieval channels whose best matches, searched with every access group,
+            decide whether a question is withheld (empty: no question is).
+        withhold_depth: how many best matches of each channel are counted.
     """
 
     kind = StageKind.GOVERNANCE
 
     def __init__(self, store: Store, *, allow_superseded: bool = False,
-                 withhold: Sequence[DeepRetriever] = (), name: str = "governance") -> None:
+                 withhold: Sequence[DeepRetriever] = (), withhold_depth: int = 3,
+                 name: str = "governance") -> None:
         self.store, self.allow_superseded, self.name = store, allow_superseded, name
-        self.withhold = tuple(channel.deeper(1) for channel in withhold)
+        self.withhold_depth = withhold_depth
+        self.withhold = tuple(channel.deeper(withhold_depth) for channel in withhold)
         self._groups: tuple[int, tuple[str, ...]] | None = None
 
     def _every_group(self) -> tuple[str, ...]:
@@ -73,16 +78,19 @@ class Governance:
         return self._groups[1]
 
     def withheld(self, query: Query) -> bool:
-        """Whether, in every withholding channel, the best match over every source is one the
-        asker may not read."""
+        """Whether the withholding channels' best matches over every source (``withhold_depth``
+        of each, weighing ``1 / rank``) are, by more than half their weight, ones the asker may
+        not read."""
         if not self.withhold:
             return False
         everyone = replace(query, principal=Principal(query.principal.user, self._every_group()))
+        total = unreadable = 0.0
         for channel in self.withhold:
-            best = channel.run(everyone).items[:1]
-            if not best or self.store.readable(query.principal.groups, best[0].doc_id, best[0].version):
-                return False
-        return True
+            for rank, item in enumerate(channel.run(everyone).items[:self.withhold_depth], start=1):
+                total += 1 / rank
+                if not self.store.readable(query.principal.groups, item.doc_id, item.version):
+                    unreadable += 1 / rank
+        return 2 * unreadable > total
 
     def reason(self, query: Query, item: Candidate, versions: dict[str, list[StoredVersion]]) -> str | None:
         """Why an item may not be used (:data:`UNREADABLE` when the principal may not read it), or
@@ -129,4 +137,4 @@ class Governance:
                                   item.score, item.history + (Provenance(self.name, rank, item.score),)))
         return Ranked(self.name, self.kind, tuple(kept), tuple(dropped),
                       {"allow_superseded": self.allow_superseded,
-                       "withhold": [c.name for c in self.withhold]}, time.perf_counter() - started)
+                       "withhold": [c.name for c in self.withhold], "withhold_depth": self.withhold_depth}, time.perf_counter() - started)
