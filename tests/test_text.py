@@ -35,6 +35,22 @@ def test_number_words_state_an_amount():
     assert not states_quantity("It uses 16 kilobytes.", "byte")
 
 
+@pytest.mark.parametrize("text, states", [
+    ("It returns a 16-byte string.", True),
+    ("SQLite will easily do 50,000 or more INSERT statements per second.", True),
+    ("The limit is 2.5 seconds.", True),
+    ("(up to 64)", True),
+    ("Use the sqlite3 module.", False),              # a digit inside a name
+    ("See bpo-32269 and gh-91827.", False),          # issue numbers
+    ("Encode the text as utf-8.", False),
+    ("Beginning with version 3.6.18, triggers were supported.", False),   # versions
+    ("It was added in Python 3.11.", False),
+    ("Released on 2009-09-11.", False),              # a date
+])
+def test_a_number_in_a_name_a_version_or_a_date_is_no_amount(text, states):
+    assert states_quantity(text, "") is states
+
+
 def test_a_signature_with_defaults_is_a_statement_and_a_heading_is_not():
     text = "Introduction\n\ndatetime.isoformat(sep='T', timespec='auto')\n\nReturn a string."
     assert statements(text) == ["datetime.isoformat(sep='T', timespec='auto')", "Return a string."]

@@ -164,7 +164,11 @@ _ASKS_AMOUNT = re.compile(r"\bhow (?:long|large|big|often|much)\b|\bwhat is the 
                           r"(?:number|size|length|count|value)\b", re.IGNORECASE)
 _ASKS_UNIT = re.compile(r"\bin (milliseconds|seconds|minutes|hours|days|bytes|kilobytes|megabytes|percent)\W*$",
                         re.IGNORECASE)
-_NUMBER = re.compile(r"\d|\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
+#: an amount: a number standing alone or before its unit ("16-byte"), not a digit inside a name
+#: ("sqlite3", "bpo-32269", "utf-8"), a version ("3.6.18", "version 3.6") or a date ("2009-09-11")
+_NUMBER = re.compile(r"(?<![\w.-])(?<!version )(?<!release )(?<!python )(?<!sqlite )"
+                     r"\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]*\d)(?![\w]|-\d)|"
+                     r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
                      r"(?:hundred|thousand|million|billion|dozen)s?|once|twice|unlimited|no limit)\b", re.IGNORECASE)
 
 #: what "How many ..." counts in, when the answer must name it too ("How many bytes ..." is not

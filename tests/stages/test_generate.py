@@ -138,6 +138,9 @@ def test_a_question_asking_for_an_amount_needs_a_sentence_stating_it():
     gen = ExtractiveGenerator(min_coverage=0.1)
     refused = gen.run(Query("q", question), context(unit("S1", vague)))
     assert refused.abstained and refused.missing == ("a number of bytes",)
+    assert refused.text == "I cannot answer this from the sources: the sources found do not state a number of bytes."
+    named = gen.run(Query("q", question), context(unit("S1", "The header of sqlite3 uses a compact layout of bytes.")))
+    assert named.abstained  # the digit of a name states no amount
     answered = gen.run(Query("q", question), context(unit("S1", figure)))
     assert not answered.abstained and answered.claims[0].text == figure
 

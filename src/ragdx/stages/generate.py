@@ -225,7 +225,7 @@ class ExtractiveGenerator:
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             amount = f"a number of {unit}s" if unit else "a number"
-            return Answer(self.name, f"I cannot answer this from the sources: the sources found state no "
+            return Answer(self.name, f"I cannot answer this from the sources: the sources found do not state "
                           f"{amount}.", (), True, (amount,), self.name, Usage(), self.config,
                           time.perf_counter() - started)
         prefix = ""
