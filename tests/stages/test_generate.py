@@ -145,6 +145,21 @@ def test_a_question_asking_for_an_amount_needs_a_sentence_stating_it():
     assert not answered.abstained and answered.claims[0].text == figure
 
 
+def test_an_amount_asked_for_is_taken_from_a_sentence_stating_it_when_the_best_states_none():
+    question = "How many people use it?"
+    best = "People use it."                               # every question term, densest: chosen first
+    figure = "In most years, 40 people use it at work."  # the same terms, and the amount
+    gen = ExtractiveGenerator(min_coverage=0.5, max_sentences=1)
+    answer = gen.run(Query("q", question), context(unit("S1", best), unit("S2", figure, rank=2)))
+    assert not answer.abstained
+    assert [c.text for c in answer.claims] == [figure, best]
+    assert answer.claims[0].citations == ("S2",)
+    # a sentence stating the amount must still answer the question well enough on its own
+    weak = "In 2021, 40 visitors came."
+    refused = gen.run(Query("q", question), context(unit("S1", best), unit("S2", weak, rank=2)))
+    assert refused.abstained and refused.missing == ("a number",)
+
+
 def test_a_bare_name_from_a_list_is_no_answer():
     # a function list's entry names the question's term exactly, and scores it in full
     names = unit("S1", "- sqlite3session_create\n- sqlite3session_delete", 1)

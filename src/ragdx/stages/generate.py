@@ -79,9 +79,10 @@ class ExtractiveGenerator:
     brings that sentence too, so a rule is never cited without its exception; one that ends with
     a colon brings what it announces. A question that asks several things is answered in each
     part (:func:`ragdx.text.split_question`). A question that asks for an amount ("How many
-    bytes ...", "... in milliseconds?") is answered only when a chosen sentence states a number
-    with that unit (:func:`ragdx.text.asked_quantity`): related sentences without the figure are
-    no answer. A table row is read with its header (``column: value``). When the context flags a
+    bytes ...", "... in milliseconds?") is answered only by a sentence that states a number with
+    that unit (:func:`ragdx.text.asked_quantity`): when the chosen sentences state none, the best
+    one that does and reaches ``min_coverage`` is put first; related sentences without the figure
+    are no answer. A table row is read with its header (``column: value``). When the context flags a
     conflict, both conflicting statements are given and the answer says the sources disagree.
 
     Args:
@@ -223,6 +224,13 @@ class ExtractiveGenerator:
                     and all(following != claim.text for claim in claims):
                 claims.append(Claim(following, (c.unit.id,)))  # the rule's exception, or what it announces
         unit = asked_quantity(query.question)
+        if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
+            # the answer must be of the kind asked for: the best sentence that states the amount,
+            # when it answers the question well enough on its own
+            stating = [c for c in found if c.content >= self.min_coverage and states_quantity(c.text, unit)]
+            if stating:
+                claims.insert(0, Claim(stating[0].text, (stating[0].unit.id,)))
+                units_used.add(stating[0].unit.id)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             amount = f"a number of {unit}s" if unit else "a number"
             return Answer(self.name, f"I cannot answer this from the sources: the sources found do not state "
