@@ -80,3 +80,27 @@ def test_an_ingest_that_changes_no_chunk_needs_no_encoder(tmp_path):
         report = build_ingestor(store, load_settings(overrides=[regex, LEXICAL])).run(relabelled)
     assert [a.action.value for a in report.actions] == ["update", "update"]
     assert _vectors(path) == vectors
+
+
+def test_a_space_activated_after_the_ingest_parsed_is_seen_inside_its_transaction(tmp_path, monkeypatch):
+    # another process's first dense ingest commits between this lexical ingest's check before
+    # its work and its write transaction: the check is made again under the write lock
+    path = tmp_path / "store.db"
+    manifest = _corpus(tmp_path / "corpus")
+    more = _corpus(tmp_path / "more", {"warranty.md": "# Warranty\n\nThe warranty lasts 24 months."})
+    with SQLiteStore(path) as store:
+        original, done = store.transaction, []
+
+        def transaction():
+            if not done:
+                with SQLiteStore(path, "write") as other:
+                    done.append(build_ingestor(other, load_settings(), HashingEncoder(dim=64)).run(more))
+            return original()
+
+        monkeypatch.setattr(store, "transaction", transaction)
+        ingestor = build_ingestor(store, load_settings(overrides=[LEXICAL]))
+        with pytest.raises(ConfigError, match="this ingest would add 2 versions without vectors"):
+            ingestor.run(manifest)
+        assert done and store.active_space() is not None
+        assert store.chunks("refund.md") == [] and store.chunks("shipping.md") == []
+        assert store.chunks("warranty.md") != []

@@ -254,7 +254,9 @@ class Ingestor:
         log.info("writing %d documents", len(prepared))
         actions = []
         with self.store.transaction():
-            self._refuse_other_index(prepared)  # inside: a switch committed meanwhile is seen
+            # again inside: a dense ingest that activated a space meanwhile, or a switch, is seen
+            self._refuse_lost_vectors(prepared)
+            self._refuse_other_index(prepared)
             if self.embedder is not None and self.store.active_space() is None:
                 space = self.embedder.space
                 self.store.register_space(space, self.embedder.backend)
@@ -279,7 +281,8 @@ class Ingestor:
         """Refuse an ingest without an embedder into a store whose dense channel is live: every
         version it adds would have no vector in the active space, and every version it re-chunks
         (without the encoder, the chunker counts in another tokenizer) would lose its vectors, so
-        the dense channel would silently stop finding them."""
+        the dense channel would silently stop finding them. Checked before the work, and again
+        inside the write transaction (a first dense ingest may activate a space meanwhile)."""
         active = self.store.active_space()
         if active is None or self.embedder is not None:
             return
