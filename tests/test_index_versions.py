@@ -592,3 +592,65 @@ def test_the_cli_reports_a_refused_write_as_such_not_as_a_damaged_store(store, m
     assert main(["index", "build", "--chunks", "--store", str(store.path), "--set", "retrieval.dense.enabled=false"]) == 2
     err = capsys.readouterr().err
     assert "SQLite refused a write (FOREIGN KEY constraint failed)" in err and "integrity check" not in err
+
+
+def _staged_rows(store: SQLiteStore) -> dict[str, int]:
+    return {table: store._db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+            for table in ("staged_versions", "staged_sections", "staged_chunks", "staged_vectors")}
+
+
+def test_a_version_that_is_not_live_is_dropped_with_everything_it_holds(store):
+    live_chunks, live_version = len(store.chunks()), store.index_version
+    index_id = build(store)
+    held = store.index_version_of(index_id)
+    assert held.chunks > live_chunks and _staged_rows(store)["staged_chunks"] == held.chunks
+    dropped = indexing.drop_index(store, index_id)
+    assert (dropped.id, dropped.state, dropped.chunks) == (index_id, SpaceState.BUILT, held.chunks)
+    assert store.index_version_of(index_id) is None
+    assert _staged_rows(store) == {"staged_versions": 0, "staged_sections": 0, "staged_chunks": 0,
+                                   "staged_vectors": 0}
+    # the live index is untouched, and caches bound to it stay valid
+    assert len(store.chunks()) == live_chunks and store.index_version == live_version
+    assert store.verify() == [] and found(store, ["refunds"]) == {"refund.md"}
+    with pytest.raises(InputError, match=f"no index version '{index_id}'"):
+        indexing.drop_index(store, index_id)
+
+
+def test_the_live_version_cannot_be_dropped_and_the_retired_one_takes_the_rollback_with_it(store):
+    index_id = build(store)
+    indexing.switch_index(store, index_id, force=True)
+    before = snapshot(store.path)
+    with pytest.raises(InputError, match=f"index {index_id} is live"):
+        indexing.drop_index(store, index_id)
+    assert snapshot(store.path) == before
+    assert indexing.drop_index(store, INITIAL_INDEX).state is SpaceState.RETIRED
+    with pytest.raises(InputError):
+        indexing.rollback_index(store)
+    assert store.live_index().id == index_id and configs(store) == {SMALL.id}
+
+
+def test_a_build_stopped_half_way_can_be_dropped_and_a_build_running_elsewhere_says_so(store, monkeypatch):
+    original = indexing._embed
+
+    def dropped_meanwhile(s, index_id, embedder, batch):  # another process drops it mid-build
+        with SQLiteStore(store.path, "write") as other:
+            assert indexing.drop_index(other, index_id).state is SpaceState.BUILDING
+        return original(s, index_id, embedder, batch)
+
+    monkeypatch.setattr(indexing, "_embed", dropped_meanwhile)
+    with pytest.raises(StoreError, match="was dropped while it was being built"):
+        build(store)
+    assert [v.id for v in store.index_versions()] == [INITIAL_INDEX]
+    assert _staged_rows(store)["staged_chunks"] == 0
+
+
+def test_the_cli_drops_an_index_version(store, capsys):
+    index_id = build(store)
+    chunks = store.index_version_of(index_id).chunks
+    s = ["--store", str(store.path)]
+    assert main(["index", "drop", *s]) == 2
+    assert "index drop of an index version needs --index ID" in capsys.readouterr().err
+    assert main(["index", "drop", *s, "--index", INITIAL_INDEX]) == 2
+    assert f"index {INITIAL_INDEX} is live" in capsys.readouterr().err
+    assert main(["index", "drop", *s, "--index", index_id]) == 0
+    assert capsys.readouterr().out.strip() == f"index {index_id} dropped (built, {chunks} chunks)"

@@ -186,7 +186,9 @@ def cmd_index(args: argparse.Namespace) -> int:
             print(f"index version {store.index_version}; {counts['chunks']} chunks in "
                   f"{counts['versions']} versions; BM25: FTS5, in step with the store")
             return 0
-        if args.chunks or args.index:
+        if args.chunks or args.index or args.action == "drop":
+            if args.action == "drop" and args.space:
+                raise _UsageError("index drop takes --index (an index version), not --space")
             return _index_versions(args, store)
         if args.action == "verify" and args.live:
             problems, notes = store.audit()
@@ -240,14 +242,20 @@ def _index_row(v) -> tuple:
 
 
 def _index_versions(args: argparse.Namespace, store) -> int:
-    """``ragdx index build --chunks``, ``verify/switch --index ID``, ``rollback --chunks``."""
+    """``ragdx index build --chunks``, ``verify/switch/drop --index ID``, ``rollback --chunks``."""
     from ragdx.index import versions as indexing
+    from ragdx.types import SpaceState
     from ragdx.build import build_encoder, chunker_for
     from ragdx.ingest.embed import Embedder
-    if args.action in ("verify", "switch") and not args.index:
+    if args.action in ("verify", "switch", "drop") and not args.index:
         raise _UsageError(f"index {args.action} of an index version needs --index ID (see 'ragdx index status')")
     if args.action == "build" and args.index:
         raise _UsageError("index build --chunks makes a new index version from the settings; it takes no --index")
+    if args.action == "drop":
+        dropped = indexing.drop_index(store, args.index)
+        print(f"index {dropped.id} dropped ({dropped.state}, {dropped.chunks} chunks)"
+              + ("; there is no rollback now" if dropped.state is SpaceState.RETIRED else ""))
+        return 0
     settings = _settings(args)
     dense = settings.retrieval.dense
     target = {"build": None, "switch": args.index}.get(args.action) if args.action != "rollback" \
@@ -657,14 +665,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the model id and file stem (default MODEL-int8)")
 
     p = command("index", cmd_index, "index versions and embedding spaces: status, build beside the live one, "
-                "verify, switch, rollback")
-    p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback"])
+                "verify, switch, rollback, drop")
+    p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback", "drop"])
     p.add_argument("--store", required=True)
     p.add_argument("--space", help="a space id (verify, switch)")
     p.add_argument("--chunks", action="store_true", help="build: a new index version of the chunks and the "
                    "keyword index from the settings (chunking.*, --retain, today's parsers) instead of an "
                    "embedding space; rollback: return to the index version the live one replaced")
-    p.add_argument("--index", help="an index version id (verify, switch; see 'ragdx index status')")
+    p.add_argument("--index", help="an index version id (verify, switch, drop; see 'ragdx index status')")
     p.add_argument("--retain", type=_retention, help="build --chunks: superseded or expired versions of each "
                    "document kept indexed, newest first, or 'all' (default: as the live index)")
     p.add_argument("--queries", help="verify --index: a query set whose required spans must still resolve, "

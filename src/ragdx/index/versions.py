@@ -245,6 +245,28 @@ def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
     return old
 
 
+def drop_index(store: SQLiteStore, index_id: str) -> IndexVersion:
+    """Delete an index version that is not live: a build stopped half-way, a version that failed
+    its verify, or the retired one (then there is no rollback). A build of it still running in
+    another process stops at its next step, saying so.
+
+    Returns:
+        The version dropped, with the counts it had.
+
+    Raises:
+        InputError: no such version, or it is the live one.
+    """
+    store = _sqlite(store)
+    with store.transaction():
+        target = _version(store, index_id)
+        if target.state is SpaceState.ACTIVE:
+            raise InputError(f"index {index_id} is live (queries search it): switch to another version "
+                             "before dropping it")
+        store.drop_index(index_id)
+    log.info("index %s dropped (%s, %d chunks)", index_id, target.state, target.chunks)
+    return target
+
+
 def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
                    embedder: Embedder | None = None) -> str:
     """Return to the index version the live one replaced (see :func:`switch_index`): deletions,

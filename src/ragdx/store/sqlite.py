@@ -1282,6 +1282,13 @@ class SQLiteStore:
         return self._staging(f"UPDATE index_versions SET state = ?, updated_at = ? WHERE id = ? {where}",
                              (SpaceState.parse(state, what="index state"), _now(), index_id, *args)).rowcount == 1
 
+    def drop_index(self, index_id: str) -> bool:
+        """Delete an index version that is not live, with everything it holds (its parses,
+        sections, chunks and vectors follow by cascade), in the caller's transaction. Returns
+        whether one was deleted. Nothing live changes, so the index version counter does not move."""
+        return self._staging("DELETE FROM index_versions WHERE id = ? AND state != 'active'",
+                             (index_id,)).rowcount == 1
+
     def stage_version(self, index_id: str, doc_id: str, version: str, parsed: ParsedDocument,
                       sections: Sequence[Section], chunks: Sequence[Chunk], chunker_config: str) -> None:
         """Hold a version's parsed text, sections and chunks in an index version beside the live one."""
