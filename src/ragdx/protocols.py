@@ -25,7 +25,7 @@ from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_
 
 from ragdx.types import (
     Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
-    Section, StageKind, StoredVersion, Verification, VersionFilter,
+    Section, StageKind, StoredVersion, VectorBatch, Verification, VersionFilter,
 )
 
 __all__ = [
@@ -136,8 +136,8 @@ class VectorRowStore(Protocol):
     the float32 vectors of its candidates back to rescore them."""
 
     def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
-                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
-        """Batches of (row ids, (doc_id, version) pairs, duplicate flags, float32 bytes), by row."""
+                    batch: int = 50_000) -> Iterator[VectorBatch]:
+        """The space's vectors in batches, in row order (of ``doc_ids`` only, when given)."""
         ...
 
     def vector_count(self, space_id: str) -> int: ...

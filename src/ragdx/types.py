@@ -21,7 +21,7 @@ from ragdx.errors import InputError
 
 __all__ = [
     "ChoiceEnum", "DocStatus", "BlockKind", "ChunkKind", "Span", "Principal", "Document",
-    "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "EmbeddingSpace",
+    "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "VectorBatch", "EmbeddingSpace",
     "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
     "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
     "StoredVersion", "LogEntry", "SpaceState", "VersionFilter", "RewriteKind", "MarkerKind", "Marker",
@@ -242,6 +242,20 @@ class Query:
     restricted_required: tuple[tuple[Alternative, ...], ...] = ()
     answer: str | None = None
     tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class VectorBatch:
+    """A batch of one space's stored vectors, in row order: each row's chunk row id, its
+    ``(doc_id, version)``, whether the chunk duplicates another, and its float32 bytes."""
+
+    rowids: tuple[int, ...]
+    docs: tuple[tuple[str, str], ...]
+    duplicate: tuple[bool, ...]
+    vectors: tuple[bytes, ...]
+
+    def __len__(self) -> int:
+        return len(self.rowids)
 
 
 @dataclass(frozen=True, slots=True)

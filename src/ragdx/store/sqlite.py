@@ -27,7 +27,7 @@ from ragdx.store._attributes import attribute_changes
 from ragdx.store.keyword import KeywordIndex, reload_all
 from ragdx.types import (
     ChoiceEnum, Chunk, ChunkKind, Document, DocStatus, EmbeddingSpace, IndexSettings, IndexVersion, KeywordSettings,
-    LogEntry, ParsedDocument, Section, SpaceState, StoredVersion, VersionFilter,
+    LogEntry, ParsedDocument, Section, SpaceState, StoredVersion, VectorBatch, VersionFilter,
 )
 
 log = logging.getLogger("ragdx.store")
@@ -1084,9 +1084,8 @@ class SQLiteStore:
         return ids, docs, blobs, ends
 
     def vector_rows(self, space_id: str, doc_ids: Sequence[str] | None = None,
-                    batch: int = 50_000) -> Iterator[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]]:
-        """A space's vectors in batches, without holding them all: per batch the chunks' row
-        ids, (doc_id, version) pairs, duplicate flags and float32 bytes, in row order; of every
+                    batch: int = 50_000) -> Iterator[VectorBatch]:
+        """A space's vectors in batches, without holding them all, in row order; of every
         document, or of ``doc_ids`` only. Duplicates are included (flagged), so the rows match
         :meth:`vector_count`."""
         columns = "c.rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector"
@@ -1098,8 +1097,8 @@ class SQLiteStore:
                 f"SELECT {columns} FROM chunks c CROSS JOIN vectors v ON v.space_id = ? AND v.chunk_rowid = c.rowid "
                 f"WHERE c.doc_id IN ({','.join('?' * len(doc_ids))}) ORDER BY c.rowid", (space_id, *doc_ids))
         while rows := cursor.fetchmany(batch):
-            yield ([r[0] for r in rows], [(r[1], r[2]) for r in rows], [bool(r[3]) for r in rows],
-                   [r[4] for r in rows])
+            yield VectorBatch(tuple(r[0] for r in rows), tuple((r[1], r[2]) for r in rows),
+                              tuple(bool(r[3]) for r in rows), tuple(r[4] for r in rows))
 
     def vector_count(self, space_id: str) -> int:
         """How many vectors a space holds (duplicates' included)."""

@@ -16,7 +16,7 @@ import numpy as np
 from ragdx.errors import MissingExtraError, SpaceMismatchError
 from ragdx.protocols import Store, VectorRowStore
 from ragdx.store.keyword import key_id, reload_all
-from ragdx.types import EmbeddingSpace, VersionFilter
+from ragdx.types import EmbeddingSpace, VectorBatch, VersionFilter
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -178,22 +178,21 @@ class _Rows:
     def live(self) -> int:
         return int(self.size - self.dead[:self.size].sum())
 
-    def add(self, batches: Iterable[tuple[list[int], list[tuple[str, str]], list[bool], list[bytes]]],
-            dim: int) -> None:
-        for ids, docs, duplicate, blobs in batches:
-            n = len(ids)
+    def add(self, batches: Iterable[VectorBatch], dim: int) -> None:
+        for batch in batches:
+            n = len(batch)
             if self.size + n > self.rowid.size:  # a patch, or rows written since they were counted
                 self._grow(self.size + n)
-            matrix = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, dim)
+            matrix = np.frombuffer(b"".join(batch.vectors), dtype=np.float32).reshape(n, dim)
             at = slice(self.size, self.size + n)
             scale = np.abs(matrix).max(axis=1) / 127.0
             scale[scale == 0] = 1.0
             self.codes[at] = np.rint(matrix / scale[:, None])
             self.scale[at] = scale
             self.bits[:, at] = _sign_words(matrix).T
-            self.rowid[at] = ids
-            self.key[at] = np.fromiter((key_id(self.keys, self.key_ids, d) for d in docs), np.int32, n)
-            self.duplicate[at] = duplicate
+            self.rowid[at] = batch.rowids
+            self.key[at] = np.fromiter((key_id(self.keys, self.key_ids, d) for d in batch.docs), np.int32, n)
+            self.duplicate[at] = batch.duplicate
             self.dead[at] = False
             self.size += n
 
@@ -424,13 +423,13 @@ class QuantizedIndex:
         named = versions if versions is not None and versions.current_only else None
         q = query.astype(np.float32)
         best_ids, best_scores = np.zeros(0, np.int64), np.zeros(0, np.float32)
-        for ids, docs, duplicate, blobs in self.store.vector_rows(self.space_id, batch=self.BATCH):
+        for batch in self.store.vector_rows(self.space_id, batch=self.BATCH):
             keep = np.array([not dup and _may_search(r.acl, r.status, key, who, named)
-                             for key, dup in zip(docs, duplicate)], bool)
+                             for key, dup in zip(batch.docs, batch.duplicate)], bool)
             if not keep.any():
                 continue
-            scores = (np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(ids), self.dim) @ q)[keep]
-            best_ids = np.concatenate([best_ids, np.asarray(ids, np.int64)[keep]])
+            scores = (np.frombuffer(b"".join(batch.vectors), dtype=np.float32).reshape(len(batch), self.dim) @ q)[keep]
+            best_ids = np.concatenate([best_ids, np.asarray(batch.rowids, np.int64)[keep]])
             best_scores = np.concatenate([best_scores, scores])
             if best_ids.size > k:
                 top = np.lexsort((best_ids, -best_scores))[:k]
