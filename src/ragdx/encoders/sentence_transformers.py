@@ -10,10 +10,11 @@ EMNLP 2019.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -102,7 +103,8 @@ class SentenceTransformerEncoder:
                 self._model = _LOADED[path]
                 return self._model
             try:
-                self._model = _LOADED[path] = SentenceTransformer(path, device="cpu")
+                with _quiet_loading():
+                    self._model = _LOADED[path] = SentenceTransformer(path, device="cpu")
             except (OSError, ValueError) as exc:
                 raise ConfigError(
                     f"retrieval.dense.model: cannot load {self.model_id!r} ({exc}). Give a local "
@@ -153,7 +155,9 @@ class SentenceTransformerEncoder:
 
     def count(self, text: str) -> int:
         tokenizer = self._load().tokenizer
-        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+        # counting reads whole texts, longer than the window on purpose: no "longer than the
+        # maximum sequence length" warning (that is for inputs to the model)
+        return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
         return self._queries.get(texts, kind, lambda: self._encode(texts, kind))
@@ -173,3 +177,21 @@ class SentenceTransformerEncoder:
 def _dimension(model: Any) -> int:
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     return int(getter())
+
+
+@contextlib.contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """No "Loading weights" progress bar from transformers while a local model loads (it
+    takes a fraction of a second, and ragdx's own progress lines say what is happening)."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        yield
+        return
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
