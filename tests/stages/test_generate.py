@@ -160,6 +160,15 @@ def test_an_amount_asked_for_is_taken_from_a_sentence_stating_it_when_the_best_s
     assert refused.abstained and refused.missing == ("a number",)
 
 
+def test_the_sentence_stating_the_amount_brings_its_exception():
+    figure, exception = "In most years, 40 people use it at work.", "Except in winter, when none do."
+    gen = ExtractiveGenerator(min_coverage=0.5, max_sentences=1)
+    answer = gen.run(Query("q", "How many people use it?"),
+                     context(unit("S1", "People use it."), unit("S2", f"{figure} {exception}", rank=2)))
+    assert [(c.text, c.citations) for c in answer.claims] == [
+        (figure, ("S2",)), (exception, ("S2",)), ("People use it.", ("S1",))]
+
+
 def test_a_bare_name_from_a_list_is_no_answer():
     # a function list's entry names the question's term exactly, and scores it in full
     names = unit("S1", "- sqlite3session_create\n- sqlite3session_delete", 1)

@@ -216,21 +216,16 @@ class ExtractiveGenerator:
         for cand in self._uncovered_parts(query.question, found, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
-        claims = []
-        for c in chosen:
-            claims.append(Claim(c.text, (c.unit.id,)))
-            following = _next_statement(c)
-            if following is not None and (EXCEPTION_LIKE.search(following) or c.text.endswith(":")) \
-                    and all(following != claim.text for claim in claims):
-                claims.append(Claim(following, (c.unit.id,)))  # the rule's exception, or what it announces
+        claims = _with_exceptions(chosen)
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             # the answer must be of the kind asked for: the best sentence that states the amount,
-            # when it answers the question well enough on its own
+            # when it answers the question well enough on its own (with its exception, as any)
             stating = [c for c in found if c.content >= self.min_coverage and states_quantity(c.text, unit)]
             if stating:
-                claims.insert(0, Claim(stating[0].text, (stating[0].unit.id,)))
+                chosen = [stating[0]] + chosen
                 units_used.add(stating[0].unit.id)
+                claims = _with_exceptions(chosen)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             amount = f"a number of {unit}s" if unit else "a number"
             return Answer(self.name, f"I cannot answer this from the sources: the sources found do not state "
@@ -246,6 +241,19 @@ class ExtractiveGenerator:
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
+
+
+def _with_exceptions(chosen: list[_Candidate]) -> list[Claim]:
+    """The chosen statements as claims, each followed by the statement after it when that one
+    limits it (a rule's exception) or when it ends with a colon (what it announces)."""
+    claims: list[Claim] = []
+    for c in chosen:
+        claims.append(Claim(c.text, (c.unit.id,)))
+        following = _next_statement(c)
+        if following is not None and (EXCEPTION_LIKE.search(following) or c.text.endswith(":")) \
+                and all(following != claim.text for claim in claims):
+            claims.append(Claim(following, (c.unit.id,)))
+    return claims
 
 
 def _terms(text: str) -> set[str]:
