@@ -10,8 +10,8 @@ One command does everything, each step through ragdx's CLI (the stable surface w
 moves): it builds the dev set (``bench/devset/build.py``, seconds), builds the int8 encoder when
 missing (``ragdx build-encoder``), ingests the corpus into ``bench/.cache/devset/store.db`` (a
 no-op when nothing changed; about 20 minutes from scratch on 2 cores), checks every label with
-``ragdx evidence --strict``, runs ``ragdx run --oracle context`` on the half asked for, and reads
-the run folder.
+``ragdx evidence --strict``, runs ``ragdx run --oracle context`` on the half asked for (the
+result cache off, so every run measures the pipeline), and reads the run folder.
 
 What it reports (printed, and written to ``--out``, default ``bench/results/quality.json``):
 
@@ -354,8 +354,9 @@ def run(args: argparse.Namespace) -> dict:
     if run_dir.exists():
         shutil.rmtree(run_dir)
     print(f"running {len(queries)} questions into {run_dir} ...", file=sys.stderr, flush=True)
+    # the result cache off: each run measures the pipeline, never answers an earlier run kept
     _, run_timing = ragdx(["run", "--store", str(store), "--queries", str(queries_path), "--out", str(run_dir),
-                           "--oracle", "context", *sets], "ragdx run")
+                           "--oracle", "context", *sets, "--set", "cache.enabled=false"], "ragdx run")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     diagnoses = {d["id"]: d for d in read_jsonl(run_dir / "diagnosis.jsonl")}
     traces = read_jsonl(run_dir / "traces.jsonl")

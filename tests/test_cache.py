@@ -330,3 +330,32 @@ def test_a_rewritten_question_depends_on_every_change(tmp_path):
     outputs = tuple(widened if s is rewritten else s for s in trace.stages)
     deps = dependencies(pipeline, trace.query, outputs)
     assert deps.any_change and deps.docs == frozenset({"refund.md"})
+
+
+def test_a_changed_generator_is_not_served_the_former_ones_answer(tmp_path, monkeypatch):
+    # a code change with the same config (a ragdx upgrade, an edited custom stage): the answer is
+    # computed again, the retrieval (whose code did not change) is still served
+    from ragdx import caching
+    with SQLiteStore(tmp_path / "s.db") as store:
+        ingest(store, tmp_path)
+        ask(cached(store, tmp_path))
+        digest = caching.code_digest
+        monkeypatch.setattr(caching, "code_digest",
+                            lambda module: "edited" if module == "ragdx.stages.generate" else digest(module))
+        trace = ask(cached(store, tmp_path))
+    assert trace.cached == ("rewrite", "bm25", "rrf", "governance")
+
+
+def test_the_code_digest_follows_the_modules_file(tmp_path, monkeypatch):
+    import importlib
+    import sys
+    from ragdx.caching import code_digest
+    write(tmp_path / "my_stage.py", "VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_stage", raising=False)
+    importlib.import_module("my_stage")
+    before = code_digest("my_stage")
+    write(tmp_path / "my_stage.py", "VALUE = 2\n")
+    code_digest.cache_clear()
+    assert code_digest("my_stage") != before and len(before) == 16
+    assert code_digest("no_such_module_here") == "no_such_module_here"

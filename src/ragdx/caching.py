@@ -20,10 +20,13 @@ stages that came from the cache (``Trace.cached``) and says so in its notes; the
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -74,13 +77,28 @@ def _config(stage: Any) -> Any:
     return dict(config) if isinstance(config, Mapping) else None
 
 
+@functools.lru_cache(maxsize=None)
+def code_digest(module: str) -> str:
+    """A digest of the source file of a stage's module (its code decides its results as much as
+    its config does: a changed generator must not be served the former one's answers); the
+    module's name when it has no file (built in, or made at run time)."""
+    found = sys.modules.get(module)
+    path = getattr(found, "__file__", None)
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else module
+    except OSError:
+        return module
+
+
 def settings_hash(pipeline: Pipeline, upto: StageKind | None = None) -> str:
-    """A hash of what decides a pipeline's result: each stage's name, kind, class and ``config``,
-    and the settings it was built from (the ``cache`` section left out); with ``upto``, of the
-    stages up to that kind only."""
+    """A hash of what decides a pipeline's result: each stage's name, kind, class, ``config`` and
+    code (:func:`code_digest` of its module), ragdx's version, and the settings it was built from
+    (the ``cache`` section left out); with ``upto``, of the stages up to that kind only."""
+    from ragdx import __version__
     stages = [s for s in pipeline.stages if upto is None or s.kind.order <= upto.order]
-    body: dict[str, Any] = {"stages": [[s.name, s.kind.value, f"{type(s).__module__}.{type(s).__qualname__}",
-                                        _config(s)] for s in stages]}
+    body: dict[str, Any] = {"ragdx": __version__, "stages": [
+        [s.name, s.kind.value, f"{type(s).__module__}.{type(s).__qualname__}", _config(s),
+         code_digest(type(s).__module__)] for s in stages]}
     settings = pipeline.settings
     if settings is not None:
         tree = settings.to_dict() if hasattr(settings, "to_dict") else {"repr": repr(settings)}
