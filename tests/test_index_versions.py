@@ -226,6 +226,8 @@ def test_build_refuses_the_live_settings_and_non_sqlite_stores(store):
         build(store, ChunkerConfig(max_tokens=store_config(store)))
     with pytest.raises(StoreError, match="SQLite store only"):
         indexing.build_index(object(), SMALL, RegexTokenCounter())  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="SQLite store only"):
+        indexing.drop_index(object(), "ix_1")  # type: ignore[arg-type]
 
 
 # -- retention and the keyword statistics, by hand -----------------------------------------
