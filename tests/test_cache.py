@@ -346,7 +346,7 @@ def test_a_changed_generator_is_not_served_the_former_ones_answer(tmp_path, monk
     assert trace.cached == ("rewrite", "bm25", "rrf", "governance")
 
 
-def test_the_code_digest_follows_the_modules_file(tmp_path, monkeypatch):
+def test_the_code_digest_follows_the_modules_source(tmp_path, monkeypatch):
     import importlib
     import sys
     from ragdx.caching import code_digest
@@ -355,7 +355,18 @@ def test_the_code_digest_follows_the_modules_file(tmp_path, monkeypatch):
     monkeypatch.delitem(sys.modules, "my_stage", raising=False)
     importlib.import_module("my_stage")
     before = code_digest("my_stage")
-    write(tmp_path / "my_stage.py", "VALUE = 2\n")
-    code_digest.cache_clear()
+    write(tmp_path / "my_stage.py", "VALUE = 2  # edited\n")
     assert code_digest("my_stage") != before and len(before) == 16
     assert code_digest("no_such_module_here") == "no_such_module_here"
+
+
+def test_every_ragdx_stage_is_keyed_by_all_of_ragdxs_source(tmp_path):
+    # a helper module changes a stage's results too (ragdx.text's number rule, the generator's)
+    from ragdx.caching import code_digest, tree_digest
+    assert code_digest("ragdx.stages.generate") == code_digest("ragdx.stages.bm25") == code_digest("ragdx.text")
+    write(tmp_path / "pkg" / "a.py", "A = 1\n")
+    write(tmp_path / "pkg" / "sub" / "b.py", "B = 1\n")
+    before = tree_digest(str(tmp_path / "pkg"))
+    write(tmp_path / "pkg" / "sub" / "b.py", "B = 2\n")
+    tree_digest.cache_clear()
+    assert tree_digest(str(tmp_path / "pkg")) != before

@@ -40,12 +40,24 @@ def test_number_words_state_an_amount():
     ("SQLite will easily do 50,000 or more INSERT statements per second.", True),
     ("The limit is 2.5 seconds.", True),
     ("(up to 64)", True),
+    ("It ends at 99.", True),
+    ("It costs 3.5%.", True),
+    ("It waits 30ms.", True),                         # a unit written on the number
+    ("The cache is 2MB, or 512KiB.", True),
+    ("It is 1.5x faster.", True),
+    ("It takes 5-10 seconds.", True),                 # a range
+    ("A value of -1 disables the limit.", True),      # a negative number
+    ("It reads 1e6 rows.", True),
+    ("on a 64-bit machine", True),
     ("Use the sqlite3 module.", False),              # a digit inside a name
     ("See bpo-32269 and gh-91827.", False),          # issue numbers
     ("Encode the text as utf-8.", False),
+    ("On x86_64 machines only.", False),
+    ("Pass it as the 3rd argument.", False),         # an ordinal
     ("Beginning with version 3.6.18, triggers were supported.", False),   # versions
     ("It was added in Python 3.11.", False),
-    ("Released on 2009-09-11.", False),              # a date
+    ("It speaks HTTP/1.1 only.", False),
+    ("Released on 2009-09-11.", False),              # an ISO date
 ])
 def test_a_number_in_a_name_a_version_or_a_date_is_no_amount(text, states):
     assert states_quantity(text, "") is states

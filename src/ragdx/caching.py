@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 import json
 import sys
 import time
@@ -78,21 +79,35 @@ def _config(stage: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=None)
+def tree_digest(folder: str) -> str:
+    """A digest of every Python source file under ``folder`` (their paths and bytes), once per
+    process."""
+    digest = hashlib.sha256()
+    root = Path(folder)
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def code_digest(module: str) -> str:
-    """A digest of the source file of a stage's module (its code decides its results as much as
-    its config does: a changed generator must not be served the former one's answers); the
-    module's name when it has no file (built in, or made at run time)."""
+    """What a stage's results depend on besides its config: its code. For a stage of ragdx, a
+    digest of all of ragdx's source (a stage calls helpers of other modules: a changed number
+    rule in :mod:`ragdx.text` changes the generator's answers); for another stage, a digest of
+    its module's source, read again at each call (an edited custom stage; one imported from a
+    zip too); the module's name when it has no source (defined in an interactive session)."""
+    if module == "ragdx" or module.startswith("ragdx."):
+        return tree_digest(str(Path(__file__).resolve().parent))
     found = sys.modules.get(module)
-    path = getattr(found, "__file__", None)
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16] if path else module
-    except OSError:
-        return module
+        source = inspect.getsource(found) if found is not None else None
+    except (OSError, TypeError):
+        source = None
+    return hashlib.sha256(source.encode("utf-8")).hexdigest()[:16] if source is not None else module
 
 
 def settings_hash(pipeline: Pipeline, upto: StageKind | None = None) -> str:
     """A hash of what decides a pipeline's result: each stage's name, kind, class, ``config`` and
-    code (:func:`code_digest` of its module), ragdx's version, and the settings it was built from
+    code (:func:`code_digest`), ragdx's version, and the settings it was built from
     (the ``cache`` section left out); with ``upto``, of the stages up to that kind only."""
     from ragdx import __version__
     stages = [s for s in pipeline.stages if upto is None or s.kind.order <= upto.order]

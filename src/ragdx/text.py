@@ -164,10 +164,14 @@ _ASKS_AMOUNT = re.compile(r"\bhow (?:long|large|big|often|much)\b|\bwhat is the 
                           r"(?:number|size|length|count|value)\b", re.IGNORECASE)
 _ASKS_UNIT = re.compile(r"\bin (milliseconds|seconds|minutes|hours|days|bytes|kilobytes|megabytes|percent)\W*$",
                         re.IGNORECASE)
-#: an amount: a number standing alone or before its unit ("16-byte"), not a digit inside a name
-#: ("sqlite3", "bpo-32269", "utf-8"), a version ("3.6.18", "version 3.6") or a date ("2009-09-11")
-_NUMBER = re.compile(r"(?<![\w.-])(?<!version )(?<!release )(?<!python )(?<!sqlite )"
-                     r"\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]*\d)(?![\w]|-\d)|"
+#: an amount: a number standing alone, negative ("-1"), a range ("5-10"), before its unit
+#: ("16-byte", "100ms", "10MB", "2x"); not a digit inside a name ("sqlite3", "bpo-32269", "utf-8",
+#: "x86_64"), an ordinal ("3rd"), a version ("3.6.18", "HTTP/1.1", or after "version", "release",
+#: "Python", "SQLite") or an ISO date ("2009-09-11")
+_UNIT_SUFFIX = r"(?:[kmgt]i?b|[kmgt]|[mun]s|s|secs?|mins?|h|hrs?|x|px|%)"
+_NUMBER = re.compile(r"(?<![\w./-])(?<!version )(?<!release )(?<!python )(?<!sqlite )"
+                     r"-?\d+(?:,\d{3})*(?:\.\d+)?(?:e[-+]?\d+)?(?:\s?[-\u2013]\s?\d+(?:\.\d+)?)?"
+                     r"(?![\w.]*\d)(?!-\d)(?=" + _UNIT_SUFFIX + r"?\b|-[^\W\d]|\W|$)|"
                      r"\b(?:zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|twenty|"
                      r"(?:hundred|thousand|million|billion|dozen)s?|once|twice|unlimited|no limit)\b", re.IGNORECASE)
 

@@ -254,6 +254,12 @@ class VectorBatch:
     duplicate: tuple[bool, ...]
     vectors: tuple[bytes, ...]
 
+    def __post_init__(self) -> None:
+        sizes = {len(self.rowids), len(self.docs), len(self.duplicate), len(self.vectors)}
+        if len(sizes) != 1:
+            raise ValueError(f"VectorBatch: rowids, docs, duplicate and vectors differ in length "
+                             f"({len(self.rowids)}, {len(self.docs)}, {len(self.duplicate)}, {len(self.vectors)})")
+
     def __len__(self) -> int:
         return len(self.rowids)
 

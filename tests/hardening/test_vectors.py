@@ -10,7 +10,7 @@ import pytest
 from ragdx.build import build_ingestor
 from ragdx.cli import main
 from ragdx.config import load_settings
-from ragdx.errors import ConfigError
+from ragdx.errors import ConfigError, SpaceMismatchError
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder
 from tests.conftest import snapshot, write
@@ -104,3 +104,26 @@ def test_a_space_activated_after_the_ingest_parsed_is_seen_inside_its_transactio
         assert done and store.active_space() is not None
         assert store.chunks("refund.md") == [] and store.chunks("shipping.md") == []
         assert store.chunks("warranty.md") != []
+
+
+def test_another_space_activated_after_a_dense_ingest_embedded_is_seen_inside_its_transaction(tmp_path, monkeypatch):
+    # this ingest embeds with one model while another process's first ingest activates another
+    # model's space: the vectors are not written into a store whose active space is another
+    path = tmp_path / "store.db"
+    manifest = _corpus(tmp_path / "corpus")
+    more = _corpus(tmp_path / "more", {"warranty.md": "# Warranty\n\nThe warranty lasts 24 months."})
+    with SQLiteStore(path) as store:
+        original, done = store.transaction, []
+
+        def transaction():
+            if not done:
+                with SQLiteStore(path, "write") as other:
+                    done.append(build_ingestor(other, load_settings(), HashingEncoder(dim=32)).run(more))
+            return original()
+
+        monkeypatch.setattr(store, "transaction", transaction)
+        ingestor = build_ingestor(store, load_settings(), HashingEncoder(dim=64))
+        with pytest.raises(SpaceMismatchError, match="ingest: the query encoder's space .* dim: 64 vs 32"):
+            ingestor.run(manifest)
+        assert store.active_space().dim == 32
+        assert store.chunks("refund.md") == [] and store.chunks("warranty.md") != []

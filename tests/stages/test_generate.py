@@ -169,6 +169,14 @@ def test_the_sentence_stating_the_amount_brings_its_exception():
         (figure, ("S2",)), (exception, ("S2",)), ("People use it.", ("S1",))]
 
 
+def test_a_chosen_sentence_that_is_the_exception_of_the_one_before_is_cited_once():
+    figure, exception = "In most years, 40 people use it.", "However, people use it at work only in winter."
+    gen = ExtractiveGenerator(min_coverage=0.5, max_sentences=1)
+    answer = gen.run(Query("q", "How many people use it at work?"), context(unit("S1", f"{figure} {exception}")))
+    assert [c.text for c in answer.claims] == [figure, exception]
+    assert answer.text == f"{figure} [S1] {exception} [S1]"
+
+
 def test_a_bare_name_from_a_list_is_no_answer():
     # a function list's entry names the question's term exactly, and scores it in full
     names = unit("S1", "- sqlite3session_create\n- sqlite3session_delete", 1)

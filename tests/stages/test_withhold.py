@@ -6,6 +6,7 @@ import pytest
 
 from ragdx.build import build_pipeline
 from ragdx.config import with_overrides
+from ragdx.errors import ConfigError
 from ragdx.stages.govern import WITHHELD, Governance
 from ragdx.types import Candidate, Principal, Query, Ranked, StageKind
 
@@ -91,3 +92,8 @@ def test_a_question_is_withheld_when_most_of_its_best_matches_are_unreadable(sma
     governance = Governance(store, withhold=[_Listed(store, first), _Listed(store, second)], withhold_depth=depth)
     assert governance.withheld(Query("q", "anything", PUBLIC)) is withheld
     assert governance.withheld(Query("q", "anything", STAFF)) is False
+
+
+def test_a_withhold_depth_below_one_is_refused(small):
+    with pytest.raises(ConfigError, match="governance.withhold_depth must be at least 1, not 0"):
+        Governance(small[0], withhold_depth=0)

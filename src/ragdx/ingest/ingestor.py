@@ -256,6 +256,9 @@ class Ingestor:
         with self.store.transaction():
             # again inside: a dense ingest that activated a space meanwhile, or a switch, is seen
             self._refuse_lost_vectors(prepared)
+            active = self.store.active_space()
+            if self.embedder is not None and active is not None:
+                check_space(self.embedder.space, active, "ingest")
             self._refuse_other_index(prepared)
             if self.embedder is not None and self.store.active_space() is None:
                 space = self.embedder.space

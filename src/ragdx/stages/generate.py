@@ -89,7 +89,8 @@ class ExtractiveGenerator:
         min_coverage: the least score the best sentence must reach (fit it on a validation set:
             ``ragdx fit generation``).
         keep_ratio: further sentences must score at least this share of the best one.
-        max_sentences: the most sentences in an answer, besides the exceptions they bring.
+        max_sentences: the most sentences in an answer, besides the exceptions they bring, a
+            part of the question left unanswered, and a sentence stating the amount asked for.
         encoder: the dense encoder, to score sentences by meaning (None: words only).
         semantic_weight: the share of the score that is the cosine (with an encoder).
         rank_weight: a prior for the sentences of better-ranked units, added to the score to
@@ -248,6 +249,8 @@ def _with_exceptions(chosen: list[_Candidate]) -> list[Claim]:
     limits it (a rule's exception) or when it ends with a colon (what it announces)."""
     claims: list[Claim] = []
     for c in chosen:
+        if any(c.text == claim.text for claim in claims):
+            continue  # brought already, as the exception of the statement before it
         claims.append(Claim(c.text, (c.unit.id,)))
         following = _next_statement(c)
         if following is not None and (EXCEPTION_LIKE.search(following) or c.text.endswith(":")) \

@@ -32,6 +32,7 @@ import time
 from dataclasses import replace
 from typing import Sequence
 
+from ragdx.errors import ConfigError
 from ragdx.protocols import DeepRetriever, Store
 from ragdx.types import (
     Candidate, DocStatus, Dropped, Principal, Provenance, Query, Ranked, StageKind, StoredVersion,
@@ -45,7 +46,7 @@ log = logging.getLogger("ragdx.access")
 UNREADABLE = "unreadable"
 
 #: The reason every candidate of a withheld question is dropped with (it names no source).
-WITHHELD = "withheld: the best match for this question is a source the asker may not read"
+WITHHELD = "withheld: the best matches for this question are mostly sources the asker may not read"
 
 
 class Governance:
@@ -64,6 +65,8 @@ class Governance:
     def __init__(self, store: Store, *, allow_superseded: bool = False,
                  withhold: Sequence[DeepRetriever] = (), withhold_depth: int = 3,
                  name: str = "governance") -> None:
+        if withhold_depth < 1:
+            raise ConfigError(f"governance.withhold_depth must be at least 1, not {withhold_depth}")
         self.store, self.allow_superseded, self.name = store, allow_superseded, name
         self.withhold_depth = withhold_depth
         self.withhold = tuple(channel.deeper(withhold_depth) for channel in withhold)
