@@ -82,26 +82,36 @@ def test_an_ingest_that_changes_no_chunk_needs_no_encoder(tmp_path):
     assert _vectors(path) == vectors
 
 
+WARRANTY = {"warranty.md": "# Warranty\n\nThe warranty lasts 24 months."}
+
+
+def _race(tmp_path, monkeypatch, dim: int, ingestor_of):
+    """Run the ingest ``ingestor_of(store)`` makes while another process's first ingest, with a
+    ``dim``-dimensional encoder, commits just before this one's write transaction begins."""
+    path = tmp_path / "store.db"
+    manifest = _corpus(tmp_path / "corpus")
+    more = _corpus(tmp_path / "more", WARRANTY)
+    store = SQLiteStore(path)
+    original, done = store.transaction, []
+
+    def transaction():
+        if not done:
+            with SQLiteStore(path, "write") as other:
+                done.append(build_ingestor(other, load_settings(), HashingEncoder(dim=dim)).run(more))
+        return original()
+
+    monkeypatch.setattr(store, "transaction", transaction)
+    return store, lambda: ingestor_of(store).run(manifest)
+
+
 def test_a_space_activated_after_the_ingest_parsed_is_seen_inside_its_transaction(tmp_path, monkeypatch):
     # another process's first dense ingest commits between this lexical ingest's check before
     # its work and its write transaction: the check is made again under the write lock
-    path = tmp_path / "store.db"
-    manifest = _corpus(tmp_path / "corpus")
-    more = _corpus(tmp_path / "more", {"warranty.md": "# Warranty\n\nThe warranty lasts 24 months."})
-    with SQLiteStore(path) as store:
-        original, done = store.transaction, []
-
-        def transaction():
-            if not done:
-                with SQLiteStore(path, "write") as other:
-                    done.append(build_ingestor(other, load_settings(), HashingEncoder(dim=64)).run(more))
-            return original()
-
-        monkeypatch.setattr(store, "transaction", transaction)
-        ingestor = build_ingestor(store, load_settings(overrides=[LEXICAL]))
+    store, run = _race(tmp_path, monkeypatch, 64, lambda s: build_ingestor(s, load_settings(overrides=[LEXICAL])))
+    with store:
         with pytest.raises(ConfigError, match="this ingest would add 2 versions without vectors"):
-            ingestor.run(manifest)
-        assert done and store.active_space() is not None
+            run()
+        assert store.active_space() is not None
         assert store.chunks("refund.md") == [] and store.chunks("shipping.md") == []
         assert store.chunks("warranty.md") != []
 
@@ -109,21 +119,9 @@ def test_a_space_activated_after_the_ingest_parsed_is_seen_inside_its_transactio
 def test_another_space_activated_after_a_dense_ingest_embedded_is_seen_inside_its_transaction(tmp_path, monkeypatch):
     # this ingest embeds with one model while another process's first ingest activates another
     # model's space: the vectors are not written into a store whose active space is another
-    path = tmp_path / "store.db"
-    manifest = _corpus(tmp_path / "corpus")
-    more = _corpus(tmp_path / "more", {"warranty.md": "# Warranty\n\nThe warranty lasts 24 months."})
-    with SQLiteStore(path) as store:
-        original, done = store.transaction, []
-
-        def transaction():
-            if not done:
-                with SQLiteStore(path, "write") as other:
-                    done.append(build_ingestor(other, load_settings(), HashingEncoder(dim=32)).run(more))
-            return original()
-
-        monkeypatch.setattr(store, "transaction", transaction)
-        ingestor = build_ingestor(store, load_settings(), HashingEncoder(dim=64))
+    store, run = _race(tmp_path, monkeypatch, 32, lambda s: build_ingestor(s, load_settings(), HashingEncoder(dim=64)))
+    with store:
         with pytest.raises(SpaceMismatchError, match="ingest: the query encoder's space .* dim: 64 vs 32"):
-            ingestor.run(manifest)
+            run()
         assert store.active_space().dim == 32
         assert store.chunks("refund.md") == [] and store.chunks("warranty.md") != []
