@@ -222,16 +222,16 @@ class ExtractiveGenerator:
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             # the answer must be of the kind asked for: the best sentence that states the amount,
             # when it answers the question well enough on its own (with its exception, as any)
-            stating = [c for c in found if c.content >= self.min_coverage and states_quantity(c.text, unit)]
-            if stating:
-                chosen = [stating[0]] + chosen
-                units_used.add(stating[0].unit.id)
-                claims = _with_exceptions(chosen)
-        if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
-            amount = f"a number of {unit}s" if unit else "a number"
-            return Answer(self.name, f"I cannot answer this from the sources: the sources found do not state "
-                          f"{amount}.", (), True, (amount,), self.name, Usage(), self.config,
-                          time.perf_counter() - started)
+            stating = next((c for c in found if c.content >= self.min_coverage and states_quantity(c.text, unit)),
+                           None)
+            if stating is None:
+                amount = f"a number of {unit}s" if unit else "a number"
+                return Answer(self.name, f"I cannot answer this from the sources: the sources found do not "
+                              f"state {amount}.", (), True, (amount,), self.name, Usage(), self.config,
+                              time.perf_counter() - started)
+            chosen = [stating] + chosen
+            units_used.add(stating.unit.id)
+            claims = _with_exceptions(chosen)
         prefix = ""
         for conflict in context.conflicts:
             if conflict.units[0] in units_used or conflict.units[1] in units_used:

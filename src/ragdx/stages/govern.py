@@ -14,8 +14,9 @@ trace shown to this principal must not name it, even as a dropped item.
 A question whose best matches are sources the asker may not read is *withheld*: given the
 retrieval channels (``withhold``), governance asks each of them, with every access group, for its
 ``withhold_depth`` best matches; when the matches unreadable by the asker weigh more than half of
-all of them, each weighing ``1 / rank`` in its channel, every candidate is dropped, so the generator abstains instead of answering from loosely
-related public text (the answer would rest on what the asker may not read). With a depth of 1
+all of them, each weighing ``1 / rank`` in its channel, every candidate is dropped, so the
+generator abstains instead of answering from loosely related public text (the answer would rest
+on what the asker may not read). With a depth of 1
 and two channels, this is "the best match is unreadable in both"; deeper, a restricted page
 that is the second and third best match counts too. The drop reason names no source, and the
 answer is the same abstention as for a question no readable source covers.

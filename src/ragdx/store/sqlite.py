@@ -34,6 +34,36 @@ log = logging.getLogger("ragdx.store")
 
 SCHEMA_VERSION = 2  # 2: index versions built beside the live one (index_versions, staged_*)
 
+#: the columns a section and a chunk have, live and staged in an index version alike (the staged
+#: tables add ``index_id``; a switch copies rows between them column by column)
+_SECTION_COLUMN_DDL = """    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    heading_path TEXT NOT NULL,
+    level INTEGER NOT NULL,
+    parent_id TEXT,
+"""
+_CHUNK_COLUMN_DDL = """    doc_id TEXT NOT NULL,
+    version TEXT NOT NULL,
+    ord INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    heading_path TEXT NOT NULL,
+    section_id TEXT NOT NULL,
+    prefix TEXT NOT NULL,
+    header_start INTEGER,
+    header_end INTEGER,
+    token_count INTEGER NOT NULL,
+    prev_id TEXT,
+    next_id TEXT,
+    duplicate_of TEXT,
+    over_limit INTEGER NOT NULL,
+    config_id TEXT NOT NULL,
+"""
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
@@ -65,38 +95,13 @@ CREATE TABLE IF NOT EXISTS acl (
 CREATE INDEX IF NOT EXISTS acl_by_group ON acl (grp);
 CREATE TABLE IF NOT EXISTS sections (
     id TEXT PRIMARY KEY,
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    end INTEGER NOT NULL,
-    heading_path TEXT NOT NULL,
-    level INTEGER NOT NULL,
-    parent_id TEXT,
-    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+{section_columns}    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS sections_by_doc ON sections (doc_id, version);
 CREATE TABLE IF NOT EXISTS chunks (
     rowid INTEGER PRIMARY KEY,
     id TEXT NOT NULL UNIQUE,
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    ord INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    end INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    heading_path TEXT NOT NULL,
-    section_id TEXT NOT NULL,
-    prefix TEXT NOT NULL,
-    header_start INTEGER,
-    header_end INTEGER,
-    token_count INTEGER NOT NULL,
-    prev_id TEXT,
-    next_id TEXT,
-    duplicate_of TEXT,
-    over_limit INTEGER NOT NULL,
-    config_id TEXT NOT NULL,
-    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
+{chunk_columns}    FOREIGN KEY (doc_id, version) REFERENCES documents (doc_id, version) ON DELETE CASCADE
 );
 CREATE INDEX IF NOT EXISTS chunks_by_doc ON chunks (doc_id, version, ord);
 CREATE TABLE IF NOT EXISTS configs (id TEXT PRIMARY KEY, kind TEXT NOT NULL, body TEXT NOT NULL);
@@ -164,14 +169,7 @@ CREATE INDEX IF NOT EXISTS staged_versions_by_doc ON staged_versions (doc_id, ve
 CREATE TABLE IF NOT EXISTS staged_sections (
     index_id TEXT NOT NULL,
     id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    start INTEGER NOT NULL,
-    end INTEGER NOT NULL,
-    heading_path TEXT NOT NULL,
-    level INTEGER NOT NULL,
-    parent_id TEXT,
-    PRIMARY KEY (index_id, id),
+{section_columns}    PRIMARY KEY (index_id, id),
     FOREIGN KEY (index_id, doc_id, version) REFERENCES staged_versions (index_id, doc_id, version)
         ON DELETE CASCADE
 );
@@ -179,25 +177,7 @@ CREATE INDEX IF NOT EXISTS staged_sections_by_doc ON staged_sections (index_id, 
 CREATE TABLE IF NOT EXISTS staged_chunks (
     index_id TEXT NOT NULL,
     id TEXT NOT NULL,
-    doc_id TEXT NOT NULL,
-    version TEXT NOT NULL,
-    ord INTEGER NOT NULL,
-    start INTEGER NOT NULL,
-    end INTEGER NOT NULL,
-    text TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    heading_path TEXT NOT NULL,
-    section_id TEXT NOT NULL,
-    prefix TEXT NOT NULL,
-    header_start INTEGER,
-    header_end INTEGER,
-    token_count INTEGER NOT NULL,
-    prev_id TEXT,
-    next_id TEXT,
-    duplicate_of TEXT,
-    over_limit INTEGER NOT NULL,
-    config_id TEXT NOT NULL,
-    PRIMARY KEY (index_id, id),
+{chunk_columns}    PRIMARY KEY (index_id, id),
     FOREIGN KEY (index_id, doc_id, version) REFERENCES staged_versions (index_id, doc_id, version)
         ON DELETE CASCADE
 );
@@ -217,6 +197,12 @@ CREATE TABLE IF NOT EXISTS staged_vectors (
 );
 CREATE INDEX IF NOT EXISTS staged_vectors_by_doc ON staged_vectors (index_id, doc_id, version);
 """
+
+
+def _schema() -> str:
+    """The whole store's DDL."""
+    return _SCHEMA.format(tokenizer=FTS_TOKENIZER, section_columns=_SECTION_COLUMN_DDL,
+                          chunk_columns=_CHUNK_COLUMN_DDL)
 
 #: Tables and indexes that schema 2 added (a store of schema 1 gets them when opened for writing).
 _SINCE_2 = ("index_versions", "staged_")
@@ -432,7 +418,7 @@ class SQLiteStore:
             return
         with self.transaction():
             # statement by statement: executescript would commit our transaction
-            for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
+            for statement in _statements(_schema()):
                 self._db.execute(statement)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)",
                              (str(SCHEMA_VERSION),))
@@ -451,7 +437,7 @@ class SQLiteStore:
             if int(row[0]) >= SCHEMA_VERSION:  # another writer migrated it since we read it
                 self._schema = int(row[0])
                 return
-            for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
+            for statement in _statements(_schema()):
                 self._db.execute(statement)  # IF NOT EXISTS: only what is new is made
             self._add_initial_index()
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
@@ -1483,7 +1469,7 @@ def _expected_schema() -> dict[tuple[str, str], tuple[str, ...]]:
     memory."""
     db = sqlite3.connect(":memory:")
     try:
-        for statement in _statements(_SCHEMA.format(tokenizer=FTS_TOKENIZER)):
+        for statement in _statements(_schema()):
             db.execute(statement)
         return {(kind, name): tuple(r[1] for r in db.execute(f'PRAGMA table_info("{name}")'))
                 for kind, name in db.execute("SELECT type, name FROM sqlite_master "
