@@ -192,3 +192,20 @@ def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):
     assert main(["ingest", "--store", str(tmp_path / "s.db"), str(EXAMPLE / "manifest.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'ragdx[dense]'" in err and "retrieval.dense.enabled=false" in err
+
+
+def test_ask_says_which_slot_stayed_unknown_and_prints_only_the_conflicts_it_cites(tmp_path, capsys):
+    store = str(tmp_path / "s.db")
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
+    capsys.readouterr()
+    # one hop: the order's slot is filled, the refund-time slot stays unknown, yet the generator answers
+    assert main(["ask", "--store", store, *LEXICAL, "--set", "rewrite.max_hops=1", "--set", "cache.enabled=false",
+                 "How was order NW-1024 paid, and how long does a refund to that payment method take?"]) == 0
+    out = capsys.readouterr().out
+    assert "\nStill unknown: question: not found (How long does a refund to that payment method take?)\n" in out
+    # the context holds the store-credit conflict (24 and 12 months), but the answer cites neither side
+    assert "Conflict:" not in out
+    assert main(["ask", "--store", store, *LEXICAL, "--set", "cache.enabled=false",
+                 "How long is store credit valid after it is issued?"]) == 0
+    cited = capsys.readouterr().out
+    assert "\nConflict: " in cited and "'24 month'" in cited and "'12 month'" in cited

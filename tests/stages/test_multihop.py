@@ -1,6 +1,7 @@
 """The multi-hop loop: evidence slots, entity verification, and every bound it stops at."""
 
 import json
+import time
 
 import pytest
 
@@ -9,6 +10,7 @@ from ragdx.config import load_settings
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.queryset import load_queries
 from ragdx.stages.bm25 import BM25Retriever
+from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.multihop import MultiHop, elapsed_days
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Query, SlotState
@@ -166,3 +168,30 @@ def test_a_more_authoritative_source_replaces_a_fact_and_counts_as_progress(tmp_
                                      "order NW-1042 (ledger.md)")
     order = next(s for s in result.slots if s.name == "order NW-1042")
     assert order.doc_id == "ledger.md" and order.value.startswith("Order NW-1042 was delivered on 2 March 2026")
+
+
+class ColdStart:
+    """An encoder whose first call takes ``seconds`` (a model's load), the later ones nothing."""
+
+    def __init__(self, encoder, seconds):
+        self.encoder, self.seconds, self.calls = encoder, seconds, 0
+
+    def __getattr__(self, name):
+        return getattr(self.encoder, name)
+
+    def encode(self, texts, *, kind="passage"):
+        self.calls += 1
+        if self.calls == 1:
+            time.sleep(self.seconds)
+        return self.encoder.encode(texts, kind=kind)
+
+
+def test_a_channels_cold_start_is_not_charged_to_the_latency_budget(small):
+    store, encoder, _ = small
+    cold = ColdStart(encoder, 0.5)
+    hop = MultiHop(store, budget_ms=400)
+    result = hop.run(Query("q", "How long do refunds take, and when are parcels delivered?"),
+                     [DenseRetriever(store, cold, top_k=5)])
+    # the 0.5 s load happened before the clock started: the 400 ms budget still allowed the hops
+    assert cold.calls > 1 and len(result.hops) >= 1
+    assert not result.stopped.startswith("latency budget")

@@ -109,6 +109,13 @@ class DenseRetriever:
         copy._slot = self._slot
         return copy
 
+    def warm_up(self) -> None:
+        """Load the encoder's model and, for a store read into memory, the vectors now rather than
+        at the first query."""
+        self.encoder.encode(["warm up"], kind="query")
+        if not isinstance(self.store, VectorSearchStore):
+            self.index()
+
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()
         versions = VersionFilter.for_question(query.question, current_only=self.current_only)

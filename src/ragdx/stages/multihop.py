@@ -219,7 +219,12 @@ class MultiHop:
 
     def run(self, query: Query, channels: Sequence[Retriever],
             slots: Sequence[Slot] | None = None) -> LoopResult:
-        """Fill the question's slots (``slots``: its decomposition, when already made)."""
+        """Fill the question's slots (``slots``: its decomposition, when already made). The latency
+        budget starts once every channel is ready: a model's cold start is not a hop's cost."""
+        for channel in channels:
+            load = getattr(channel, "warm_up", None)
+            if load is not None:
+                load()
         started = time.perf_counter()
         slots = list(self.decompose(query) if slots is None else slots)
         needs: dict[str, tuple[str, float]] = {}
