@@ -12,6 +12,7 @@ from ragdx.queryset import load_queries
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.multihop import MultiHop, elapsed_days
+from ragdx.stages.routed import RoutedRewrite
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Query, SlotState
 from tests.conftest import EXAMPLE, write
@@ -195,3 +196,13 @@ def test_a_channels_cold_start_is_not_charged_to_the_latency_budget(small):
     # the 0.5 s load happened before the clock started: the 400 ms budget still allowed the hops
     assert cold.calls > 1 and len(result.hops) >= 1
     assert not result.stopped.startswith("latency budget")
+
+
+def test_auto_routes_a_question_naming_an_order_down_the_multi_hop_path(example_store):
+    stage = RoutedRewrite(multihop=MultiHop(example_store))
+    # one slot, the record: only the loop checks that a chunk names NW-1042 and not NW-1024
+    assert [s.name for s in stage.multihop.decompose(Query("q", "When was order NW-1042 delivered?"))] == [
+        "order NW-1042"]
+    assert stage.routes(Query("q", "When was order NW-1042 delivered?")) == "multi-hop"
+    assert stage.routes(Query("q", "How long is the warranty?")) == "single"
+    assert stage.routes(Query("q", "How was order NW-1024 paid, and how long does a refund take?")) == "multi-hop"

@@ -1,7 +1,8 @@
 """The rewrite stage: routing, rewrites, and the multi-hop path.
 
-Routing is on by default: only a question that needs it (a compound question, or one that names a
-record whose facts must be looked up first: two or more evidence slots) takes the multi-hop path
+Routing is on by default: only a question that needs it (a compound question: two or more evidence
+slots, or one that names a record, such as an order, whose facts must be looked up and checked
+first) takes the multi-hop path
 (:mod:`ragdx.stages.multihop`); any other question is searched as asked, so simple questions pay
 for nothing. The stage also says how its output is used, so the pipeline needs to know nothing
 of rewriting: each retrieval channel searches every text the stage lists (:meth:`RoutedRewrite.search`),
@@ -27,7 +28,7 @@ ROUTES = ("auto", "single", "multi-hop")
 
 class RoutedRewrite:
     """The rewrite stage: the route (``auto``: multi-hop only for a question whose decomposition
-    has two or more slots; ``single``; ``multi-hop``), the rewriter's rewrites, and for a multi-hop
+    has two or more slots or names a record; ``single``; ``multi-hop``), the rewriter's rewrites, and for a multi-hop
     question the loop's slots and hops.
 
     A question routed ``single`` is rewritten only if ``rewrite_single`` (so simple questions pay
@@ -77,7 +78,10 @@ class RoutedRewrite:
         if self.route == "multi-hop":
             return "multi-hop", None
         slots = self.multihop.decompose(query)
-        return ("multi-hop" if len(slots) > 1 else "single"), slots
+        # a named record ("order NW-1042") is looked up and its chunk checked to name it exactly,
+        # which only the loop does: the nearest order number is not the record
+        needed = len(slots) > 1 or any(s.entity for s in slots)
+        return ("multi-hop" if needed else "single"), slots
 
     def run(self, query: Query, channels: Sequence[Retriever] = ()) -> Rewritten:
         started = time.perf_counter()
