@@ -182,3 +182,17 @@ def test_an_unknown_route_is_refused_with_the_valid_ones():
         RoutedRewrite(route="always")
     with pytest.raises(ConfigError, match="setting 'rewrite.route' must be one of 'auto', 'single', 'multi-hop'"):
         load_settings(overrides=["rewrite.route=always"])
+
+
+def test_a_split_part_is_not_flagged_for_the_negation_its_sibling_keeps(example_store):
+    q = "Why can't I return a gift card, and how long does a refund to PayPal take?"
+    parts = split_question(q)
+    assert parts == ("Why can't I return a gift card?", "How long does a refund to PayPal take?")
+    rewrites = OfflineRewriter(example_store, entities=False).rewrite(Query("q", q))
+    assert [(r.kind, r.text, r.diff.flags) for r in rewrites] == [
+        (RewriteKind.SPLIT, parts[0], ()), (RewriteKind.SPLIT, parts[1], ())]
+    assert rewrites[0].diff.retained == (Marker(MarkerKind.NEGATION, "can't"),)
+    assert rewrites[1].diff.retained == () and rewrites[1].diff.dropped == ()
+    # a negation that no part keeps is still dropped, and flagged
+    lost = diff(q, parts[1], sub_questions=(parts[1],), siblings=["How long does a refund take?"])
+    assert lost.flags == ("dropped the negation \"can't\"",)

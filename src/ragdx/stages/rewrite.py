@@ -71,7 +71,7 @@ def _kept(marker: Marker, rewrite: str) -> bool:
 
 
 def diff(original: str, rewrite: str, *, entities: Sequence[str] = (),
-         sub_questions: Sequence[str] = ()) -> RewriteDiff:
+         sub_questions: Sequence[str] = (), siblings: Sequence[str] = ()) -> RewriteDiff:
     """What ``rewrite`` changed against ``original``.
 
     Args:
@@ -79,13 +79,17 @@ def diff(original: str, rewrite: str, *, entities: Sequence[str] = (),
         rewrite: the rewritten text.
         entities: the entities the rewrite added (default: its content words the original lacks).
         sub_questions: the sub-questions it split off.
+        siblings: the other parts of the same split: a marker one of them keeps ("not" in the
+            other sub-question) was never this part's to keep, so it is neither kept nor dropped
+            here; only a marker that no part keeps is dropped.
     """
     if not entities:
         have = {stem(t) for t in content_terms(original)}
         entities = [t for t in content_terms(rewrite) if stem(t) not in have]
     found = markers(original)
+    elsewhere = [m for m in found if not _kept(m, rewrite) and any(_kept(m, s) for s in siblings)]
     return RewriteDiff(tuple(entities), tuple(sub_questions), tuple(m for m in found if _kept(m, rewrite)),
-                       tuple(m for m in found if not _kept(m, rewrite)))
+                       tuple(m for m in found if not _kept(m, rewrite) and m not in elsewhere))
 
 
 # a name written as code: a dotted or underscored identifier, or a call
@@ -193,7 +197,9 @@ class OfflineRewriter:
         if self.expand:
             parts = split_question(q)
             if len(parts) > 1:
-                out += [Rewrite(p, RewriteKind.SPLIT, diff(q, p, sub_questions=(p,))) for p in parts]
+                out += [Rewrite(p, RewriteKind.SPLIT, diff(q, p, sub_questions=(p,),
+                                                           siblings=[o for o in parts if o != p]))
+                        for p in parts]
         if self.hyde:
             passage = hypothetical(q)
             out.append(Rewrite(passage, RewriteKind.HYDE, diff(q, passage)))
@@ -252,7 +258,8 @@ class LlmRewriter:
             out.append(Rewrite(full, RewriteKind.ENTITY, diff(q, full, entities=entities)))
         subs = [s for s in reply.get("sub_questions", []) if isinstance(s, str) and s.strip()]
         if len(subs) > 1:
-            out += [Rewrite(s, RewriteKind.SPLIT, diff(q, s, sub_questions=(s,))) for s in subs]
+            out += [Rewrite(s, RewriteKind.SPLIT, diff(q, s, sub_questions=(s,), siblings=[o for o in subs if o != s]))
+                    for s in subs]
         passage = reply.get("hypothetical")
         if self.hyde and isinstance(passage, str) and passage.strip():
             out.append(Rewrite(passage, RewriteKind.HYDE, diff(q, passage)))
