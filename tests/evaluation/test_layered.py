@@ -154,3 +154,13 @@ def test_the_funnel_never_rises_after_parsing():
     row = query_values(q, cut, v, e)
     assert row.values["complete@parsing"] == 0.0
     assert row.values["complete@retrieval"] == row.values["complete@context"] == 0.0
+
+
+def test_a_parsing_stage_is_not_a_ranked_list():
+    """An imported trace's chunker lists the system's chunks: nothing is ranked there, so no
+    ranking measure names it (the imported report showed 'R@10 DocumentSplitter' with n = 0)."""
+    q = query("a")
+    base = view("a", ["x", "rule", "exception"], ["rule", "exception"])
+    chunks = StageView("DocumentSplitter", StageKind.PARSING, tuple(ItemView(i) for i in ("x", "rule", "exception")))
+    row = values(q, TraceView("a", (chunks,) + base.stages, base.answer))
+    assert sorted(k for k in row.values if k.startswith("R@10 ")) == ["R@10 bm25", "R@10 ce"]

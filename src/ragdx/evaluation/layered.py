@@ -242,8 +242,8 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
         relevant = relevant_chunks(evidence, view)
         parsed = [m if isinstance(m, Measure) else parse_measure(m) for m in measures]
         for stage in view.stages:
-            if stage.kind in (StageKind.CONTEXT, StageKind.REWRITE):
-                continue
+            if stage.kind in (StageKind.PARSING, StageKind.CONTEXT, StageKind.REWRITE):
+                continue  # lists, not rankings: a system's chunks, the context, the original's search
             run = {stage.name: {i.id: -float(i.rank if i.rank is not None else n + 1)
                                 for n, i in enumerate(stage.items)}}
             scores = evaluate(parsed, {stage.name: {c: 1 for c in relevant}}, run) if relevant else {}
