@@ -51,6 +51,16 @@ def test_fusion_weights_are_the_most_equal_ones_that_recall_the_evidence():
     assert [c.chunk_id for c in fused.run(_run().lists[0]).items] == ["rel"]
 
 
+def test_a_set_every_weighting_solves_says_it_cannot_tell_the_weights_apart():
+    # at k = 3 both channels hold 'rel' in their top 3 whatever the weights: recall 1.0 everywhere
+    tie = fit.fit_fusion(_run(), k=3)
+    assert (tie.channels["a"].weight, tie.channels["b"].weight) == pytest.approx((0.5, 0.5))
+    assert tie.fitted_on == ("; 1 queries; mean group recall@3 1.0000 for every weighting: this set cannot tell "
+                             "the weights apart (equal weights kept); fit on more questions, or on ones whose "
+                             "evidence ranks below 3 in some channel")
+    assert "cannot tell" not in fit.fit_fusion(_run(), k=1).fitted_on  # at k = 1 the weights matter
+
+
 def test_fusion_file_round_trip(tmp_path):
     fused = fit.fit_fusion(_run(), k=1, fitted_on="dev")
     fit.save_fusion(fused, tmp_path / "f.json")

@@ -56,7 +56,8 @@ def group_recall(ranked: Ranked, evidence: QueryEvidence, k: int) -> float:
 def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on: str = "") -> WeightedFusion:
     """Z-score each channel with its validation mean and standard deviation, then choose the
     weights (a grid over the simplex, ``step`` apart) that maximise mean group recall@k; ties
-    go to the weights closest to equal."""
+    go to the weights closest to equal. When every weighting scores the same recall, the set
+    cannot tell the weights apart (the note says so): the equal weights are kept, as a tie."""
     names = [r.stage for r in run.lists[0]]
     calibration = {}
     for i, name in enumerate(names):
@@ -66,7 +67,7 @@ def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on
         low = float(((scores - mean) / std).min()) if len(scores) and std > 0 else 0.0
         calibration[name] = (mean, std or 1.0, low)
     steps = int(round(1 / step))
-    best, best_key = None, None
+    best, best_key, recalls = None, None, set()
     for combo in itertools.product(range(steps + 1), repeat=len(names)):
         if sum(combo) != steps:
             continue
@@ -75,11 +76,15 @@ def fit_fusion(run: ValidationRun, *, k: int = 50, step: float = 0.05, fitted_on
                                 top_k=k)
         recall = float(np.mean([group_recall(fusion.run(lists), ev, k)
                                 for lists, ev in zip(run.lists, run.evidence)]))
+        recalls.add(recall)
         key = (recall, -float(np.ptp(weights)) if len(weights) > 1 else 0.0)
         if best_key is None or key > best_key:
             best, best_key = fusion, key
     assert best is not None
     note = f"{fitted_on}; {len(run.queries)} queries; mean group recall@{k} {best_key[0]:.4f}"
+    if len(recalls) == 1 and len(names) > 1:
+        note += (f" for every weighting: this set cannot tell the weights apart (equal weights kept); "
+                 f"fit on more questions, or on ones whose evidence ranks below {k} in some channel")
     return WeightedFusion(best.channels, k, note)
 
 
