@@ -15,7 +15,9 @@
 Before every look-up the cache is brought up to date with the store's update log, which drops
 exactly the entries a change could alter (:mod:`ragdx.store.cache`). A served trace names the
 stages that came from the cache (``Trace.cached``) and says so in its notes; the pipeline's
-:class:`CacheStats` count hits and the time they saved.
+:class:`CacheStats` count hits and the time they saved. A served stage took no time in this run:
+its ``seconds`` are 0 (and a served answer's cost too), so a run's latency is its own, never the
+run that computed the entry; the note keeps the original time.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from ragdx.protocols import Cache, Store
 from ragdx.stages.bm25 import query_terms
 from ragdx.stages.govern import WITHHELD
 from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms, listed_counts
-from ragdx.types import Context, Query, Ranked, Rewritten, StageKind
+from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind
 
 __all__ = ["CacheStats", "CachedPipeline", "settings_hash", "dependencies"]
 
@@ -173,6 +175,14 @@ def _documents(outputs: Sequence[StageOutput]) -> set[str]:
     return docs
 
 
+def _served(stage: StageOutput) -> StageOutput:
+    """A stage's output as the cache serves it: computed by another run, so it cost this one
+    nothing (an answer's usage keeps its token counts, but no time, money or attempt)."""
+    if isinstance(stage, Answer):
+        return replace(stage, seconds=0.0, usage=replace(stage.usage, cost=0.0, attempts=0, seconds=0.0))
+    return replace(stage, seconds=0.0)
+
+
 def _still_readable(store: Store, query: Query, ranked: Sequence[StageOutput]) -> bool:
     """Whether every version the last cached list keeps is still stored and readable by the
     asker (the retrieval cache's check before it serves, as the answer cache's recheck)."""
@@ -214,6 +224,7 @@ class CachedPipeline(Pipeline):
         found = cache.get(CacheKind.ANSWER, answer_key)
         if found is not None:
             stages, binding = found.payload
+            stages = tuple(_served(s) for s in stages)
             if recheck(store, binding).valid:
                 seconds = time.perf_counter() - started
                 self.stats.answer_hits += 1
@@ -231,7 +242,7 @@ class CachedPipeline(Pipeline):
             reused = None
         if reused is not None:
             looked = time.perf_counter() - started
-            resumed = self.resume(Trace(query, reused.payload, 0.0), self._resume_at)
+            resumed = self.resume(Trace(query, tuple(_served(s) for s in reused.payload), 0.0), self._resume_at)
             self.stats.retrieval_hits += 1
             self.stats.saved_seconds += reused.seconds - looked
             trace = Trace(query, resumed.stages, time.perf_counter() - started,

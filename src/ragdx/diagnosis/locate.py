@@ -106,6 +106,7 @@ class TraceView:
     stages: tuple[StageView, ...]   # pipeline order; the context is the last CONTEXT-kind stage
     answer: AnswerView | None
     system: str | None = None       # the system that wrote it, when an imported trace says
+    cached: tuple[str, ...] = ()    # the stages a result cache served (their seconds are 0)
 
 
 def _compact(text: str) -> str:

@@ -71,7 +71,7 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
         view_answer = AnswerView(answer.text, answer.abstained, tuple(claims), answer.usage.prompt_tokens,
                                  answer.usage.completion_tokens, answer.usage.cost, answer.seconds,
                                  verification.seconds if verification else None)
-    return TraceView(trace.query.id, tuple(stages), view_answer)
+    return TraceView(trace.query.id, tuple(stages), view_answer, cached=trace.cached)
 
 
 def _deep_rank(channel: DeepRetriever, query: Query, chunk_ids: set[str]) -> int | None:

@@ -403,6 +403,9 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
     if view is None:
         parts.append('<p class="muted">No trace.</p></details>')
         return "".join(parts)
+    if view.cached:
+        parts.append(f'<p class="muted small">From the result cache: {_e(", ".join(view.cached))} '
+                     "(computed by an earlier run; 0 ms in this one).</p>")
     first = diagnosis.first_failure
     marked = False
     retrieval_seen = False
@@ -504,9 +507,13 @@ def _snippets(store: Any, views: Sequence[TraceView | None]) -> dict[str, str]:
     return out
 
 
-def _facts(info: dict, queries: int) -> str:
+def _facts(info: dict, queries: int, views: Sequence[TraceView | None] = ()) -> str:
     """The run's facts under the title, each only when the run has it."""
     facts = [f"{queries} queries", f"ragdx {_e(info.get('ragdx_version'))}"]
+    served = sum(1 for v in views if v is not None and v.cached)
+    if served:  # their latency is this run's look-up, not the run that computed the entry
+        facts.append(f"<strong>{served} of {len(views)} served in part or whole by the result cache</strong> "
+                     "(a served stage's latency is 0 ms here)")
     if info.get("traces"):
         facts.append(f"traces <code>{_e(info['traces'])}</code>")
     if info.get("index_version") is not None:
@@ -552,7 +559,7 @@ def render_report(info: dict, queries: Sequence[Query], diagnoses: Sequence[Diag
 <title>{_e(title)}</title><style>{_CSS}</style></head>
 <body><main>
 <h1>{_e(title)}</h1>
-<p class="muted">{_facts(info, o.queries)}</p>
+<p class="muted">{_facts(info, o.queries, views)}</p>
 {_cards(metrics)}
 <section id="funnel-section"><h2>Evidence survival</h2>
 <p class="muted small">The share of answerable queries whose every required evidence group is present at each stage.
