@@ -107,7 +107,7 @@ def test_ablate_refuses_a_multi_stage_variant_before_running(tmp_path, capsys):
     assert "variant small (context.budget_tokens=300); reused: bm25, governance, rewrite, rrf" in stdout
     assert "route (first tag)" in stdout and f"open {out / 'report.html'}" in stdout
     assert sorted(p.name for p in out.iterdir()) == ["baseline", "manifest.json", "metrics.json", "none",
-                                                     "report.html", "small"]
+                                                     "queries.jsonl", "report.html", "small"]
 
 
 def test_diagnose_imported_traces_writes_metrics_and_report(tmp_path, capsys):

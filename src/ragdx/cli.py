@@ -490,6 +490,38 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ragdx.experiments.compare import compare_runs, load_gate, load_run, parse_rules
+    from ragdx.report.compare import render_html, render_junit, render_markdown
+    texts = (load_gate(Path(args.gate)) if args.gate else []) + list(args.fail_on or [])
+    rules = parse_rules(texts)  # every argument checked before anything is read
+    queries = Path(args.queries) if args.queries else None
+    base, new = load_run(Path(args.base), queries), load_run(Path(args.new), queries)
+    result = compare_runs(base, new, rules=rules, allow_label_change=args.allow_label_change, seed=args.seed)
+    markdown = render_markdown(result)
+    print(markdown, end="")
+    if args.markdown:
+        Path(args.markdown).write_text(markdown, encoding="utf-8")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:  # a GitHub Actions job summary: appended, as the runner expects
+        with open(summary, "a", encoding="utf-8") as fh:
+            fh.write(markdown + "\n")
+    if args.junit:
+        Path(args.junit).write_text(render_junit(result), encoding="utf-8")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        from ragdx.runfolder import write_json
+        write_json(out / "compare.json", result.to_dict())
+        (out / "report.html").write_text(render_html(result), encoding="utf-8")
+        print(f"\ncompare folder: {out}; open {out / 'report.html'}")
+    if result.identical:
+        print("\nno difference")
+    for r in result.failed:  # last, where a CI log's reader looks
+        print(f"gate: {r.describe()}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from ragdx.diagnosis.spans import parse_stage_map
     from ragdx.experiments.imported import checker_from, diagnose_imported
@@ -738,6 +770,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-budget-ms", type=float, help="the mean latency a configuration may take; "
                    "above it, a better variant is proposed for routing only")
     configurable(p)
+
+    p = command("compare", cmd_compare, "compare two run folders question by question, stage by stage; "
+                "with --fail-on, a regression gate (exit 1 when a rule fails)")
+    p.add_argument("base", metavar="BASE_RUN", help="the run to compare against (ragdx run or ragdx diagnose folder)")
+    p.add_argument("new", metavar="NEW_RUN", help="the run to judge")
+    p.add_argument("--out", help="a folder for compare.json and report.html")
+    p.add_argument("--queries", help="the query set, for a run folder without queries.jsonl")
+    p.add_argument("--fail-on", action="append", metavar="RULE",
+                   help="a gate rule: METRIC:-X (fails when it drops by more than X), METRIC:+X (when it rises "
+                   "by more than X), or p<ALPHA (rules fail only when significant), e.g. success:-0.02 "
+                   "(repeatable)")
+    p.add_argument("--gate", help="a TOML file with fail_on = [RULE, ...]")
+    p.add_argument("--allow-label-change", action="store_true",
+                   help="pair questions whose labels changed between the runs")
+    p.add_argument("--markdown", help="write the Markdown summary here too (it is appended to "
+                   "$GITHUB_STEP_SUMMARY when that is set)")
+    p.add_argument("--junit", help="write JUnit XML here: a test case per rule and per regressed question")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's and randomization test's seed (default 0)")
 
     p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
     p.add_argument("--traces", required=True, help="the traces: imported-trace JSONL (docs/diagnosis.md) or "

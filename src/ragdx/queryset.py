@@ -96,3 +96,21 @@ def load_queries(path: Path) -> list[Query]:
     if not queries:
         raise InputError("the query set has no queries", file=str(path))
     return queries
+
+
+def query_to_dict(query: Query) -> dict[str, Any]:
+    """A query as its query-set line (the inverse of :func:`parse_query`; unset fields left out)."""
+    def groups(gs: tuple[tuple[Alternative, ...], ...]) -> list[list[dict[str, Any]]]:
+        return [[{k: v for k, v in (("doc", a.doc), ("quote", a.quote), ("start", a.start), ("end", a.end),
+                                    ("id", a.id), ("version", a.version)) if v is not None} for a in g] for g in gs]
+    out: dict[str, Any] = {"id": query.id, "question": query.question,
+                           "principal": {"user": query.principal.user, "groups": list(query.principal.groups)},
+                           "answerable": query.answerable, "required": groups(query.required)}
+    if query.restricted_required:
+        out["restricted_required"] = groups(query.restricted_required)
+    if query.answer is not None:
+        out["answer"] = query.answer
+    if query.tags:
+        out["tags"] = list(query.tags)
+    return out
+

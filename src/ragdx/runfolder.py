@@ -8,6 +8,7 @@
 | ``diagnosis.jsonl`` | the first-loss diagnosis, per query |
 | ``metrics.json`` | the layered metrics, overall and per tag, and every query's values |
 | ``report.html`` | one self-contained page: funnel, outcomes, per-tag tables, drill-down |
+| ``queries.jsonl`` | the questions the folder covers, with their labels as run (``ragdx compare`` pairs them) |
 | ``run.db`` | ``ragdx run`` only: the durable run state (items, leases, draft checkpoints, what is published) |
 
 Running a query set is :mod:`ragdx.experiments.run`, durably :mod:`ragdx.experiments.durable`;
@@ -23,7 +24,7 @@ import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import QueryEvidence
 from ragdx.diagnosis.locate import Diagnosis, TraceView
@@ -31,7 +32,8 @@ from ragdx.evaluation.layered import Metrics, QueryValues
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.types import Query
 
-__all__ = ["Executed", "write_json", "manifest", "write_report", "RUN_DB", "PUBLISHED", "append_published"]
+__all__ = ["Executed", "write_json", "manifest", "fingerprint", "write_queries", "write_report", "RUN_DB", "PUBLISHED",
+           "append_published"]
 
 RUN_DB = "run.db"
 """The durable run state's SQLite database, inside the run folder (docs/durable.md)."""
@@ -107,13 +109,48 @@ def manifest(pipeline: Pipeline, queries_path: Path | None) -> dict:
             "dim": space.dim, "max_tokens": space.max_tokens},
         "reranker_weights": getattr(pipeline.reranker, "weights", None),
         "queries": None if queries_path is None else {"path": str(queries_path), "sha256": _sha256(queries_path)},
+        "fingerprint": fingerprint(store, settings.to_dict() if settings is not None else None, queries_path),
     }
+
+
+def fingerprint(store: Any, settings: Mapping[str, Any] | None, queries_path: Path | None) -> dict[str, Any]:
+    """What a run's results depend on, each as a digest (``ragdx compare`` says which differ): the
+    settings, ragdx's code (all of its source), the index version, the corpus (every stored
+    version's id, content hash, status and access) and the query set."""
+    from ragdx.caching import tree_digest
+    out: dict[str, Any] = {
+        "settings": None if settings is None else _digest(json.dumps(settings, sort_keys=True, default=str)),
+        "code": tree_digest(str(Path(__file__).resolve().parent)),
+        "index_version": None, "corpus": None,
+        "queries": None if queries_path is None else _sha256(queries_path)[:16]}
+    if store is not None:
+        rows = sorted((v.document.doc_id, v.document.version, v.document.content_hash, v.document.status.value,
+                       sorted(v.document.acl)) for v in store.versions())
+        out |= {"index_version": store.index_version, "corpus": _digest(json.dumps(rows))}
+    return out
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def write_queries(out: Path, queries: Sequence[Query]) -> Path:
+    """Write ``queries.jsonl``, the questions a run folder covers with their labels as run, so the
+    folder can be compared on its own (``ragdx compare``) after the query set has moved on."""
+    from ragdx.queryset import query_to_dict
+    path = out / "queries.jsonl"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(query_to_dict(q), ensure_ascii=False) + "\n" for q in queries), encoding="utf-8")
+    tmp.replace(path)
+    return path
 
 
 def write_report(out: Path, info: dict, queries: Sequence[Query], done: Executed, metrics: Metrics,
                  store: Any, ablation: Any = None) -> Path:
-    """Write ``report.html`` (self-contained) into the run folder."""
+    """Write ``report.html`` (self-contained) and ``queries.jsonl`` (:func:`write_queries`) into the
+    run folder."""
     from ragdx.report.html import render_report
+    write_queries(out, queries)
     path = out / "report.html"
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(render_report(info, queries, done.diagnoses, done.views, done.evidence, metrics, store,

@@ -51,7 +51,7 @@ def test_run_folder_diagnosis_and_oracle_flip(tmp_path):
     assert d.oracle == {"context": "supported", "flipped": True}
     assert "the failure lies upstream of generation" in d.notes[-1]
     files = sorted(p.name for p in (tmp_path / "run").iterdir())
-    assert files == ["diagnosis.jsonl", "manifest.json", "metrics.json", "report.html", "traces.jsonl"]
+    assert files == ["diagnosis.jsonl", "manifest.json", "metrics.json", "queries.jsonl", "report.html", "traces.jsonl"]
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["embedding_space"]["model"] == "ragdx-hashing-64"
     assert manifest["settings"]["context"]["budget_tokens"] == 16

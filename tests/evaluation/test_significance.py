@@ -84,3 +84,27 @@ def test_large_values_and_many_flips_never_give_p_zero():
     sampled = randomization(a, b, exact_below=0, trials=9999).p  # 2 of 256 sign patterns reach it
     assert abs(sampled - 2 / 256) < 0.004
     assert 0 < mcnemar([False] * 1100, [True] * 1100).p < 1e-300
+
+
+def test_paired_bootstrap_interval_hand_computed():
+    # diff (0, 1): a resample's mean is 0, 0.5 or 1 with chances 1/4, 1/2, 1/4; both tails hold
+    # more than 2.5%, so the 95% interval is the whole range, whatever the seed
+    assert bootstrap_ci([0, 0], [0, 1], seed=3) == (0.0, 1.0)
+    # diff (0, 0, 3): mean 3 needs all three draws to be the 3 (1/27 = 3.7% > 2.5%)
+    assert bootstrap_ci([1, 1, 1], [1, 1, 4], seed=5) == (0.0, 3.0)
+    assert bootstrap_ci([2, 5], [2, 5]) == (0.0, 0.0)  # identical runs: no difference at all
+
+
+@pytest.mark.parity
+def test_paired_bootstrap_against_scipy():
+    np = pytest.importorskip("numpy")
+    scipy_stats = pytest.importorskip("scipy.stats")
+    rng = random.Random(7)
+    a = [rng.random() for _ in range(40)]
+    b = [x + rng.gauss(0.05, 0.3) for x in a]
+    diff = np.array(b) - np.array(a)
+    ref = scipy_stats.bootstrap((diff,), np.mean, n_resamples=40_000, method="percentile", random_state=1)
+    low, high = bootstrap_ci(a, b, trials=40_000, seed=2)
+    # two Monte Carlo estimates of the same percentiles: they agree to a few thousandths
+    assert low == pytest.approx(ref.confidence_interval.low, abs=0.01)
+    assert high == pytest.approx(ref.confidence_interval.high, abs=0.01)

@@ -105,10 +105,11 @@ def test_each_variant_reuses_every_upstream_output(ablation):
 def test_the_ablation_folder(ablation):
     result, out = ablation
     assert sorted(p.name for p in out.iterdir()) == ["baseline", "manifest.json", "metrics.json", "no-dense",
-                                                     "no-rerank", "report.html", "small-budget"]
+                                                     "no-rerank", "queries.jsonl", "report.html", "small-budget"]
     for name in ("baseline", "no-dense"):
         assert sorted(p.name for p in (out / name).iterdir()) == ["diagnosis.jsonl", "manifest.json",
-                                                                  "metrics.json", "report.html", "traces.jsonl"]
+                                                                  "metrics.json", "queries.jsonl", "report.html",
+                                                                  "traces.jsonl"]
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["variants"]) == {"no-dense", "small-budget", "no-rerank"}
     for variant in metrics["variants"].values():

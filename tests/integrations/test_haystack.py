@@ -74,3 +74,19 @@ def test_openinference_spans_give_the_same_diagnoses_as_the_tracer(hx, runs, tmp
     require("openinference.instrumentation.haystack", "opentelemetry.sdk")
     otlp, phoenix = _openinference_run(hx, tmp_path / "oi", fault)
     check_openinference(runs(fault), otlp, phoenix, tmp_path, STAGES, "haystack", fault)
+
+
+def test_two_imported_runs_are_compared_and_the_fusion_fault_is_named(runs, tmp_path, capsys):
+    """ragdx compare on two diagnoses of a third-party system's traces: the faultless run against
+    the run whose DocumentJoiner drops evidence."""
+    from ragdx.cli import main
+    base, faulty = runs(None), runs("fusion")
+    code = main(["compare", str(base["_out"] / "d"), str(faulty["_out"] / "d"), "--fail-on", "complete@fusion:-0"])
+    out = capsys.readouterr().out
+    at_fusion = [q for q, d in faulty.items() if q != "_out" and d["first_failure"] == "fusion"
+                 and base[q]["first_failure"] != "fusion"]
+    assert code == 1 and at_fusion
+    assert f"NEW loses evidence at fusion on {len(at_fusion)} question" in out
+    assert f"\n- ⚠ {at_fusion[0]}: " in out and "FAILED complete@fusion:-0" in out
+    assert main(["compare", str(base["_out"] / "d"), str(base["_out"] / "d")]) == 0
+    assert "no difference" in capsys.readouterr().out

@@ -41,7 +41,7 @@ def test_the_report_is_one_self_contained_file(example_run):
     metrics = json.loads((result.folder / "metrics.json").read_text())
     assert metrics["overall"]["queries"] == len(queries)
     assert sorted(p.name for p in result.folder.iterdir()) == ["diagnosis.jsonl", "manifest.json", "metrics.json",
-                                                               "report.html", "traces.jsonl"]
+                                                               "queries.jsonl", "report.html", "traces.jsonl"]
 
 
 def test_document_text_is_escaped_never_run(tmp_path):

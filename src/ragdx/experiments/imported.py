@@ -29,7 +29,7 @@ from ragdx.diagnosis.records import Diagnosis, Outcome
 from ragdx.errors import InputError
 from ragdx.evaluation.layered import Metrics, layered, query_values
 from ragdx.protocols import Store
-from ragdx.runfolder import Executed, write_json, write_report
+from ragdx.runfolder import Executed, fingerprint, write_json, write_report
 from ragdx.types import DocStatus, Query, StageKind
 
 __all__ = ["ImportedRun", "diagnose_views", "diagnose_imported", "checker_from"]
@@ -282,7 +282,16 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
             "stage_kinds": _stage_kinds([v for v in view_list if v is not None])}
     if store is not None:
         info |= {"store": str(getattr(store, "path", "")), "index_version": store.index_version}
+    info["fingerprint"] = fingerprint(store, None, None) | {"traces": _file_digest(Path(traces_path))}
+    write_json(out / "manifest.json", info)
     done = Executed((), tuple(diagnoses), tuple(rows), tuple(view_list), tuple(evidence))  # type: ignore[arg-type]
     write_report(out, info, queries, done, metrics, store)
     return ImportedRun(out, tuple(diagnoses), metrics, len(views) - len(unmatched), tuple(malformed),
                        tuple(unmatched), tuple(untraced), tuple(misaligned), system)
+
+
+def _file_digest(path: Path) -> str | None:
+    """The traces' digest (a folder of span files: None)."""
+    import hashlib
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else None
+

@@ -109,7 +109,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: Seque
 
 # ---- charts (inline SVG) ----
 
-def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None) -> str:
+def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None, element_id: str = "funnel") -> str:
     """Horizontal bars: the share of answerable queries whose every required group is present at
     each stage; channels are drawn as thinner bars under retrieval. ``stages``: the stage kinds
     the system has (an imported system's), the others left out; ``None``: every stage measured."""
@@ -129,7 +129,7 @@ def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None) -> str:
         return '<p class="muted">No query has required evidence labelled, so there is no funnel.</p>'
     width, label_w, bar_w, row_h = 760, 150, 480, 26
     height = row_h * len(rows) + 10
-    parts = [f'<svg id="funnel" role="img" aria-label="evidence survival funnel" width="{width}" '
+    parts = [f'<svg id="{element_id}" role="img" aria-label="evidence survival funnel" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
     for i, (name, value, count, n, channel) in enumerate(rows):
         y = 5 + i * row_h
