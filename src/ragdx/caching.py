@@ -214,7 +214,7 @@ class CachedPipeline(Pipeline):
         found = cache.get(CacheKind.ANSWER, answer_key)
         if found is not None:
             stages, binding = found.payload
-            if recheck(store, binding).valid:
+            if recheck(store, binding, shortcut=True).valid:  # a binding ragdx made and kept
                 seconds = time.perf_counter() - started
                 self.stats.answer_hits += 1
                 self.stats.saved_seconds += found.seconds - seconds
