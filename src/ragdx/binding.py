@@ -103,11 +103,9 @@ class EvidenceBinding:
                              file=where)
         user = _text(principal.get("user"), where, "principal.user", empty=True)
         groups = tuple(_text(g, where, f"principal.groups[{n}]") for n, g in enumerate(principal["groups"]))
-        store_id = evidence.get("store_id")
-        if store_id is not None and not (isinstance(store_id, str) and len(store_id) == 32
-                                         and set(store_id) <= _HEX):
-            raise InputError(f"evidence.store_id: {_shown(store_id)} is not a store id (32 hex digits) "
-                             "or null", file=where)
+        store_id = evidence.get("store_id")  # ragdx's stores: 32 hex digits; another store's: any id
+        if store_id is not None:
+            store_id = _text(store_id, where, "evidence.store_id")
         version = _count(evidence.get("index_version"), where, "evidence.index_version")
         cited = evidence.get("cited")
         if not isinstance(cited, list):

@@ -726,9 +726,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "publication but before committing it")
     configurable(p)
 
-    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store: exit 0 and "
-                f"status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired with each "
-                "changed span and its reason")
+    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store, every span "
+                f"read: exit 0 and status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired "
+                "with each changed span and its reason; exit 2 for an answer file that is not well formed "
+                "(the error names the field)")
     p.add_argument("--store", required=True)
     p.add_argument("answer", metavar="ANSWER.json", help="an answer from 'ragdx ask --json' (or a traces.jsonl "
                    "line), '-' for stdin")

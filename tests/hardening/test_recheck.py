@@ -278,7 +278,8 @@ def test_a_span_past_the_end_of_a_changed_store_is_changed(asked):
 @pytest.mark.parametrize("evidence, said", [
     ({"index_version": -1}, "evidence.index_version: -1 is negative"),
     ({"index_version": "1"}, "evidence.index_version must be an int, not '1'"),
-    ({"store_id": "not-an-id"}, "evidence.store_id: 'not-an-id' is not a store id (32 hex digits) or null"),
+    ({"store_id": 5}, "evidence.store_id must be a str, not 5"),
+    ({"store_id": ""}, "evidence.store_id: must not be empty"),
     ({"index_version": 99}, "evidence.index_version: 99 is ahead of the store's (1): not an answer from this store"),
 ])
 def test_the_bound_store_and_index_version_are_checked(asked, evidence, said):
