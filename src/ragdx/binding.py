@@ -21,7 +21,6 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ragdx._jsonl import bad_unicode
 from ragdx.errors import InputError
 from ragdx.protocols import Store
 from ragdx.types import Answer, ChoiceEnum, Context, DocStatus, Principal
@@ -127,9 +126,11 @@ def _text(value: Any, where: str, field: str, *, empty: bool = False) -> str:
     """A string field that is text (UTF-8 can encode it) and, unless ``empty``, not empty."""
     if not isinstance(value, str):
         raise InputError(f"{field} must be a str, not {_shown(value)}", file=where)
-    problem = bad_unicode(value)
-    if problem:
-        raise InputError(f"{field}: {problem}", file=where)
+    try:  # a lone surrogate ("\ud800" in JSON) is no character: SQLite and UTF-8 refuse it
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{field}: not valid Unicode: a lone surrogate {value[exc.start]!r} at character "
+                         f"{exc.start}", file=where) from None
     if not value and not empty:
         raise InputError(f"{field}: must not be empty", file=where)
     return value

@@ -29,7 +29,8 @@ from ragdx.store.sqlite import SQLiteStore
 from ragdx.types import Principal, Query
 from tests.conftest import write
 from tests.hardening.test_fuzz import ident, number, value
-from tests.test_binding import QUESTION, SETTINGS, answered, corpus
+from tests.test_binding import QUESTION, SETTINGS, corpus
+from tests.test_index_versions import schema_1
 
 SETS = [a for s in SETTINGS for a in ("--set", s)]
 CORPUS = Path(__file__).parent / "recheck_corpus"
@@ -104,6 +105,21 @@ def test_a_store_made_before_ids_gets_one_when_first_opened_for_writing(tmp_path
         assert len(given_id) == 32 and opened.index_version == 1  # the id is no change a query sees
     with SQLiteStore(tmp_path / "s.db", "read") as again:
         assert again.store_id == given_id  # given once, kept
+
+
+def test_a_schema_1_store_without_an_id_is_migrated_and_given_one(tmp_path):
+    """The migration and the id, at the first open for writing, in that order; a reader changes
+    neither."""
+    path = tmp_path / "s.db"
+    with SQLiteStore(path) as store:
+        build_ingestor(store, load_settings(overrides=SETTINGS)).run(corpus(tmp_path))
+        store._db.execute("DELETE FROM meta WHERE key = 'store_id'")
+    schema_1(path)
+    with SQLiteStore(path, "read") as old:
+        assert (old.store_id, old._schema) == (None, 1)
+    with SQLiteStore(path, "write") as opened:
+        meta = dict(opened._db.execute("SELECT key, value FROM meta WHERE key != 'store_id'"))
+        assert meta == {"schema_version": "2", "index_version": "1"} and len(opened.store_id) == 32
 
 
 def answered_read_only(store):
