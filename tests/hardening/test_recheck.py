@@ -11,6 +11,8 @@ import copy
 import io
 import json
 import shutil
+import subprocess
+import sys
 import time
 import tracemalloc
 from pathlib import Path
@@ -302,6 +304,15 @@ def test_the_bound_store_and_index_version_are_checked(asked, evidence, said):
     store, answer_file, answer = asked
     path = write(answer_file, json.dumps({**answer, "evidence": {**answer["evidence"], **evidence}}))
     assert ragdx("recheck", "--store", str(store), str(path))[::2] == (2, f"ragdx recheck: error: {path}: {said}\n")
+
+
+def test_an_answer_on_stdin(asked):
+    store, _, answer = asked
+    for given, code, err in [(answer, 0, ""), (tampered(answer, start=-1), 2,
+                              "ragdx recheck: error: stdin: evidence.cited[0].start: -1 is negative\n")]:
+        done = subprocess.run([sys.executable, "-m", "ragdx.cli", "recheck", "--store", str(store), "-"],
+                              input=json.dumps(given), capture_output=True, text=True)
+        assert (done.returncode, done.stderr) == (code, err)
 
 
 # -- the fuzz suite: a real answer, mutated --------------------------------------------------------------
