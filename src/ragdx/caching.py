@@ -225,7 +225,7 @@ class CachedPipeline(Pipeline):
         if found is not None:
             stages, binding = found.payload
             stages = tuple(_served(s) for s in stages)
-            if recheck(store, binding).valid:
+            if recheck(store, binding, shortcut=True).valid:  # a binding ragdx made and kept
                 seconds = time.perf_counter() - started
                 self.stats.answer_hits += 1
                 self.stats.saved_seconds += found.seconds - seconds

@@ -463,15 +463,22 @@ def _print_inspection(found: dict) -> None:
 
 
 def cmd_recheck(args: argparse.Namespace) -> int:
+    from ragdx._jsonl import loads, read_text
     from ragdx.binding import EvidenceBinding, recheck
-    path = Path(args.answer)
+    from ragdx.errors import InputError
+    where = "stdin" if args.answer == "-" else args.answer
     try:
-        answer = json.loads(sys.stdin.read() if args.answer == "-" else path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise _UsageError(f"{args.answer}: not a JSON answer from 'ragdx ask --json': {exc}") from None
-    binding = EvidenceBinding.from_trace(answer, args.answer)
+        text = sys.stdin.read() if args.answer == "-" else read_text(Path(args.answer), what="answer")
+    except (OSError, ValueError) as exc:  # stdin that is not UTF-8
+        raise InputError(f"cannot read the answer: {exc}", file=where) from None
+    try:
+        answer = loads(text, file=where)
+    except InputError as exc:
+        raise InputError(f"not a JSON answer from 'ragdx ask --json': {exc.detail}", file=where,
+                         line=exc.line, field=exc.field) from None
+    binding = EvidenceBinding.from_trace(answer, where)
     with _store(args) as store:
-        found = recheck(store, binding)
+        found = recheck(store, binding, where=where)  # the file could claim anything: every span is read
     print(json.dumps(found.to_dict(), indent=2))
     return 0 if found.valid else RECHECK_CHANGED
 
@@ -751,9 +758,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "publication but before committing it")
     configurable(p)
 
-    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store: exit 0 and "
-                f"status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired with each "
-                "changed span and its reason")
+    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store, every span "
+                f"read: exit 0 and status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired "
+                "with each changed span and its reason; exit 2 for an answer file that is not well formed "
+                "(the error names the field)")
     p.add_argument("--store", required=True)
     p.add_argument("answer", metavar="ANSWER.json", help="an answer from 'ragdx ask --json' (or a traces.jsonl "
                    "line), '-' for stdin")

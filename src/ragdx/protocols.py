@@ -84,6 +84,13 @@ class Store(Protocol):
     def index_version(self) -> int: ...
 
     @property
+    def store_id(self) -> str | None:
+        """A random id made with the store and never reused (a store rebuilt at the same path
+        gets another); None for a store made before ids, until it is first opened for writing.
+        An answer records it with the index version (:mod:`ragdx.binding`)."""
+        ...
+
+    @property
     def bm25_config(self) -> Mapping[str, Any]:
         """How the keyword index scores: its tokenizer, ``k1`` and ``b`` (recorded in traces)."""
         ...

@@ -146,6 +146,43 @@ def test_a_dead_workers_draft_whose_evidence_changed_fails_and_is_not_published(
     assert [d["id"] for d in lines(run / "diagnosis.jsonl")] == ["q0"]
 
 
+def test_a_dead_workers_draft_is_not_published_from_a_store_rebuilt_at_the_same_path(corpus, tmp_path):
+    """Issue 25, item 2: the worker dies after its draft; the store is removed and ingested again
+    at the same path without the cited document, back to the same index version (1). On main the
+    unchanged index version published the draft, and the deleted text reached traces.jsonl."""
+    store, _ = corpus
+    qs, run = one_query(tmp_path, store), tmp_path / "run"
+    assert ragdx_run(store, qs, run, "--lease-seconds", "2", "--fault", "after_draft").returncode == FAULT_EXIT
+    with RunState(run / "run.db") as state:
+        evidence = state.draft(0).trace["evidence"]
+    with SQLiteStore(store, "read") as opened:
+        first_id = opened.store_id
+    assert [c["doc"] for c in evidence["cited"]][0] == "d0.md"
+    deleted = "Item 0 refunds are accepted within 10 days"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    kept = [line for line in manifest(tmp_path / "corpus").read_text().splitlines() if '"d0.md"' not in line]
+    with SQLiteStore(store) as rebuilt:
+        build_ingestor(rebuilt, load_settings(overrides=SETTINGS)).run(write(tmp_path / "corpus" / "k.jsonl",
+                                                                             "\n".join(kept)))
+        assert (rebuilt.index_version, evidence["index_version"]) == (1, 1) and rebuilt.store_id != first_id
+        new_id = rebuilt.store_id
+    wait_past_lease(run)
+    again = subprocess.run([sys.executable, "-m", "ragdx.cli", "run", "--resume", str(run)],
+                           capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr
+    seen = inspect_run(run)
+    assert (seen["counts"]["published"], seen["counts"]["failed"]) == (0, 1)
+    [failed] = seen["items"]["failed"]
+    cited = evidence["cited"][0]
+    assert failed["reason"].startswith(f"evidence_changed_or_expired: d0.md@{cited['version']} [{cited['start']}:"
+                                       f"{cited['end']}] missing (no such document in this store)")
+    assert failed["reason"].endswith(f"(in store {new_id}; the answer was bound to store {first_id})")
+    assert lines(run / "traces.jsonl") == lines(run / "diagnosis.jsonl") == []
+    assert deleted not in ((run / "traces.jsonl").read_text() if (run / "traces.jsonl").exists() else "")
+    assert evidence["store_id"] == first_id  # the draft was bound to the first store
+
+
 def test_a_dead_workers_draft_is_published_after_an_unrelated_change(corpus, tmp_path):
     store, _ = corpus
     qs, run = one_query(tmp_path, store), tmp_path / "run"

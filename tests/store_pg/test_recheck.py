@@ -46,3 +46,49 @@ def test_a_durable_run_on_postgres_publishes_what_a_single_pass_diagnoses(tmp_pa
     assert worked.index_versions == (store.index_version,) and worked.failed == ()
     with open(tmp_path / "run" / "run.db", "rb") as fh:
         assert store.where.encode() in fh.read()  # the run is bound to this store
+
+
+@pytest.mark.parametrize("kind", ["pg", "sharded"])
+def test_a_store_made_again_in_the_same_schema_is_another_store(tmp_path, pg_servers, pg_store_factory, kind):
+    """Issue 25: the store's id is made with the store and never reused; an answer bound to the
+    dropped store is rechecked span by span in the new one, at the same index version."""
+    from ragdx.binding import SpanChange
+    from ragdx.build import build_ingestor
+    from ragdx.config import load_settings
+    from ragdx.store.postgres import PostgresStore, drop_store, setup_shards
+    from tests.conftest import write
+    from tests.test_binding import SETTINGS, corpus
+    store = pg_store_factory(kind)
+    _, binding = answered(store, tmp_path)
+    first = store.store_id
+    assert len(first) == 32 and binding.store_id == first and binding.index_version == 1
+    dsn, shards = store.dsn, [server for server in store.partitions().values() if server]
+    store.close()
+    drop_store(dsn)
+    assert bool(shards) is (kind == "sharded")
+    again = setup_shards(dsn, pg_servers[1:]) if shards else PostgresStore(dsn)
+    try:
+        only_shipping = write(tmp_path / "m2.jsonl", corpus(tmp_path).read_text().splitlines()[1] + "\n")
+        build_ingestor(again, load_settings(overrides=SETTINGS)).run(only_shipping)
+        assert again.index_version == 1 and len(again.store_id) == 32 and again.store_id != first
+        found = recheck(again, binding, shortcut=True)
+        assert (found.full, found.status, [(c.span.doc_id, c.reason, c.detail) for c in found.changed]) == (
+            True, RecheckStatus.CHANGED, [("refund.md", SpanChange.MISSING, "no such document in this store")])
+    finally:
+        again.close()
+
+
+def test_a_store_made_before_ids_gets_one_when_opened_for_writing(tmp_path, pg_store_factory):
+    import psycopg
+
+    from ragdx.store.postgres import PostgresStore
+    store = pg_store_factory("pg")
+    answered(store, tmp_path)
+    with psycopg.connect(store.dsn, autocommit=True) as conn:
+        conn.execute(f"DELETE FROM {store.schema}.meta WHERE key = 'store_id'")
+    with PostgresStore(store.dsn, "read") as old:
+        assert (old.store_id, old.index_version) == (None, 1)
+    with PostgresStore(store.dsn, "write") as opened:
+        given = opened.store_id
+        assert len(given) == 32 and opened.index_version == 1  # no change a query sees
+    assert store.store_id == given

@@ -159,12 +159,14 @@ def _keep_draft(state: RunState, claim: Claim, worker: str, one: Answered) -> Dr
 def _settle(state: RunState, pipeline: Pipeline, out: Path, claim: Claim, draft: Draft | None, worker: str,
             fault: Fault | None, binding: EvidenceBinding | None = None) -> None:
     """Recheck a draft's evidence (``binding``: its own, when the worker just made it), then
-    publish it, or fail the item with the reason."""
+    publish it, or fail the item with the reason. A draft read back (a dead worker's) is
+    rechecked span by span: the store may have been rebuilt at the same path since."""
     if draft is None:  # a drafted item without a checkpoint: the two are written in one transaction
         raise StoreError(f"{out / RUN_DB}: item {claim.query_id!r} is drafted but has no checkpoint")
+    own, where = binding is not None, f"{out / RUN_DB}: the draft of {claim.query_id!r}"
     if binding is None:
-        binding = EvidenceBinding.from_trace(draft.trace, f"the draft of {claim.query_id!r}")
-    check = recheck(pipeline.store, binding)
+        binding = EvidenceBinding.from_trace(draft.trace, where)
+    check = recheck(pipeline.store, binding, shortcut=own, where=where)
     if not check.valid:
         state.fail(claim.n, worker, check.describe())
         return

@@ -44,6 +44,7 @@ import logging
 import math
 import re
 import threading
+import uuid
 from collections import Counter
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -429,6 +430,12 @@ class PostgresStore:
         if int(version) > SCHEMA_VERSION:
             raise StoreError(f"{self.where}: store schema {version} is newer than this ragdx "
                              f"({SCHEMA_VERSION}); upgrade ragdx")
+        if self.mode is not OpenMode.READ and conn.execute(
+                f"SELECT 1 FROM {s}.meta WHERE key = 'store_id'").fetchone() is None:
+            with conn.transaction():  # a store made before ids gets one, once, under the writers' lock
+                self._take_write_lock(conn)
+                conn.execute(f"INSERT INTO {s}.meta VALUES ('store_id', %s) ON CONFLICT (key) DO NOTHING",
+                             (uuid.uuid4().hex,))
 
     def _require_vector(self, conn: Any) -> None:
         """Make sure pgvector is enabled, and put its schema on the connection's search path."""
@@ -468,8 +475,8 @@ class PostgresStore:
                     for statement in sharded_table_ddl(s, name, columns, parts, by_doc=name in _DOC_TABLES):
                         conn.execute(statement)
                 conn.cursor().executemany(f"INSERT INTO {s}.partitions VALUES (%s, %s)", list(parts.items()))
-            conn.execute(f"INSERT INTO {s}.meta VALUES ('schema_version', %s), ('index_version', '0')",
-                         (str(SCHEMA_VERSION),))
+            conn.execute(f"INSERT INTO {s}.meta VALUES ('schema_version', %s), ('index_version', '0'), "
+                         "('store_id', %s)", (str(SCHEMA_VERSION), uuid.uuid4().hex))
 
     def close(self) -> None:
         self._pool.close()
@@ -518,19 +525,11 @@ class PostgresStore:
             if self.mode is OpenMode.READ:
                 raise StoreError(f"{self.where}: the store was opened read-only; open it with "
                                  "mode='write' to change it")
-            psycopg = _psycopg()
             conn = self._pool.getconn()
             committed = False
             try:
                 conn.execute("BEGIN")
-                conn.execute(f"SET LOCAL lock_timeout = {max(1, int(self.wait * 1000))}")
-                try:
-                    conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_KEY, self.schema))
-                except psycopg.errors.LockNotAvailable:
-                    raise StoreError(f"{self.where}: another process is still writing to this store "
-                                     f"after {self.wait:g} s; nothing was written: try again when it "
-                                     "has finished") from None
-                conn.execute("SET LOCAL lock_timeout = 0")
+                self._take_write_lock(conn)
                 self._tx, self._tx_thread, self._changed = conn, threading.get_ident(), False
                 yield
                 if self._changed:
@@ -552,6 +551,19 @@ class PostgresStore:
             if committed:
                 self._analyze()
 
+    def _take_write_lock(self, conn: Any) -> None:
+        """Take the lock writers of this store take in turn (for this transaction), waiting up to
+        ``wait`` seconds."""
+        psycopg = _psycopg()
+        conn.execute(f"SET LOCAL lock_timeout = {max(1, int(self.wait * 1000))}")
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_LOCK_KEY, self.schema))
+        except psycopg.errors.LockNotAvailable:
+            raise StoreError(f"{self.where}: another process is still writing to this store "
+                             f"after {self.wait:g} s; nothing was written: try again when it "
+                             "has finished") from None
+        conn.execute("SET LOCAL lock_timeout = 0")
+
     def _write(self, sql: str, args: Sequence[Any] | dict | None = None) -> None:
         if self._tx is None:
             raise StoreError("store writes must happen inside store.transaction()")
@@ -571,6 +583,14 @@ class PostgresStore:
     def index_version(self) -> int:
         """A counter bumped by every committed change; caches are bound to it."""
         return int(self._one("SELECT value FROM {s}.meta WHERE key = 'index_version'")[0])
+
+    @property
+    def store_id(self) -> str | None:
+        """A random id (32 hex digits) given to the store when it was created, never reused (a
+        store dropped and made again in the same schema gets another); a store made before ids
+        gets one when first opened for writing, and is None until then."""
+        row = self._one("SELECT value FROM {s}.meta WHERE key = 'store_id'")
+        return row[0] if row else None
 
     # -- writes ---------------------------------------------------------------------------
     def insert_version(self, document: Document, raw_text: str, parsed: ParsedDocument,

@@ -415,6 +415,7 @@ class SQLiteStore:
                                  "nothing was written to it: restore a copy or ingest into a new store")
             if self._schema < SCHEMA_VERSION:
                 self._migrate()
+            self._give_id()
             return
         with self.transaction():
             # statement by statement: executescript would commit our transaction
@@ -442,6 +443,14 @@ class SQLiteStore:
             self._add_initial_index()
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         self._schema = SCHEMA_VERSION
+
+    def _give_id(self) -> None:
+        """Give a store made before store ids its id, once, under the write lock (a writer that
+        gave it one meanwhile wins: INSERT OR IGNORE). The id is not something a query sees, so
+        the index version stays."""
+        if self.store_id is None:
+            with self.transaction():
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (uuid.uuid4().hex,))
 
     def _add_initial_index(self) -> None:
         body = index_settings(None, None, None).to_json()
@@ -530,8 +539,10 @@ class SQLiteStore:
 
     @property
     def store_id(self) -> str | None:
-        """A random id given to the store when it was created (None for a store made before ids):
-        a cache beside a store that was replaced at the same path knows it is not this store's."""
+        """A random id (32 hex digits) given to the store when it was created, never reused: a
+        cache or an answer bound to a store replaced at the same path knows it is not this
+        store's. A store made before ids gets one when first opened for writing; until then
+        (opened read-only) it is None."""
         row = self._db.execute("SELECT value FROM meta WHERE key='store_id'").fetchone()
         return row[0] if row else None
 
