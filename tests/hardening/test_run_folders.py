@@ -41,7 +41,8 @@ def events(run: Path, event: str) -> list[str]:
     ("objects = X'00112233'", "its results do not read back (UnpicklingError"),
     ("trace = '{not json'", "its trace is not one line of a JSON object"),
     ("diagnosis = '[1, 2]'", "its diagnosis is not one line of a JSON object"),
-    ("trace = '{\"evidence\": 5}'", "no 'evidence' object"),
+    ("trace = json_set(trace, '$.evidence', 5)", "no 'evidence' object"),
+    ("diagnosis = json_set(diagnosis, '$.id', 'q-other')", "its diagnosis's id is 'q-other', not the item's"),
 ])
 def test_a_damaged_draft_checkpoint_is_discarded_and_its_item_run_again(unfinished_run, finished_run, tmp_path,
                                                                        damage, said):

@@ -95,8 +95,12 @@ def _join(state: RunState, pipeline: Pipeline, queries: Sequence[Query], invocat
         if state.submit([q.id for q in queries], {"fingerprint": mine, "invocation": dict(invocation)}):
             return
     theirs = state.info()["fingerprint"]
-    if not isinstance(theirs, dict):
-        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its fingerprint is not a JSON object")
+    # the same ragdx writes every key; a record without them is damaged, not another run
+    lost = [k for k in mine if k not in theirs] if isinstance(theirs, dict) else ["fingerprint"]
+    if lost and (not isinstance(theirs, dict) or theirs.get("ragdx_version", mine["ragdx_version"])
+                 == mine["ragdx_version"]):
+        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its fingerprint has no "
+                         f"{', '.join(lost)}; restore it or start the run again in another folder")
     differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     if differ:
         raise InputError(f"{out} holds a run of other {', '.join(differ)}: resume it with the same store, "
@@ -276,14 +280,14 @@ def invocation_of(out: Path) -> dict[str, Any]:
         state.check_items()
     kinds = {"store": str, "queries": str, "config": str, "oracle": str, "strict": bool,
              "lease_seconds": (int, float), "set": list}
-    bad = [k for k, kind in kinds.items() if invocation.get(k) is not None and (
-        not isinstance(invocation[k], kind) or isinstance(invocation[k], bool) and kind != bool)] \
+    bad = [k for k, kind in kinds.items() if (invocation.get(k) is not None or k in ("store", "queries")) and (
+        not isinstance(invocation.get(k), kind) or isinstance(invocation[k], bool) and kind != bool)] \
         if isinstance(invocation, dict) else ["invocation"]
     if not bad and not all(isinstance(v, str) for v in invocation.get("set") or []):
         bad = ["set"]
     if bad:
-        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its invocation record has a {bad[0]!r} "
-                         "of the wrong type; start the run again with --store, --queries and --out")
+        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its invocation record has no {bad[0]!r} "
+                         "of the right type; start the run again with --store, --queries and --out")
     return dict(invocation)
 
 

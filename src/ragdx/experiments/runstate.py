@@ -67,6 +67,11 @@ _PUBLISHED = ("FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM ch
               "WHERE i.state = 'published'")
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class DamagedCheckpoint(StoreError):
     """A draft checkpoint whose trace, diagnosis or results cannot be read back."""
 
@@ -384,22 +389,30 @@ class RunState:
             "WHERE n = ? ORDER BY id DESC LIMIT 1", (n,)).fetchone()
         if row is None:
             return None
-        self._check_lines(n, row[5], row[6])
+        self._check_lines(n, row[5], row[6], self._query_id(n))
         if not isinstance(row[4], int):
             raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its index version is "
                                     f"{row[4]!r}")
         return Draft(*row[:7], self._results(n, row[7]))
 
-    def _check_lines(self, n: int, trace: Any, diagnosis: Any) -> None:
-        """A checkpoint's trace and diagnosis must each be one line holding a JSON object."""
-        for what, text in (("trace", trace), ("diagnosis", diagnosis)):
+    def _query_id(self, n: int) -> Any:
+        row = self._db.execute("SELECT query_id FROM items WHERE n = ?", (n,)).fetchone()
+        return None if row is None else row[0]
+
+    def _check_lines(self, n: int, trace: Any, diagnosis: Any, query_id: Any) -> None:
+        """A checkpoint's trace and diagnosis must each be one line holding a JSON object of the
+        item's query (``query_id`` in a trace, ``id`` in a diagnosis)."""
+        for what, text, key in (("trace", trace, "query_id"), ("diagnosis", diagnosis, "id")):
             try:
-                ok = isinstance(text, str) and "\n" not in text and isinstance(json.loads(text), dict)
+                obj = json.loads(text) if isinstance(text, str) and "\n" not in text else None
             except (ValueError, RecursionError):
-                ok = False
-            if not ok:
+                obj = None
+            if not isinstance(obj, dict):
                 raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what} is not "
                                         "one line of a JSON object")
+            if obj.get(key) != query_id:
+                raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what}'s {key} "
+                                        f"is {_short(obj.get(key))}, not the item's {_short(query_id)}")
 
     def _results(self, n: int, data: Any) -> tuple[Any, ...]:
         try:
@@ -439,10 +452,10 @@ class RunState:
         Raises:
             DamagedCheckpoint: a published item's trace or diagnosis is not one line of a JSON object.
         """
-        rows = self._db.execute(f"SELECT c.n, c.trace, c.diagnosis {_PUBLISHED} ORDER BY i.published_seq")
-        for n, trace, diagnosis in rows:
-            self._check_lines(n, trace, diagnosis)
-        return [(t, d) for _, t, d in rows]
+        rows = self._db.execute(f"SELECT c.n, c.trace, c.diagnosis, i.query_id {_PUBLISHED} ORDER BY i.published_seq")
+        for n, trace, diagnosis, query_id in rows:
+            self._check_lines(n, trace, diagnosis, query_id)
+        return [(t, d) for _, t, d, _ in rows]
 
     @contextmanager
     def publishing(self, n: int, worker: str) -> Iterator[tuple[int, ...] | None]:
