@@ -36,9 +36,9 @@ The CLI's exit codes, all of them (the constants below):
 from __future__ import annotations
 
 __all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError",
-           "StoreError", "ChatError", "BrowserError", "EXIT_OK", "EXIT_BUG", "EXIT_INPUT",
-           "EXIT_RECHECK_CHANGED", "EXIT_FAULT", "EXIT_ITEMS_FAILED"]
+           "StoreError", "ChatError", "BrowserError"]
 
+# the exit codes of the table above (module constants; ``__all__`` is the exception tree)
 EXIT_OK = 0
 EXIT_BUG = 1
 EXIT_INPUT = 2

@@ -59,7 +59,7 @@ def test_a_damaged_draft_checkpoint_is_discarded_and_its_item_run_again(unfinish
 
 def test_a_checkpoint_pickle_from_elsewhere_is_never_unpickled(unfinished_run, tmp_path):
     """A pickle that would run a command when loaded: refused by the restricted unpickler."""
-    from ragdx.experiments.runstate import DamagedCheckpoint  # new with issue 25
+    from ragdx.experiments.runstate import _DamagedCheckpoint  # new with issue 25
     run = copy_run(unfinished_run, tmp_path / "run")
     marker = tmp_path / "ran"
 
@@ -70,7 +70,7 @@ def test_a_checkpoint_pickle_from_elsewhere_is_never_unpickled(unfinished_run, t
     con.execute("UPDATE checkpoints SET objects = ?", (pickle.dumps(Gadget()),))
     con.commit()
     con.close()
-    with RunState(run / "run.db") as state, pytest.raises(DamagedCheckpoint) as caught:
+    with RunState(run / "run.db") as state, pytest.raises(_DamagedCheckpoint) as caught:
         state.draft(0)
     assert "is not a ragdx result type" in str(caught.value) and "posix.system" in str(caught.value)
     assert not marker.exists()

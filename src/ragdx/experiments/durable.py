@@ -36,8 +36,8 @@ from ragdx.diagnosis.evidence import EvidenceResolver
 from ragdx.errors import EXIT_FAULT, InputError, StoreError
 from ragdx.evaluation.layered import layered
 from ragdx.experiments.run import Answered, RunResult, answer_one
-from ragdx.experiments.runstate import (Claim, DamagedCheckpoint, Draft, ItemRecord, ItemState, RunState,
-                                        worker_id)
+from ragdx.experiments.runstate import (Claim, Draft, ItemRecord, ItemState, RunState, _DamagedCheckpoint,
+                                        damaged, worker_id)
 from ragdx.pipeline import Pipeline
 from ragdx.progress import Progress
 from ragdx.runfolder import (RUN_DB, SUMMARY, Executed, append_published, manifest, repair_published,
@@ -99,8 +99,7 @@ def _join(state: RunState, pipeline: Pipeline, queries: Sequence[Query], invocat
     lost = [k for k in mine if k not in theirs] if isinstance(theirs, dict) else ["fingerprint"]
     if lost and (not isinstance(theirs, dict) or theirs.get("ragdx_version", mine["ragdx_version"])
                  == mine["ragdx_version"]):
-        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its fingerprint has no "
-                         f"{', '.join(lost)}; restore it or start the run again in another folder")
+        raise damaged(out / RUN_DB, f"its fingerprint has no {', '.join(lost)}")
     differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     if differ:
         raise InputError(f"{out} holds a run of other {', '.join(differ)}: resume it with the same store, "
@@ -122,6 +121,8 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
 
     Raises:
         InputError: ``out`` holds a run of another store, other settings or other queries.
+        StoreError: its ``run.db`` is damaged beyond repair, naming it (a damaged published or
+            summary file, or draft checkpoint, is repaired instead: ``DurableRun.repaired``).
     """
     if lease_seconds <= 0:
         raise InputError(f"--lease-seconds must be positive, not {lease_seconds}", field="--lease-seconds")
@@ -176,12 +177,12 @@ def _recovered(state: RunState, claim: Claim, worker: str) -> tuple[Draft | None
     try:
         draft = state.draft(claim.n)
         if draft is None:
-            raise DamagedCheckpoint(f"{state.path}: item {claim.n} is drafted, but no checkpoint was kept")
+            raise _DamagedCheckpoint(f"{state.path}: item {claim.n} is drafted, but no checkpoint was kept")
         try:
             binding = EvidenceBinding.from_trace(draft.trace, f"the draft of {claim.query_id!r}")
         except InputError as exc:
-            raise DamagedCheckpoint(f"{state.path}: the checkpoint of item {claim.n} is damaged: {exc}") from None
-    except DamagedCheckpoint as exc:
+            raise _DamagedCheckpoint(f"{state.path}: the checkpoint of item {claim.n} is damaged: {exc}") from None
+    except _DamagedCheckpoint as exc:
         state.discard_draft(claim.n, worker, str(exc))
         return None, None
     return draft, binding
@@ -274,21 +275,35 @@ def invocation_of(out: Path) -> dict[str, Any]:
 
     Raises:
         InputError: ``out`` is not a durable run folder.
+        StoreError: its ``run.db`` is empty or damaged (naming it).
     """
     with RunState(_run_db(out, "--resume"), create=False) as state:
         invocation = state.info().get("invocation", {})
         state.check_items()
-    kinds = {"store": str, "queries": str, "config": str, "oracle": str, "strict": bool,
-             "lease_seconds": (int, float), "set": list}
-    bad = [k for k, kind in kinds.items() if (invocation.get(k) is not None or k in ("store", "queries")) and (
-        not isinstance(invocation.get(k), kind) or isinstance(invocation[k], bool) and kind != bool)] \
-        if isinstance(invocation, dict) else ["invocation"]
-    if not bad and not all(isinstance(v, str) for v in invocation.get("set") or []):
-        bad = ["set"]
+    bad = _bad_invocation(invocation)
     if bad:
-        raise StoreError(f"{out / RUN_DB}: the run database is damaged: its invocation record has no {bad[0]!r} "
-                         "of the right type; start the run again with --store, --queries and --out")
+        raise damaged(out / RUN_DB, f"its invocation record has no {bad!r} of the right type")
     return dict(invocation)
+
+
+#: what ``ragdx run`` records of how it was started, by type (store and queries always)
+_INVOCATION = {"store": str, "queries": str, "config": str, "oracle": str, "strict": bool,
+               "lease_seconds": (int, float), "set": list}
+
+
+def _bad_invocation(invocation: Any) -> str | None:
+    """The first key of a recorded invocation that is missing or of the wrong type, if any."""
+    if not isinstance(invocation, dict):
+        return "invocation"
+    for key, kind in _INVOCATION.items():
+        value = invocation.get(key)
+        if value is None and key not in ("store", "queries"):
+            continue
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            return key
+    if not all(isinstance(v, str) for v in invocation.get("set") or []):
+        return "set"
+    return None
 
 
 def _run_db(out: Path, option: str) -> Path:
@@ -303,6 +318,7 @@ def inspect_run(out: Path) -> dict[str, Any]:
 
     Raises:
         InputError: ``out`` is not a durable run folder.
+        StoreError: its ``run.db`` is empty or damaged (naming it).
     """
     with RunState(_run_db(out, "--inspect"), create=False) as state:
         state.check_items()

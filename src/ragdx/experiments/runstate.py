@@ -15,7 +15,7 @@ A damaged ``run.db`` is refused, naming it (:class:`~ragdx.errors.StoreError`, e
 that is not an SQLite database, one missing a table (it is never created again empty: a run
 whose items are gone would report nothing left to do), a page that fails to read. A draft
 checkpoint whose contents are damaged is never trusted: a recovering worker discards it and runs
-the item again (:class:`DamagedCheckpoint`); a published item's is refused, naming the item.
+the item again (:class:`_DamagedCheckpoint`); a published item's is refused, naming the item.
 Checkpoints hold the run's own results pickled, and are read back by an unpickler that builds
 only ragdx's dataclasses and enums (a pickle from elsewhere cannot run code).
 """
@@ -41,7 +41,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from ragdx.errors import StoreError
 from ragdx.types import ChoiceEnum
 
-__all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "DamagedCheckpoint", "worker_id"]
+__all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "damaged", "worker_id"]
 
 _TABLES = ("run", "items", "checkpoints", "events")
 
@@ -72,7 +72,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class DamagedCheckpoint(StoreError):
+class _DamagedCheckpoint(StoreError):
     """A draft checkpoint whose trace, diagnosis or results cannot be read back."""
 
 
@@ -129,16 +129,17 @@ class _Guarded:
     def guard(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.IntegrityError:
-            raise
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise
-            raise StoreError(f"{self.path}: the run database is damaged: {exc}; restore it or start the "
-                             "run again in another folder") from None
         except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{self.path}: the run database is damaged: {exc}; restore it or start the "
-                             "run again in another folder") from None
+            waiting = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+            if waiting or isinstance(exc, sqlite3.IntegrityError):
+                raise
+            raise damaged(self.path, str(exc)) from None
+
+
+def damaged(path: Path, what: str) -> StoreError:
+    """The error for a damaged ``run.db``: it names the file and what is wrong."""
+    return StoreError(f"{path}: the run database is damaged: {what}; restore it or start the run again in "
+                      "another folder")
 
 
 class ItemState(ChoiceEnum):
@@ -240,9 +241,7 @@ class RunState:
                 raise StoreError(f"{path}: not a run database of 'ragdx run' (it has no 'run' table)")
             missing = [t for t in _TABLES if t not in found]
             if not fresh and missing:
-                raise StoreError(f"{path}: the run database is damaged: its {', '.join(missing)} table"
-                                 f"{'s are' if len(missing) > 1 else ' is'} missing; restore it or start the run "
-                                 "again in another folder")
+                raise damaged(path, f"its {', '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing")
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL: a commit may be lost with the machine, never half-kept; the published files are then
             # cut back to the last commit kept, or written again from the drafts held here (append_published)
@@ -283,8 +282,7 @@ class RunState:
             try:
                 found[key] = json.loads(value)
             except (TypeError, ValueError, RecursionError):
-                raise StoreError(f"{self.path}: the run database is damaged: its run record {key!r} is not "
-                                 "JSON; restore it or start the run again in another folder") from None
+                raise damaged(self.path, f"its run record {key!r} is not JSON") from None
         return found
 
     def check_items(self, count: int | None = None) -> None:
@@ -295,14 +293,13 @@ class RunState:
             count = self.info().get("items")
         held = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
         if type(count) is int and held != count:  # noqa: E721 (a run from before the count was kept has none)
-            raise StoreError(f"{self.path}: the run database is damaged: it holds {held} items, but the run "
-                             f"has {count} queries; restore it or start the run again in another folder")
+            raise damaged(self.path, f"it holds {held} items, but the run has {count} queries")
         bad = self._db.execute(f"SELECT n, state FROM items WHERE state NOT IN ({', '.join('?' * len(ItemState))}) "
                                "OR typeof(n) != 'integer' OR typeof(query_id) != 'text' LIMIT 1",
                                [s.value for s in ItemState]).fetchone()
         if bad is not None:
-            raise StoreError(f"{self.path}: the run database is damaged: item {bad[0]!r} has the state "
-                             f"{bad[1]!r}; valid states are {', '.join(s.value for s in ItemState)}")
+            raise damaged(self.path, f"item {bad[0]!r} has the state {bad[1]!r} (valid states are "
+                                     f"{', '.join(s.value for s in ItemState)})")
 
     def submitted(self) -> bool:
         return self._db.execute("SELECT 1 FROM run WHERE key = 'fingerprint'").fetchone() is not None
@@ -381,7 +378,7 @@ class RunState:
         """An item's latest draft checkpoint.
 
         Raises:
-            DamagedCheckpoint: its trace or diagnosis is not a JSON object, or its results do not
+            _DamagedCheckpoint: its trace or diagnosis is not a JSON object, or its results do not
                 read back.
         """
         row = self._db.execute(
@@ -391,7 +388,7 @@ class RunState:
             return None
         self._check_lines(n, row[5], row[6], self._query_id(n))
         if not isinstance(row[4], int):
-            raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its index version is "
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its index version is "
                                     f"{row[4]!r}")
         return Draft(*row[:7], self._results(n, row[7]))
 
@@ -408,20 +405,20 @@ class RunState:
             except (ValueError, RecursionError):
                 obj = None
             if not isinstance(obj, dict):
-                raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what} is not "
+                raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what} is not "
                                         "one line of a JSON object")
             if obj.get(key) != query_id:
-                raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what}'s {key} "
+                raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what}'s {key} "
                                         f"is {_short(obj.get(key))}, not the item's {_short(query_id)}")
 
     def _results(self, n: int, data: Any) -> tuple[Any, ...]:
         try:
             objects = _unpickle(data)
         except _DAMAGED as exc:
-            raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
                                     f"do not read back ({type(exc).__name__}: {str(exc)[:200]})") from None
         if not isinstance(objects, tuple) or len(objects) != 4:
-            raise DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
                                     f"are a {type(objects).__name__}, not the four results of a query")
         return objects
 
@@ -436,7 +433,7 @@ class RunState:
         """The published items' query number, index version and results, in query order.
 
         Raises:
-            DamagedCheckpoint: a published item's results do not read back.
+            _DamagedCheckpoint: a published item's results do not read back.
         """
         return [(n, version, self._results(n, objects)) for n, version, objects in self._db.execute(
             f"SELECT c.n, c.index_version, c.objects {_PUBLISHED} ORDER BY i.n")]
@@ -450,7 +447,7 @@ class RunState:
         """Every published item's trace and diagnosis, as published: in publication order.
 
         Raises:
-            DamagedCheckpoint: a published item's trace or diagnosis is not one line of a JSON object.
+            _DamagedCheckpoint: a published item's trace or diagnosis is not one line of a JSON object.
         """
         rows = self._db.execute(f"SELECT c.n, c.trace, c.diagnosis, i.query_id {_PUBLISHED} ORDER BY i.published_seq")
         for n, trace, diagnosis, query_id in rows:
