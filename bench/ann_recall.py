@@ -57,7 +57,7 @@ def build_store(html_dir: Path, pages: int, backend: str) -> tuple[SQLiteStore, 
         manifest = CACHE / f"ann-{pages}.jsonl"
         write_manifest(html_pages(html_dir)[:pages], html_dir, manifest)
         with Stopwatch() as clock:
-            report = build_ingestor(store, settings).run(manifest)
+            report = build_ingestor(store, settings).run(manifest, allow_outside=True)
         info |= {"ingest": clock.times(), "embedding": {
             "encoded": report.embedding.encoded, "seconds": report.embedding.seconds}}
     return store, info

@@ -318,7 +318,7 @@ def run(html_dir: Path, n_queries: int, repeat: int, seed: int) -> dict[str, obj
         store = SQLiteStore(db_path)
         print(f"ingesting {len(pages)} pages ...", file=sys.stderr, flush=True)
         ingestor = build_ingestor(store, load_settings(overrides=["retrieval.dense.enabled=false"]))
-        ingest, report = timed(lambda: ingestor.run(manifest), 1)
+        ingest, report = timed(lambda: ingestor.run(manifest, allow_outside=True), 1)
 
         def fts5_rebuild() -> None:
             db = sqlite3.connect(str(db_path))

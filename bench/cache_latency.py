@@ -125,7 +125,7 @@ def run(html_dir: Path, target_chunks: int, n_questions: int, edits: int) -> dic
         while c < copies:
             manifest = write_manifest(tmp / f"copy{c}.jsonl", [
                 (f"copy{c}/{p.relative_to(html_dir).as_posix()}", p) for p in pages])
-            build_ingestor(store, settings).run(manifest)
+            build_ingestor(store, settings).run(manifest, allow_outside=True)
             if c == 0:
                 copies = max(1, round(target_chunks / store.counts()["chunks"]))
             print(f"copy {c + 1}/{copies} ingested", file=sys.stderr, flush=True)
@@ -154,7 +154,8 @@ def run(html_dir: Path, target_chunks: int, n_questions: int, edits: int) -> dic
             page = next(p for p in pages if p.relative_to(html_dir).as_posix() == doc_id.split("/", 1)[1])
             path = edited_copy(page, tmp / f"edit{i}", f"zqxedit{i}marker")
             manifest = write_manifest(tmp / f"edit{i}.jsonl", [(doc_id, path)])
-            row = change_round(store, plain, pipeline, asked, lambda: build_ingestor(store, settings).run(manifest))
+            row = change_round(store, plain, pipeline, asked,
+                               lambda: build_ingestor(store, settings).run(manifest, allow_outside=True))
             rounds.append({"change": "edit", "doc_id": doc_id, "chunks": n_chunks, **row})
             print(f"edit {doc_id}: {row}", file=sys.stderr, flush=True)
         victim = median_documents(db_path, "copy1/" if copies > 1 else "copy0/", edits + 1)[-1]

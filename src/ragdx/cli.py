@@ -1,8 +1,9 @@
 """The ``ragdx`` command line: a thin layer over the library.
 
-Data goes to stdout (or files); logs and progress go to stderr. Exit codes: 0 success, 2 bad
-usage or bad input (the message names what is wrong), 1 an internal failure; ``ragdx recheck``
-3 when the answer's evidence changed or expired; ``ragdx run --fault`` 4 (a crash on purpose).
+Data goes to stdout (or files); logs and progress go to stderr. The exit codes are listed in
+one place, :mod:`ragdx.errors`: 0 success, 1 an internal failure, 2 bad usage or bad input (the
+message names what is wrong), 3 ``ragdx recheck``'s changed evidence, 4 ``ragdx run --fault``,
+5 ``ragdx run`` finished with failed items.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import os
 import shutil
 import sqlite3
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
+from ragdx.errors import EXIT_FAULT, EXIT_ITEMS_FAILED, EXIT_RECHECK_CHANGED
 from ragdx.examples import example_dir
 
 log = logging.getLogger("ragdx")
@@ -40,21 +43,35 @@ def _principal(args: argparse.Namespace):
     return Principal(args.user, groups)
 
 
-def _with_cache(args: argparse.Namespace, pipeline, settings):
+@contextmanager
+def _with_cache(args: argparse.Namespace, pipeline, settings) -> Iterator[tuple]:
     """The pipeline with the store's result cache, unless ``cache.enabled`` is false; a cache that
-    cannot be opened is logged and the pipeline runs without it. Returns the pipeline and the
-    cache (None without one)."""
-    from ragdx.build import open_cache
+    cannot be opened is logged and the pipeline runs without it. Yields the pipeline and the
+    cache (None without one), and closes the cache. A cache file this command created is removed
+    again when the command fails (a damaged store is found only when read: nothing is left
+    beside it)."""
+    from ragdx.build import cache_path, open_cache
     from ragdx.errors import StoreError
+    path = cache_path(args.store, settings)
+    new = path is not None and not path.exists()
     try:
         cache = open_cache(args.store, settings)
     except StoreError as exc:
         log.warning("%s; running without the cache", exc)
-        return pipeline, None
+        cache = None
     if cache is None:
-        return pipeline, None
+        yield pipeline, None
+        return
     from ragdx.caching import CachedPipeline
-    return CachedPipeline(pipeline, cache), cache
+    try:
+        yield CachedPipeline(pipeline, cache), cache
+    except BaseException:
+        cache.close()
+        if new:
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        raise
+    cache.close()
 
 
 def _purge_cache(args: argparse.Namespace, store, settings=None) -> None:
@@ -79,7 +96,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.build import build_ingestor
     settings = _settings(args)
     with _store(args, "create") as store:
-        report = build_ingestor(store, settings, workers=args.workers).run(Path(args.path))
+        report = build_ingestor(store, settings, workers=args.workers).run(Path(args.path),
+                                                                           allow_outside=args.allow_outside)
         _purge_cache(args, store, settings)
     if args.json:
         print(json.dumps({
@@ -109,13 +127,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
     settings = _settings(args)
     query = Query("ask", args.question, _principal(args))
     with _store(args) as store:
-        pipeline, cache = _with_cache(args, build_pipeline(store, settings), settings)
         index_version = store.index_version  # before the answer: a change while it runs shows in a recheck
-        try:
+        with _with_cache(args, build_pipeline(store, settings), settings) as (pipeline, cache):
             trace = pipeline.run(query)
-        finally:
-            if cache is not None:
-                cache.close()
         if args.json:
             from ragdx.binding import bind_evidence
             from ragdx.tracefile import trace_to_dict
@@ -411,20 +425,22 @@ def cmd_run(args: argparse.Namespace) -> int:
                   _absolute(args.config) if args.config else None, "set": list(args.set or ()),
                   "strict": args.strict, "oracle": args.oracle}
     with _store(args) as store:
-        pipeline, cache = _with_cache(args, build_pipeline(store, settings), settings)
-        try:
+        with _with_cache(args, build_pipeline(store, settings), settings) as (pipeline, cache):
             worked = durable.run_durable(
                 pipeline, queries, Path(args.out), queries_path=Path(args.queries),
                 lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
                 retry_failed=args.retry_failed, oracle=args.oracle,
                 fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None,
                 invocation=invocation)
-        finally:
-            if cache is not None:
-                cache.close()
     cached = f"\n{pipeline.stats.describe()}" if cache is not None else ""
+    for what in worked.repaired:
+        log.warning("%s", what)
     for query_id, reason in worked.failed:
         log.warning("query %r not published: %s", query_id, reason)
+    failed_exit = EXIT_ITEMS_FAILED if worked.failed else 0
+    if worked.failed:
+        log.warning("%d item(s) failed (exit %d); run them again: ragdx run --resume %s --retry-failed",
+                    len(worked.failed), EXIT_ITEMS_FAILED, worked.folder)
     result = worked.result
     if result is None:
         from ragdx.experiments.runstate import ItemState
@@ -433,7 +449,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             f"{held} items still held by other workers; the last to finish writes the manifest, metrics and report"
             if held else f"finished, nothing left to do ({worked.counts[ItemState.PUBLISHED]} published, "
             f"{worked.counts[ItemState.FAILED]} failed); open {worked.folder / 'report.html'}") + cached)
-        return 0
+        return failed_exit
     print(summary(result.diagnoses, result.metrics))
     if len(worked.index_versions) > 1:
         print(f"\nthe index version changed while the run ran: answers made at versions "
@@ -442,7 +458,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               if worked.failed else "")
     print(f"\nrun folder: {result.folder} ({len(result.diagnoses)} queries published{failed}, "
           f"{result.seconds:.1f} s); open {result.folder / 'report.html'}{cached}")
-    return 0
+    return failed_exit
 
 
 def _absolute(location: str) -> str:
@@ -653,9 +669,9 @@ def _retention(value: str) -> int | str:
     return int(value)
 
 
-RECHECK_CHANGED = 3
+RECHECK_CHANGED = EXIT_RECHECK_CHANGED
 """``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
-_FAULT_EXIT = 4  # ragdx.experiments.durable.FAULT_EXIT (a test checks), not imported at start-up
+_FAULT_EXIT = EXIT_FAULT
 
 
 class _UsageError(Exception):
@@ -684,6 +700,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", required=True, help="the store file (created when missing)")
     p.add_argument("path", help="a manifest JSONL file or a folder")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--allow-outside", action="store_true", help="let the manifest name files outside its "
+                   "folder (../, absolute paths; refused by default)")
     p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
                    help="processes that parse documents (default: one per core); one process writes")
     configurable(p)

@@ -10,11 +10,13 @@ integer at most :data:`MAX_INT`. Candidate count (``fusion.top_k``), post-rerank
 from __future__ import annotations
 
 import dataclasses
+from contextlib import contextmanager
 import math
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ragdx._jsonl import decode_utf8
 from ragdx.errors import ConfigError, InputError
@@ -28,6 +30,10 @@ def _choice(default: str, *choices: str) -> Any:
 
 
 def _at_least(default: float, low: float, high: float | None = None) -> Any:
+    """A number in ``[low, high]``; an integer's ``high`` is :data:`MAX_INT` unless given, a
+    float's must be given (every number has a documented range: docs/pipeline.md, "Valid ranges")."""
+    if high is None and isinstance(default, float):
+        raise TypeError("a float setting needs an upper bound")
     return field(default=default, metadata={"min": low, "max": high})
 
 
@@ -47,8 +53,8 @@ class BM25Settings:
 
     enabled: bool = True
     top_k: int = _at_least(200, 1)
-    prefix_weight: float = _at_least(0.5, 0.0)
-    text_weight: float = _at_least(1.0, 0.0)
+    prefix_weight: float = _at_least(0.5, 0.0, 1000.0)
+    text_weight: float = _at_least(1.0, 0.0, 1000.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +93,7 @@ class RewriteSettings:
     max_hops: int = _at_least(4, 1)
     max_queries: int = _at_least(12, 1)
     budget_tokens: int = _at_least(4000, 1)
-    budget_ms: float = _at_least(5000.0, 1.0)
+    budget_ms: float = _at_least(5000.0, 1.0, 86_400_000.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +113,7 @@ class FusionSettings:
     normalisation and weights were fitted on a validation set (``weights_file``)."""
 
     method: str = _choice("rrf", "rrf", "weighted")
-    c: float = _at_least(60.0, 0.0)
+    c: float = _at_least(60.0, 0.0, 1_000_000.0)
     top_k: int = _at_least(150, 1)
     weights_file: str = ""
 
@@ -154,19 +160,19 @@ class GenerationSettings:
     """The generator: extractive (offline) or an OpenAI-compatible chat endpoint."""
 
     method: str = _choice("extractive", "extractive", "chat")
-    min_coverage: float = _at_least(0.51, 0.0)  # fitted on the dev set (docs/benchmarks.md)
-    keep_ratio: float = _at_least(0.5, 0.0)
+    min_coverage: float = _at_least(0.51, 0.0, 1.0)  # fitted on the dev set (docs/benchmarks.md)
+    keep_ratio: float = _at_least(0.5, 0.0, 1.0)
     max_sentences: int = _at_least(7, 1)
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
-    rank_weight: float = _at_least(0.3, 0.0)
+    rank_weight: float = _at_least(0.3, 0.0, 10.0)
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"
     timeout: float = _at_least(60.0, 0.001, 86_400.0)
     max_retries: int = _at_least(3, 0)
     max_tokens: int = _at_least(512, 1)
-    price_prompt_per_1k: float = _at_least(0.0, 0.0)
-    price_completion_per_1k: float = _at_least(0.0, 0.0)
+    price_prompt_per_1k: float = _at_least(0.0, 0.0, 1_000_000.0)
+    price_completion_per_1k: float = _at_least(0.0, 0.0, 1_000_000.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,22 +238,22 @@ def _check(f: dataclasses.Field, key: str, value: Any) -> Any:
     kind = type(f.default)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         if abs(value) > 1e300:
-            raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}")
+            raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}", key=key)
         value = float(value)
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ConfigError(f"setting {key!r} must be {kind.__name__}, not {_show(value)}")
+        raise ConfigError(f"setting {key!r} must be {kind.__name__}, not {_show(value)}", key=key)
     choices = f.metadata.get("choices")
     if choices and value not in choices:
         raise ConfigError(f"setting {key!r} must be one of {', '.join(map(repr, choices))}, "
-                          f"not {_show(value)}")
+                          f"not {_show(value)}", key=key)
     if kind is float and not math.isfinite(value):
-        raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}")
+        raise ConfigError(f"setting {key!r} must be a finite number, not {_show(value)}", key=key)
     low = f.metadata.get("min")
     if low is not None and value < low:
-        raise ConfigError(f"setting {key!r} must be at least {low}, not {_show(value)}")
+        raise ConfigError(f"setting {key!r} must be at least {low}, not {_show(value)}", key=key)
     high = f.metadata.get("max") or (MAX_INT if kind is int else None)
     if high is not None and value > high:
-        raise ConfigError(f"setting {key!r} must be at most {high}, not {_show(value)}")
+        raise ConfigError(f"setting {key!r} must be at most {high}, not {_show(value)}", key=key)
     return value
 
 
@@ -258,11 +264,11 @@ def _apply(node: Any, data: dict[str, Any], prefix: str) -> Any:
         key = prefix + name
         if name not in by_name:
             valid = ", ".join(k for k in _keys(Settings) if k.startswith(prefix))
-            raise ConfigError(f"unknown setting {_show(key)}; valid settings here: {valid}")
+            raise ConfigError(f"unknown setting {_show(key)}; valid settings here: {valid}", key=key)
         current = getattr(node, name)
         if is_dataclass(current):
             if not isinstance(value, dict):
-                raise ConfigError(f"setting {key!r} is a table of settings, not {_show(value)}")
+                raise ConfigError(f"setting {key!r} is a table of settings, not {_show(value)}", key=key)
             changes[name] = _apply(current, value, key + ".")
         else:
             changes[name] = _check(by_name[name], key, value)
@@ -295,12 +301,14 @@ def load_settings(path: str | Path | None = None, overrides: Sequence[str] = ())
     """Defaults, then a TOML file, then ``--set`` overrides, in that order.
 
     Raises:
-        ConfigError: an unreadable file, an unknown key, a bad type or value.
+        ConfigError: an unreadable file, an unknown key, a bad type or value (a file's names the
+            file and the key's line), or settings that do not go together.
     """
-    settings = Settings()
+    settings, text = Settings(), ""
     if path is not None:
         try:
-            data = tomllib.loads(decode_utf8(Path(path).read_bytes(), str(path)))
+            text = decode_utf8(Path(path).read_bytes(), str(path))
+            data = tomllib.loads(text)
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
         except IsADirectoryError:
@@ -313,16 +321,91 @@ def load_settings(path: str | Path | None = None, overrides: Sequence[str] = ())
             raise ConfigError(f"{path}: not valid TOML: {exc}") from None
         except RecursionError:
             raise ConfigError(f"{path}: not valid TOML: nested too deeply") from None
-        settings = _apply(settings, data, "")
-    return with_overrides(settings, overrides)
+        with _located(path, text):
+            settings = _apply(settings, data, "")
+    settings = _overridden(settings, overrides)
+    with _located(path, text):
+        _consistent(settings)
+    return settings
+
+
+@contextmanager
+def _located(path: str | Path | None, text: str) -> Iterator[None]:
+    """A :class:`ConfigError` of a key the settings file sets names the file and the key's line."""
+    try:
+        yield
+    except ConfigError as exc:
+        line = _line_of(text, exc.key) if path is not None and exc.key else None
+        if line is None:
+            raise
+        raise ConfigError(f"{path}:{line}: {exc}", key=exc.key) from None
+
+
+def _line_of(text: str, key: str) -> int | None:
+    """The 1-based line of a TOML file where the dotted ``key`` (or the table holding it) is set."""
+    table: tuple[str, ...] = ()
+    wanted = tuple(key.split("."))
+    best = None
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        header = _TABLE.match(line)
+        if header:
+            table = _dotted(header.group(1))
+            if wanted[:len(table)] == table and best is None and table:
+                best = number  # the table at least, if the key itself is not found
+            continue
+        assignment = _ASSIGN.match(line)
+        if assignment:
+            full = table + _dotted(assignment.group(1))
+            if full == wanted:
+                return number
+            if wanted[:len(full)] == full and best is None:  # an inline table holding it
+                best = number
+    return best
+
+
+_TABLE = re.compile(r"^\[\[?\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_ASSIGN = re.compile(r"^((?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|\"[^\"]*\"|'[^']*'))*)\s*=")
+
+
+def _dotted(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in re.split(r"\.(?=(?:[^\"']|\"[^\"]*\"|'[^']*')*$)", text))
+
+
+def _consistent(settings: Settings) -> None:
+    """Settings that need each other (each value alone is valid)."""
+    if settings.fusion.method == "weighted" and not settings.fusion.weights_file:
+        raise ConfigError("setting 'fusion.method' is 'weighted', which needs 'fusion.weights_file': the "
+                          "weights fitted by 'ragdx fit fusion' (or use fusion.method=rrf)", key="fusion.method")
+
+
+def ranges() -> dict[str, tuple[float, float]]:
+    """Every numeric setting's valid range, ``low <= value <= high`` (docs/pipeline.md, "Valid ranges")."""
+    found = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in fields(cls):
+            if is_dataclass(f.default):
+                walk(type(f.default), f"{prefix}{f.name}.")
+            elif "min" in f.metadata:
+                found[prefix + f.name] = (f.metadata["min"], f.metadata["max"] or MAX_INT)
+    walk(Settings, "")
+    return found
 
 
 def with_overrides(settings: Settings, overrides: Sequence[str]) -> Settings:
     """``settings`` with ``key=value`` overrides applied, each validated.
 
     Raises:
-        ConfigError: an unknown key, a bad type or value (naming the key and the valid values).
+        ConfigError: an unknown key, a bad type or value (naming the key and the valid values),
+            or settings that do not go together.
     """
+    settings = _overridden(settings, overrides)
+    _consistent(settings)
+    return settings
+
+
+def _overridden(settings: Settings, overrides: Sequence[str]) -> Settings:
     for text in overrides:
         key, value = parse_override(text)
         settings = _apply(settings, _nest(key, value), "")

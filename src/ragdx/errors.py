@@ -20,6 +20,17 @@ which decides the CLI's exit code:
 - :class:`BrowserError` (exit 1): the headless browser the report's test helper drives failed.
 
 Anything else that escapes is a bug in ragdx (exit 1).
+
+The CLI's exit codes, all of them (the constants below):
+
+| code | meaning |
+|---|---|
+| 0 (:data:`EXIT_OK`) | done |
+| 1 (:data:`EXIT_BUG`) | a bug in ragdx, a chat endpoint or browser that failed, or a check that found problems (``index verify``) |
+| 2 (:data:`EXIT_INPUT`) | bad usage or bad input: the message on stderr names the file, line, field or setting |
+| 3 (:data:`EXIT_RECHECK_CHANGED`) | ``ragdx recheck``: the answer's evidence changed or expired |
+| 4 (:data:`EXIT_FAULT`) | ``ragdx run --fault``: the worker stopped on purpose, as a crash would; stderr says where |
+| 5 (:data:`EXIT_ITEMS_FAILED`) | ``ragdx run``: the run is done or this worker's part is, and N items failed (``evidence_changed_or_expired``); stderr names each |
 """
 
 from __future__ import annotations
@@ -27,11 +38,19 @@ from __future__ import annotations
 __all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError",
            "StoreError", "ChatError", "BrowserError"]
 
+# the exit codes of the table above (module constants; ``__all__`` is the exception tree)
+EXIT_OK = 0
+EXIT_BUG = 1
+EXIT_INPUT = 2
+EXIT_RECHECK_CHANGED = 3
+EXIT_FAULT = 4
+EXIT_ITEMS_FAILED = 5
+
 
 class RagdxError(Exception):
     """Base of every error ragdx raises on purpose."""
 
-    exit_code = 1
+    exit_code = EXIT_BUG
 
 
 class InputError(RagdxError):
@@ -44,7 +63,7 @@ class InputError(RagdxError):
         field: the field name, if any.
     """
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
     def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
                  field: str | None = None) -> None:
@@ -70,9 +89,25 @@ def _input_error(cls: type, message: str, file: str | None, line: int | None,
 
 
 class ConfigError(RagdxError):
-    """A setting is unknown or invalid; the message names the key and the valid values."""
+    """A setting is unknown or invalid; the message names the key and the valid values.
 
-    exit_code = 2
+    Args:
+        message: what is wrong.
+        key: the dotted setting (``generation.min_coverage``), if one is at fault.
+    """
+
+    exit_code = EXIT_INPUT
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        self.key = key
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple:
+        return (_config_error, (type(self), str(self), self.key))
+
+
+def _config_error(cls: type, message: str, key: str | None) -> "ConfigError":
+    return cls(message, key=key)
 
 
 class MissingExtraError(RagdxError):
@@ -83,7 +118,7 @@ class MissingExtraError(RagdxError):
         what: the component that needs it.
     """
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
     def __init__(self, extra: str, what: str) -> None:
         self.extra = extra
@@ -94,14 +129,14 @@ class MissingExtraError(RagdxError):
 class SpaceMismatchError(RagdxError):
     """Vectors of two embedding spaces were about to be compared; refused."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
 
 class StoreError(RagdxError):
     """The store cannot be used as it is (missing, foreign, newer or damaged, locked); the message
     names the file."""
 
-    exit_code = 2
+    exit_code = EXIT_INPUT
 
 
 class ChatError(RagdxError):

@@ -33,13 +33,16 @@ from ragdx.pipeline import Pipeline, Trace
 from ragdx.types import Query
 
 __all__ = ["Executed", "write_json", "manifest", "fingerprint", "write_queries", "write_report", "RUN_DB", "PUBLISHED",
-           "append_published"]
+           "SUMMARY", "append_published", "repair_published"]
 
 RUN_DB = "run.db"
 """The durable run state's SQLite database, inside the run folder (docs/durable.md)."""
 
 PUBLISHED = ("traces.jsonl", "diagnosis.jsonl")
 """The files a published item appends one line to each, in this order."""
+
+SUMMARY = ("manifest.json", "metrics.json", "report.html", "queries.jsonl")
+"""The files written once every item of a run is published or failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,26 +58,25 @@ class Executed:
 
 def write_json(path: Path, obj: Any) -> None:
     """Write JSON whole or not at all (a temporary file, then an atomic rename); NaN is refused."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    _replace(path, json.dumps(obj, indent=2, allow_nan=False) + "\n")
 
 
-def append_published(out: Path, sizes: tuple[int, ...], lines: tuple[str, ...],
+def append_published(out: Path, sizes: tuple[int, ...] | None, lines: tuple[str, ...],
                      history: Callable[[], Sequence[tuple[str, ...]]]) -> tuple[int, ...]:
     """Append one published item's lines to :data:`PUBLISHED`, after cutting each file back to
     ``sizes``, the sizes the last committed publication left: a publication torn by a crash is
     undone, never doubled. A file shorter than that (the machine was lost before the system wrote
-    it to disk) is written again from ``history``, every line published so far, in order.
+    it to disk), or any when ``sizes`` is None (its record was damaged), is written again from
+    ``history``, every line published so far, in order.
 
     Returns:
         The files' new sizes, for the caller to commit with the publication.
     """
     paths = [out / name for name in PUBLISHED]
-    if any(not p.exists() or p.stat().st_size < size for p, size in zip(paths, sizes)):
+    if sizes is None or any(not p.exists() or p.stat().st_size < size for p, size in zip(paths, sizes)):
         earlier = history()
         for k, path in enumerate(paths):
-            path.write_text("".join(line[k] + "\n" for line in earlier), encoding="utf-8")
+            _replace(path, _published_text(earlier, k))
     else:
         for path, size in zip(paths, sizes):
             os.truncate(path, size)
@@ -84,6 +86,42 @@ def append_published(out: Path, sizes: tuple[int, ...], lines: tuple[str, ...],
             fh.write(line.encode("utf-8") + b"\n")
             new.append(fh.tell())
     return tuple(new)
+
+
+def repair_published(out: Path, history: Sequence[tuple[str, ...]]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """Write :data:`PUBLISHED` again from ``history`` (every line published, in order) where a
+    file differs from it: missing, truncated, lines appended or changed.
+
+    Returns:
+        The files' sizes, and each file written again with what was wrong with it.
+    """
+    sizes, repaired = [], []
+    for k, name in enumerate(PUBLISHED):
+        path, want = out / name, _published_text(history, k).encode("utf-8")
+        try:
+            have = path.read_bytes()
+        except FileNotFoundError:
+            have = None
+        if have != want:
+            why = ("was missing" if have is None else "was truncated" if want.startswith(have) else
+                   "had text appended" if have.startswith(want) else "was changed")
+            _replace(path, want.decode("utf-8"))
+            if have is None and not want:  # nothing published yet: the file is new, not repaired
+                continue
+            repaired.append(f"{path} {why}: written again from the published checkpoints in {out / RUN_DB}")
+        sizes.append(len(want))
+    return tuple(sizes), tuple(repaired)
+
+
+def _published_text(history: Sequence[tuple[str, ...]], k: int) -> str:
+    return "".join(line[k] + "\n" for line in history)
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write a file whole or not at all (a temporary file, then an atomic rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
 
 
 def _sha256(path: Path) -> str:
@@ -152,10 +190,8 @@ def write_report(out: Path, info: dict, queries: Sequence[Query], done: Executed
     from ragdx.report.html import render_report
     write_queries(out, queries)
     path = out / "report.html"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(render_report(info, queries, done.diagnoses, done.views, done.evidence, metrics, store,
-                                 ablation), encoding="utf-8")
-    tmp.replace(path)
+    _replace(path, render_report(info, queries, done.diagnoses, done.views, done.evidence, metrics, store,
+                                 ablation))
     return path
 
 

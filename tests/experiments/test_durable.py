@@ -126,7 +126,7 @@ def test_a_dead_workers_draft_whose_evidence_changed_fails_and_is_not_published(
     wait_past_lease(run)
     again = subprocess.run([sys.executable, "-m", "ragdx.cli", "run", "--resume", str(run)],
                            capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == 5, again.stderr  # finished, with a failed item (ragdx.errors.EXIT_ITEMS_FAILED)
     seen = inspect_run(run)
     assert seen["counts"] == {"queued": 0, "leased": 0, "drafted": 0, "published": 0, "failed": 1}
     [failed] = seen["items"]["failed"]

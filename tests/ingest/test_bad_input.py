@@ -1,6 +1,7 @@
 """Every kind of bad input gets an error naming file, line and field, and leaves the store as it was."""
 
 import json
+import logging
 
 import pytest
 
@@ -129,3 +130,65 @@ def test_folder_ingest_uses_relative_paths_and_skips_unknown_files(tmp_path):
         report = Ingestor(store).run(tmp_path / "docs")
         assert store.doc_ids() == ["a.md", "sub/b.txt"]
         assert report.skipped_files == (str(tmp_path / "docs" / "logo.png"),)
+
+
+# -- issue 25, item 10: paths outside the manifest's folder, and sizes over their limits ----------
+
+@pytest.mark.parametrize("where", ["../../../../etc/passwd", "/etc/passwd", "corpus/../../outside.md"])
+def test_a_path_outside_the_manifests_folder_is_refused(tmp_path, filled, where):
+    write(tmp_path.parent / "outside.md", "# Outside\n\nNot part of this corpus.")
+    msg = run_bad(tmp_path, filled, [GOOD, {"doc_id": "x", "path": where}], NEW)
+    assert msg.startswith(f"{tmp_path / 'bad.jsonl'}:2 field 'path': {where!r} lies outside the manifest's "
+                          f"folder {tmp_path.resolve()}")
+    assert "ragdx ingest --allow-outside" in msg
+
+
+def test_a_link_leading_out_of_the_folder_is_refused(tmp_path, filled):
+    outside = write(tmp_path.parent / "secret.md", "# Secret\n\nNot part of this corpus.")
+    (tmp_path / "corpus").mkdir(exist_ok=True)
+    (tmp_path / "corpus" / "link.md").symlink_to(outside)
+    msg = run_bad(tmp_path, filled, [{"doc_id": "x", "path": "corpus/link.md"}], NEW)
+    assert "bad.jsonl:1 field 'path': 'corpus/link.md' lies outside the manifest's folder" in msg
+
+
+def test_a_path_outside_is_ingested_with_allow_outside(tmp_path, capsys):
+    write(tmp_path / "elsewhere" / "policy.md", "# Policy\n\nRefunds are accepted within 30 days.")
+    manifest = write(tmp_path / "corpus" / "m.jsonl", json.dumps({"doc_id": "p", "path": "../elsewhere/policy.md"}))
+    from ragdx.cli import main
+    store = str(tmp_path / "s.db")
+    try:
+        assert main(["ingest", "--store", store, str(manifest), "--workers", "1",
+                     "--set", "retrieval.dense.enabled=false"]) == 2
+        assert "field 'path': '../elsewhere/policy.md' lies outside" in capsys.readouterr().err
+        assert main(["ingest", "--store", store, str(manifest), "--workers", "1", "--allow-outside",
+                     "--set", "retrieval.dense.enabled=false"]) == 0
+    finally:
+        logging.getLogger("ragdx").handlers[:] = []  # main() logs to the captured stderr, closed after this test
+    with SQLiteStore(tmp_path / "s.db", "read") as opened:
+        assert [v.document.doc_id for v in opened.versions()] == ["p"]
+
+
+def test_a_title_or_metadata_over_its_limit_is_refused(tmp_path, filled):
+    from ragdx.ingest.manifest import MAX_METADATA_BYTES, MAX_TITLE_CHARS
+    msg = run_bad(tmp_path, filled, [GOOD, dict(GOOD, doc_id="t", title="T" * 30_000_000)], NEW)
+    assert msg == (f"{tmp_path / 'bad.jsonl'}:2 field 'title': 30,000,000 characters; a title may have at most "
+                   f"{MAX_TITLE_CHARS:,}")
+    assert MAX_TITLE_CHARS == 1_000
+    fine = run_bad(tmp_path, filled, [dict(GOOD, title="T" * MAX_TITLE_CHARS), {"doc_id": "gone", "path": "gone.md"}],
+                   NEW)
+    assert "bad.jsonl:2" in fine  # a title at the limit passes; the next line's missing file is the error
+    big = {"k": "v" * MAX_METADATA_BYTES}
+    msg = run_bad(tmp_path, filled, [dict(GOOD, metadata=big)], NEW)
+    assert msg == (f"{tmp_path / 'bad.jsonl'}:1 field 'metadata': {MAX_METADATA_BYTES + 8:,} bytes as JSON; "
+                   f"metadata may have at most {MAX_METADATA_BYTES:,}")
+
+
+def test_a_file_over_the_size_limit_is_refused_before_it_is_read(tmp_path, filled):
+    from ragdx.ingest.manifest import MAX_FILE_BYTES
+    big = tmp_path / "corpus" / "big.md"
+    big.parent.mkdir(parents=True, exist_ok=True)
+    with open(big, "wb") as fh:  # sparse: no disk used, and never read
+        fh.truncate(MAX_FILE_BYTES + 1)
+    msg = run_bad(tmp_path, filled, [GOOD, {"doc_id": "big", "path": "corpus/big.md"}], NEW)
+    assert msg.startswith(f"{tmp_path / 'bad.jsonl'}:2 field 'path': ")
+    assert f"big.md: {MAX_FILE_BYTES + 1:,} bytes; a document file may have at most {MAX_FILE_BYTES:,}" in msg

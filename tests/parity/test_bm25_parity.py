@@ -109,7 +109,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Corpus]:
         json.dumps({"doc_id": p.relative_to(HTML).as_posix(), "path": str(p)}) + "\n"
         for p in html_pages(HTML)[::EVERY]), encoding="utf-8")
     store = SQLiteStore(folder / "store.db")
-    build_ingestor(store, load_settings(overrides=["retrieval.dense.enabled=false"])).run(manifest)
+    build_ingestor(store, load_settings(overrides=["retrieval.dense.enabled=false"])).run(manifest, allow_outside=True)
     db = sqlite3.connect(str(store.path))
     rows = db.execute("SELECT id, prefix, text, duplicate_of FROM chunks ORDER BY rowid").fetchall()
     queries = make_queries(db, QUERIES)

@@ -130,7 +130,7 @@ def test_prompt_injection_changes_nothing(example, tmp_path):
     other = SQLiteStore(tmp_path / "s.db")
     encoder = HashingEncoder(dim=256)
     settings = load_settings(overrides=["chunking.tokenizer=regex", "generation.semantic_weight=0"])
-    build_ingestor(other, settings, encoder).run(manifest)
+    build_ingestor(other, settings, encoder).run(manifest, allow_outside=True)  # the example's files
     without = build_pipeline(other, settings, encoder=encoder).run(Query("q", question, PUBLIC))
     assert [c.text for c in with_review.answer.claims] == [c.text for c in without.answer.claims]
     assert with_review.answer.abstained == without.answer.abstained

@@ -13,6 +13,11 @@ A worker (one process; start several on the same run folder to share the work):
 A draft left by a dead worker is taken, once its lease expires, by the next worker, which
 rechecks and publishes or fails it without running the query again. When no item is left, the
 worker that finds so writes the manifest, the metrics and the report of the published items.
+
+A run folder damaged since is repaired or refused (docs/durable.md, "Damaged run folders"): the
+published files are written again from ``run.db`` when they differ from what it published, a
+draft checkpoint that does not read back is discarded and its item run again, and a damaged
+``run.db`` is refused naming it.
 """
 
 from __future__ import annotations
@@ -20,26 +25,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ragdx.binding import EvidenceBinding, recheck
 from ragdx.diagnosis.evidence import EvidenceResolver
-from ragdx.errors import InputError, StoreError
+from ragdx.errors import EXIT_FAULT, InputError, StoreError
 from ragdx.evaluation.layered import layered
 from ragdx.experiments.run import Answered, RunResult, answer_one
-from ragdx.experiments.runstate import Claim, Draft, ItemRecord, ItemState, RunState, worker_id
+from ragdx.experiments.runstate import (Claim, Draft, ItemRecord, ItemState, RunState, _DamagedCheckpoint,
+                                        damaged, worker_id)
 from ragdx.pipeline import Pipeline
 from ragdx.progress import Progress
-from ragdx.runfolder import RUN_DB, Executed, append_published, manifest, write_json, write_report
+from ragdx.runfolder import (RUN_DB, SUMMARY, Executed, append_published, manifest, repair_published,
+                             write_json, write_report)
 from ragdx.types import ChoiceEnum, Query
 
 __all__ = ["Fault", "FAULT_EXIT", "DurableRun", "run_durable", "invocation_of", "inspect_run"]
 
-FAULT_EXIT = 4
-"""The exit code of a worker stopped by ``--fault`` (a crash on purpose)."""
+FAULT_EXIT = EXIT_FAULT
+"""The exit code of a worker stopped by ``--fault`` (a crash on purpose; :mod:`ragdx.errors`)."""
 
 
 class Fault(ChoiceEnum):
@@ -53,13 +61,14 @@ class Fault(ChoiceEnum):
 class DurableRun:
     """What a worker leaves: the items by state, the failed ones with their reasons, and the run
     folder's result if this worker wrote its summary (else None: other workers still hold items,
-    or the summary already shows every item)."""
+    or the summary already shows every item); ``repaired``: what it found damaged and repaired."""
 
     folder: Path
     counts: Mapping[ItemState, int]
     failed: tuple[tuple[str, str], ...]
     index_versions: tuple[int, ...]
     result: RunResult | None
+    repaired: tuple[str, ...] = ()
 
 
 def _fingerprint(pipeline: Pipeline, queries: Sequence[Query]) -> dict[str, Any]:
@@ -81,15 +90,21 @@ def _join(state: RunState, pipeline: Pipeline, queries: Sequence[Query], invocat
     """Submit the run, or check that this worker runs the same one."""
     mine = json.loads(json.dumps(_fingerprint(pipeline, queries)))
     if not state.submitted():
-        for name in ("manifest.json", "metrics.json", "report.html"):  # a previous run's, now stale
+        for name in SUMMARY:  # a previous run's, now stale
             (out / name).unlink(missing_ok=True)
         if state.submit([q.id for q in queries], {"fingerprint": mine, "invocation": dict(invocation)}):
             return
     theirs = state.info()["fingerprint"]
+    # the same ragdx writes every key; a record without them is damaged, not another run
+    lost = [k for k in mine if k not in theirs] if isinstance(theirs, dict) else ["fingerprint"]
+    if lost and (not isinstance(theirs, dict) or theirs.get("ragdx_version", mine["ragdx_version"])
+                 == mine["ragdx_version"]):
+        raise damaged(out / RUN_DB, f"its fingerprint has no {', '.join(lost)}")
     differ = sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
     if differ:
         raise InputError(f"{out} holds a run of other {', '.join(differ)}: resume it with the same store, "
                          "settings and queries (ragdx run --resume), or choose another --out", field="--out")
+    state.check_items(len(queries))
 
 
 def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, queries_path: Path | None = None,
@@ -106,6 +121,8 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
 
     Raises:
         InputError: ``out`` holds a run of another store, other settings or other queries.
+        StoreError: its ``run.db`` is damaged beyond repair, naming it (a damaged published or
+            summary file, or draft checkpoint, is repaired instead: ``DurableRun.repaired``).
     """
     if lease_seconds <= 0:
         raise InputError(f"--lease-seconds must be positive, not {lease_seconds}", field="--lease-seconds")
@@ -128,16 +145,15 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                     break
                 time.sleep(min(max(wait or 0.0, 0.05), 0.5))  # another worker holds the rest
                 continue
-            binding = None
-            if claim.recover:
-                draft = state.draft(claim.n)
-            else:
+            draft, binding = _recovered(state, claim, worker) if claim.recover else (None, None)
+            if draft is None:
+                claim = replace(claim, recover=False)
                 one = answer_one(pipeline, queries[claim.n], pipeline.run, resolver, oracle=oracle)
                 draft, binding = _keep_draft(state, claim, worker, one), one.binding
                 if draft is None:
                     continue
                 if fault is Fault.AFTER_DRAFT:
-                    os._exit(FAULT_EXIT)
+                    _crash(fault, f"after drafting item {claim.query_id!r}", out)
             _settle(state, pipeline, out, claim, draft, worker, fault, binding)
             if bar is not None:
                 counts = state.counts()
@@ -145,10 +161,56 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
         if bar is not None:
             bar.close()
         with state.transaction():  # one worker at a time writes the folder's summary files, once
-            result = None if state.summarised() else _finish(state, pipeline, queries, out, queries_path, started)
+            repaired = tuple(f"{detail}: discarded, and the item run again" for _, who, _, detail in
+                             state.events("draft_damaged") if who == worker) + _repair(state, out)
+            stale = bool(repaired) or not state.summarised()
+            result = _finish(state, pipeline, queries, out, queries_path, started) if stale else None
             if result is not None:
                 state.note_summarised(worker)
-        return DurableRun(out, state.counts(), _failed(state), tuple(state.index_versions()), result)
+        return DurableRun(out, state.counts(), _failed(state), tuple(state.index_versions()), result, repaired)
+
+
+def _recovered(state: RunState, claim: Claim, worker: str) -> tuple[Draft | None, EvidenceBinding | None]:
+    """A dead worker's draft and the evidence it cites, to be rechecked and published; (None,
+    None) when it is missing or damaged: it is discarded (the item is this worker's to run again)
+    and the reason kept in the events."""
+    try:
+        draft = state.draft(claim.n)
+        if draft is None:
+            raise _DamagedCheckpoint(f"{state.path}: item {claim.n} is drafted, but no checkpoint was kept")
+        try:
+            binding = EvidenceBinding.from_trace(draft.trace, f"the draft of {claim.query_id!r}")
+        except InputError as exc:
+            raise _DamagedCheckpoint(f"{state.path}: the checkpoint of item {claim.n} is damaged: {exc}") from None
+    except _DamagedCheckpoint as exc:
+        state.discard_draft(claim.n, worker, str(exc))
+        return None, None
+    return draft, binding
+
+
+def _repair(state: RunState, out: Path) -> tuple[str, ...]:
+    """Inside the summary's transaction: the published files written again from ``run.db`` when
+    they differ from what it published, and the summary files written again when one is missing.
+    Returns what was repaired, for the worker to say."""
+    sizes, repaired = repair_published(out, state.published_lines())
+    if state.sizes() is None:
+        repaired += (f"{out / RUN_DB}: the record of the published files' sizes was damaged: set again",)
+    if state.sizes() != sizes:
+        state.set_sizes(sizes)
+    counts = state.counts()
+    done = not (counts[ItemState.QUEUED] or counts[ItemState.LEASED] or counts[ItemState.DRAFTED])
+    if done and state.summarised():
+        repaired += tuple(f"{out / name} was missing: written again" for name in SUMMARY
+                          if not (out / name).is_file())
+    return repaired
+
+
+def _crash(fault: Fault, where: str, out: Path) -> None:
+    """Stop the process as a crash would (no clean-up), saying so on stderr first."""
+    sys.stderr.write(f"ragdx run: stopped on purpose by --fault {fault.value} {where} (exit {FAULT_EXIT}); "
+                     f"continue with: ragdx run --resume {out}\n")
+    sys.stderr.flush()
+    os._exit(FAULT_EXIT)
 
 
 def _keep_draft(state: RunState, claim: Claim, worker: str, one: Answered) -> Draft | None:
@@ -175,7 +237,7 @@ def _settle(state: RunState, pipeline: Pipeline, out: Path, claim: Claim, draft:
             return
         new = append_published(out, sizes, (draft.trace_line, draft.diagnosis_line), state.published_lines)
         if fault is Fault.BEFORE_PUBLISH:
-            os._exit(FAULT_EXIT)
+            _crash(fault, f"after appending item {claim.query_id!r} but before committing it", out)
         state.set_sizes(new)
 
 
@@ -215,9 +277,35 @@ def invocation_of(out: Path) -> dict[str, Any]:
 
     Raises:
         InputError: ``out`` is not a durable run folder.
+        StoreError: its ``run.db`` is empty or damaged (naming it).
     """
-    with RunState(_run_db(out, "--resume")) as state:
-        return dict(state.info().get("invocation", {}))
+    with RunState(_run_db(out, "--resume"), create=False) as state:
+        invocation = state.info().get("invocation", {})
+        state.check_items()
+    bad = _bad_invocation(invocation)
+    if bad:
+        raise damaged(out / RUN_DB, f"its invocation record has no {bad!r} of the right type")
+    return dict(invocation)
+
+
+#: what ``ragdx run`` records of how it was started, by type (store and queries always)
+_INVOCATION = {"store": str, "queries": str, "config": str, "oracle": str, "strict": bool,
+               "lease_seconds": (int, float), "set": list}
+
+
+def _bad_invocation(invocation: Any) -> str | None:
+    """The first key of a recorded invocation that is missing or of the wrong type, if any."""
+    if not isinstance(invocation, dict):
+        return "invocation"
+    for key, kind in _INVOCATION.items():
+        value = invocation.get(key)
+        if value is None and key not in ("store", "queries"):
+            continue
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+            return key
+    if not all(isinstance(v, str) for v in invocation.get("set") or []):
+        return "set"
+    return None
 
 
 def _run_db(out: Path, option: str) -> Path:
@@ -232,8 +320,10 @@ def inspect_run(out: Path) -> dict[str, Any]:
 
     Raises:
         InputError: ``out`` is not a durable run folder.
+        StoreError: its ``run.db`` is empty or damaged (naming it).
     """
-    with RunState(_run_db(out, "--inspect")) as state:
+    with RunState(_run_db(out, "--inspect"), create=False) as state:
+        state.check_items()
         items: list[ItemRecord] = state.items()
         by_state: dict[str, list[dict[str, Any]]] = {s.value: [] for s in ItemState}
         for i in items:

@@ -10,10 +10,21 @@ after publication or failure, for inspection. The life of an item (docs/durable.
                  ^         |
                  |         +-> failed (evidence_changed_or_expired) -> queued on --retry-failed
                  +-- lease expired without a draft
+
+A damaged ``run.db`` is refused, naming it (:class:`~ragdx.errors.StoreError`, exit 2): a file
+that is not an SQLite database, one missing a table (it is never created again empty: a run
+whose items are gone would report nothing left to do), a page that fails to read. A draft
+checkpoint whose contents are damaged is never trusted: a recovering worker discards it and runs
+the item again (:class:`_DamagedCheckpoint`); a published item's is refused, naming the item.
+Checkpoints hold the run's own results pickled, and are read back by an unpickler that builds
+only ragdx's dataclasses and enums (a pickle from elsewhere cannot run code).
 """
 
 from __future__ import annotations
 
+import enum
+import importlib
+import io
 import json
 import os
 import pickle
@@ -22,7 +33,7 @@ import sqlite3
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -30,7 +41,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from ragdx.errors import StoreError
 from ragdx.types import ChoiceEnum
 
-__all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "worker_id"]
+__all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "damaged", "worker_id"]
+
+_TABLES = ("run", "items", "checkpoints", "events")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -52,6 +65,81 @@ CREATE TABLE IF NOT EXISTS events (
 #: the published items, each joined with its latest draft checkpoint (what was published)
 _PUBLISHED = ("FROM items i JOIN checkpoints c ON c.id = (SELECT MAX(id) FROM checkpoints WHERE n = i.n) "
               "WHERE i.state = 'published'")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+class _DamagedCheckpoint(StoreError):
+    """A draft checkpoint whose trace, diagnosis or results cannot be read back."""
+
+
+class _Restricted(pickle.Unpickler):
+    """Builds only ragdx's own dataclasses and enums (and sets): what a checkpoint holds."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "builtins" and name in ("set", "frozenset"):
+            return super().find_class(module, name)
+        if module.split(".")[0] == "ragdx" and "." not in name:
+            found = getattr(importlib.import_module(module), name, None)
+            if isinstance(found, type) and (is_dataclass(found) or issubclass(found, enum.Enum)):
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not a ragdx result type")
+
+
+def _unpickle(data: Any) -> Any:
+    """A checkpoint's results, or :class:`pickle.UnpicklingError`-family errors when damaged."""
+    if not isinstance(data, bytes):
+        raise pickle.UnpicklingError(f"results stored as {type(data).__name__}, not bytes")
+    return _Restricted(io.BytesIO(data)).load()
+
+
+_DAMAGED = (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            ImportError, RecursionError, MemoryError, UnicodeDecodeError, OverflowError)
+
+
+class _Rows(list):
+    """A query's rows, all fetched (a damaged page fails inside :meth:`_Guarded.execute`)."""
+
+    def fetchone(self) -> Any:
+        return self[0] if self else None
+
+    def fetchall(self) -> list:
+        return list(self)
+
+
+class _Guarded:
+    """``run.db``'s connection: an SQLite error that is damage (not a lock, not a constraint) is a
+    :class:`StoreError` naming ``run.db``."""
+
+    def __init__(self, db: sqlite3.Connection, path: Path) -> None:
+        self.raw, self.path = db, path
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> _Rows:
+        with self.guard():
+            return _Rows(self.raw.execute(sql, params).fetchall())
+
+    def executemany(self, sql: str, rows: Any) -> None:
+        with self.guard():
+            self.raw.executemany(sql, rows)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            waiting = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+            if waiting or isinstance(exc, sqlite3.IntegrityError):
+                raise
+            raise damaged(self.path, str(exc)) from None
+
+
+def damaged(path: Path, what: str) -> StoreError:
+    """The error for a damaged ``run.db``: it names the file and what is wrong."""
+    return StoreError(f"{path}: the run database is damaged: {what}; restore it or start the run again in "
+                      "another folder")
 
 
 class ItemState(ChoiceEnum):
@@ -126,26 +214,47 @@ class RunState:
     """A run's ``run.db``: opened by each worker process (one connection each).
 
     Args:
-        path: the database file (created with its folder when missing).
+        path: the database file (created with its folder when missing, if ``create``).
         wait: seconds a transaction waits for another worker's to finish (the summary files are
             written inside one).
+        create: make a new run database when there is none (else a missing or empty file is
+            refused and nothing is written).
+
+    Raises:
+        StoreError: naming ``path``: not an SQLite database, not a run database, one missing a
+            table, or (without ``create``) missing or empty.
     """
 
-    def __init__(self, path: Path, *, wait: float = 600.0) -> None:
+    def __init__(self, path: Path, *, wait: float = 600.0, create: bool = True) -> None:
         self.path = path
+        fresh = not path.is_file() or path.stat().st_size == 0
+        if fresh and not create:
+            raise StoreError(f"{path}: {'empty' if path.is_file() else 'not found'}: not a run database of "
+                             "'ragdx run'")
         path.parent.mkdir(parents=True, exist_ok=True)
+        raw = None
         try:
-            self._db = sqlite3.connect(str(path), isolation_level=None, timeout=wait)
+            raw = sqlite3.connect(str(path), isolation_level=None, timeout=wait)
+            self._db = _Guarded(raw, path)
+            found = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if not fresh and "run" not in found:
+                raise StoreError(f"{path}: not a run database of 'ragdx run' (it has no 'run' table)")
+            missing = [t for t in _TABLES if t not in found]
+            if not fresh and missing:
+                raise damaged(path, f"its {', '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing")
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL: a commit may be lost with the machine, never half-kept; the published files are then
             # cut back to the last commit kept, or written again from the drafts held here (append_published)
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path}: not a ragdx run database: {exc}") from None
+            with self._db.guard():
+                raw.executescript(_SCHEMA)
+        except BaseException:
+            if raw is not None:
+                raw.close()
+            raise
 
     def close(self) -> None:
-        self._db.close()
+        self._db.raw.close()
 
     def __enter__(self) -> "RunState":
         return self
@@ -154,7 +263,7 @@ class RunState:
         self.close()
 
     @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
+    def transaction(self) -> Iterator[_Guarded]:
         """One write transaction, holding the database's write lock from its start."""
         self._db.execute("BEGIN IMMEDIATE")
         try:
@@ -166,7 +275,31 @@ class RunState:
 
     # -- the run --------------------------------------------------------------------------
     def info(self) -> dict[str, Any]:
-        return {k: json.loads(v) for k, v in self._db.execute("SELECT key, value FROM run")}
+        """The run's record (fingerprint, invocation, ...; not the sizes); a value that is not JSON
+        is damage."""
+        found = {}
+        for key, value in self._db.execute("SELECT key, value FROM run WHERE key != 'sizes'"):  # sizes(): repairable
+            try:
+                found[key] = json.loads(value)
+            except (TypeError, ValueError, RecursionError):
+                raise damaged(self.path, f"its run record {key!r} is not JSON") from None
+        return found
+
+    def check_items(self, count: int | None = None) -> None:
+        """Refuse a run database whose items were damaged: other than ``count`` of them (the
+        queries submitted, by default as recorded), or one in a state no worker takes or
+        publishes (it would be dropped without a word)."""
+        if count is None:
+            count = self.info().get("items")
+        held = self._db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+        if type(count) is int and held != count:  # noqa: E721 (a run from before the count was kept has none)
+            raise damaged(self.path, f"it holds {held} items, but the run has {count} queries")
+        bad = self._db.execute(f"SELECT n, state FROM items WHERE state NOT IN ({', '.join('?' * len(ItemState))}) "
+                               "OR typeof(n) != 'integer' OR typeof(query_id) != 'text' LIMIT 1",
+                               [s.value for s in ItemState]).fetchone()
+        if bad is not None:
+            raise damaged(self.path, f"item {bad[0]!r} has the state {bad[1]!r} (valid states are "
+                                     f"{', '.join(s.value for s in ItemState)})")
 
     def submitted(self) -> bool:
         return self._db.execute("SELECT 1 FROM run WHERE key = 'fingerprint'").fetchone() is not None
@@ -179,7 +312,8 @@ class RunState:
                 return False
             at = _now()
             db.executemany("INSERT INTO run VALUES (?, ?)",
-                           [(k, json.dumps(v)) for k, v in {**info, "sizes": [0, 0], "submitted_at": at}.items()])
+                           [(k, json.dumps(v)) for k, v in {**info, "sizes": [0, 0], "submitted_at": at,
+                                                            "items": len(query_ids)}.items()])
             db.executemany("INSERT INTO items (n, query_id, state, updated_at) VALUES (?, ?, 'queued', ?)",
                            [(n, q, at) for n, q in enumerate(query_ids)])
             db.execute("INSERT INTO events (at, event, detail) VALUES (?, 'submitted', ?)",
@@ -241,16 +375,67 @@ class RunState:
         return Draft(claim.n, claim.attempt, worker, at, index_version, trace_line, diagnosis_line, objects)
 
     def draft(self, n: int) -> Draft | None:
-        """An item's latest draft checkpoint."""
+        """An item's latest draft checkpoint.
+
+        Raises:
+            _DamagedCheckpoint: its trace or diagnosis is not a JSON object, or its results do not
+                read back.
+        """
         row = self._db.execute(
             "SELECT n, attempt, worker, created_at, index_version, trace, diagnosis, objects FROM checkpoints "
             "WHERE n = ? ORDER BY id DESC LIMIT 1", (n,)).fetchone()
-        # the objects are this run's own results, pickled by the worker that drafted them
-        return None if row is None else Draft(*row[:7], pickle.loads(row[7]))
+        if row is None:
+            return None
+        self._check_lines(n, row[5], row[6], self._query_id(n))
+        if not isinstance(row[4], int):
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its index version is "
+                                    f"{row[4]!r}")
+        return Draft(*row[:7], self._results(n, row[7]))
+
+    def _query_id(self, n: int) -> Any:
+        row = self._db.execute("SELECT query_id FROM items WHERE n = ?", (n,)).fetchone()
+        return None if row is None else row[0]
+
+    def _check_lines(self, n: int, trace: Any, diagnosis: Any, query_id: Any) -> None:
+        """A checkpoint's trace and diagnosis must each be one line holding a JSON object of the
+        item's query (``query_id`` in a trace, ``id`` in a diagnosis)."""
+        for what, text, key in (("trace", trace, "query_id"), ("diagnosis", diagnosis, "id")):
+            try:
+                obj = json.loads(text) if isinstance(text, str) and "\n" not in text else None
+            except (ValueError, RecursionError):
+                obj = None
+            if not isinstance(obj, dict):
+                raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what} is not "
+                                        "one line of a JSON object")
+            if obj.get(key) != query_id:
+                raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its {what}'s {key} "
+                                        f"is {_short(obj.get(key))}, not the item's {_short(query_id)}")
+
+    def _results(self, n: int, data: Any) -> tuple[Any, ...]:
+        try:
+            objects = _unpickle(data)
+        except _DAMAGED as exc:
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
+                                    f"do not read back ({type(exc).__name__}: {str(exc)[:200]})") from None
+        if not isinstance(objects, tuple) or len(objects) != 4:
+            raise _DamagedCheckpoint(f"{self.path}: the checkpoint of item {n} is damaged: its results "
+                                    f"are a {type(objects).__name__}, not the four results of a query")
+        return objects
+
+    def discard_draft(self, n: int, worker: str, reason: str) -> None:
+        """A held item's damaged draft: the item is run again (state ``leased``); the draft stays."""
+        with self.transaction() as db:
+            db.execute("UPDATE items SET state = 'leased', updated_at = ? WHERE n = ? AND worker = ?",
+                       (_now(), n, worker))
+            self._events(db, [(n, worker, "draft_damaged", reason)])
 
     def published(self) -> list[tuple[int, int, tuple[Any, ...]]]:
-        """The published items' query number, index version and results, in query order."""
-        return [(n, version, pickle.loads(objects)) for n, version, objects in self._db.execute(
+        """The published items' query number, index version and results, in query order.
+
+        Raises:
+            _DamagedCheckpoint: a published item's results do not read back.
+        """
+        return [(n, version, self._results(n, objects)) for n, version, objects in self._db.execute(
             f"SELECT c.n, c.index_version, c.objects {_PUBLISHED} ORDER BY i.n")]
 
     def index_versions(self) -> list[int]:
@@ -259,9 +444,15 @@ class RunState:
             f"SELECT DISTINCT c.index_version {_PUBLISHED} ORDER BY 1")]
 
     def published_lines(self) -> list[tuple[str, str]]:
-        """Every published item's trace and diagnosis, as published: in publication order."""
-        return [(t, d) for t, d in self._db.execute(
-            f"SELECT c.trace, c.diagnosis {_PUBLISHED} ORDER BY i.published_seq")]
+        """Every published item's trace and diagnosis, as published: in publication order.
+
+        Raises:
+            _DamagedCheckpoint: a published item's trace or diagnosis is not one line of a JSON object.
+        """
+        rows = self._db.execute(f"SELECT c.n, c.trace, c.diagnosis, i.query_id {_PUBLISHED} ORDER BY i.published_seq")
+        for n, trace, diagnosis, query_id in rows:
+            self._check_lines(n, trace, diagnosis, query_id)
+        return [(t, d) for _, t, d, _ in rows]
 
     @contextmanager
     def publishing(self, n: int, worker: str) -> Iterator[tuple[int, ...] | None]:
@@ -272,14 +463,27 @@ class RunState:
             if not self._holds(db, n, worker, ItemState.DRAFTED):
                 yield None
                 return
-            yield tuple(json.loads(db.execute("SELECT value FROM run WHERE key = 'sizes'").fetchone()[0]))
+            yield self.sizes()
             db.execute("UPDATE items SET state = 'published', lease_until = NULL, updated_at = ?, published_seq = "
                        "(SELECT COALESCE(MAX(published_seq), 0) + 1 FROM items) WHERE n = ?", (_now(), n))
             self._events(db, [(n, worker, "published", "")])
 
+    def sizes(self) -> tuple[int, ...] | None:
+        """The published files' sizes at the last publication committed; None if the record is
+        damaged (the files are then written again from the checkpoints)."""
+        row = self._db.execute("SELECT value FROM run WHERE key = 'sizes'").fetchone()
+        try:
+            sizes = json.loads(row[0])
+        except (TypeError, ValueError, RecursionError):
+            return None
+        if not (isinstance(sizes, list) and len(sizes) == 2
+                and all(type(v) is int and v >= 0 for v in sizes)):  # noqa: E721 (True is no size)
+            return None
+        return tuple(sizes)
+
     def set_sizes(self, sizes: tuple[int, ...]) -> None:
-        """Inside :meth:`publishing`: the published files' sizes after this publication."""
-        self._db.execute("UPDATE run SET value = ? WHERE key = 'sizes'", (json.dumps(list(sizes)),))
+        """Inside a transaction: the published files' sizes after this publication or repair."""
+        self._db.execute("INSERT OR REPLACE INTO run VALUES ('sizes', ?)", (json.dumps(list(sizes)),))
 
     def fail(self, n: int, worker: str, reason: str) -> bool:
         """Fail an item ``worker`` holds: it is not published, and its drafts stay."""
@@ -291,11 +495,11 @@ class RunState:
             self._events(db, [(n, worker, "failed", reason)])
         return True
 
-    def _holds(self, db: sqlite3.Connection, n: int, worker: str, state: ItemState) -> bool:
+    def _holds(self, db: _Guarded, n: int, worker: str, state: ItemState) -> bool:
         return db.execute("SELECT 1 FROM items WHERE n = ? AND worker = ? AND state = ?",
                           (n, worker, state.value)).fetchone() is not None
 
-    def _events(self, db: sqlite3.Connection, rows: list[tuple[int, str | None, str, str]]) -> None:
+    def _events(self, db: _Guarded, rows: list[tuple[int, str | None, str, str]]) -> None:
         at = _now()
         db.executemany("INSERT INTO events (at, n, worker, event, detail) VALUES (?,?,?,?,?)",
                        [(at, *r) for r in rows])

@@ -17,7 +17,7 @@ from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker, TokenCounter
 from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
 from ragdx.store.vectors import check_space
-from ragdx.ingest.manifest import ManifestEntry, load_source
+from ragdx.ingest.manifest import MAX_FILE_BYTES, ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.progress import Progress
 from ragdx.protocols import VersionedIndexStore
@@ -185,6 +185,10 @@ class Ingestor:
         try:
             fmt = detect_format(str(entry.path), entry.format)
             try:
+                size = entry.path.stat().st_size
+                if size > MAX_FILE_BYTES and entry.path.is_file():
+                    raise InputError(f"{size:,} bytes; a document file may have at most {MAX_FILE_BYTES:,}",
+                                     file=str(entry.path))
                 data = entry.path.read_bytes()
             except FileNotFoundError:
                 raise InputError("file not found", file=str(entry.path)) from None
@@ -226,8 +230,12 @@ class Ingestor:
         return PreparedDocument(entry, document, raw, parsed, self.chunker.run(document, parsed),
                                 len(data))
 
-    def run(self, source: Path) -> IngestReport:
+    def run(self, source: Path, *, allow_outside: bool = False) -> IngestReport:
         """Ingest a manifest or a folder: all of it, or (on any error) none of it.
+
+        Args:
+            allow_outside: a manifest may name files outside its folder
+                (:func:`~ragdx.ingest.manifest.load_manifest`).
 
         Raises:
             InputError: any bad entry or file; the store is left unchanged.
@@ -235,7 +243,7 @@ class Ingestor:
                 it would add or re-chunk versions without vectors there (see :meth:`_refuse_lost_vectors`).
         """
         started = time.perf_counter()
-        entries, skipped = load_source(Path(source))
+        entries, skipped = load_source(Path(source), allow_outside=allow_outside)
         for path in skipped:
             log.warning("skipped %s: no parser for its format", path)
         with Progress("parsing and chunking", len(entries), unit="documents") as progress:

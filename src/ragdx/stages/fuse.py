@@ -133,6 +133,9 @@ class WeightedFusion:
             channels = {name: ChannelCalibration(**c) for name, c in data["channels"].items()}
         except FileNotFoundError:
             raise ConfigError(f"fusion.weights_file not found: {path}") from None
+        except OSError as exc:  # a folder, no permission
+            raise ConfigError(f"fusion.weights_file {path}: cannot read it: {exc.strerror}",
+                              key="fusion.weights_file") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"fusion.weights_file {path} is not a fitted fusion file: {exc}") from None
         return cls(channels, top_k, data.get("fitted_on", ""))

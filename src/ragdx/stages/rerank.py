@@ -206,6 +206,9 @@ class FeatureReranker:
                        encoder=encoder, depth=depth)
         except FileNotFoundError:
             raise ConfigError(f"rerank.weights_file not found: {path}") from None
+        except OSError as exc:  # a folder, no permission
+            raise ConfigError(f"rerank.weights_file {path}: cannot read it: {exc.strerror}",
+                              key="rerank.weights_file") from None
         except (ValueError, KeyError, TypeError) as exc:
             raise ConfigError(f"rerank.weights_file {path} is not a fitted reranker: {exc}") from None
 
