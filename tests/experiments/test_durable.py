@@ -20,6 +20,7 @@ import pytest
 from ragdx.build import build_ingestor, build_pipeline
 from ragdx.cli import _FAULT_EXIT, build_parser
 from ragdx.config import load_settings
+from ragdx.errors import EXIT_ITEMS_FAILED
 from ragdx.experiments.durable import FAULT_EXIT, Fault, inspect_run
 from ragdx.experiments.run import run_pipeline
 from ragdx.experiments.runstate import ItemState, RunState
@@ -170,7 +171,7 @@ def test_a_dead_workers_draft_is_not_published_from_a_store_rebuilt_at_the_same_
     wait_past_lease(run)
     again = subprocess.run([sys.executable, "-m", "ragdx.cli", "run", "--resume", str(run)],
                            capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
+    assert again.returncode == EXIT_ITEMS_FAILED, again.stderr  # the run finished, an item failed
     seen = inspect_run(run)
     assert (seen["counts"]["published"], seen["counts"]["failed"]) == (0, 1)
     [failed] = seen["items"]["failed"]
