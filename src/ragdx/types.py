@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
@@ -556,6 +556,8 @@ class Flagged:
     (within a context unit: clipped to the unit), what the instruction is (``kind``) and the words
     that read as one (``match``, which may lie before the unit when the passage began there)."""
 
+    FLAG: ClassVar[str] = "instruction-like text"  # on the unit that holds one (``ContextUnit.flags``)
+
     start: int
     end: int
     kind: InstructionKind
@@ -563,7 +565,7 @@ class Flagged:
 
     @property
     def reason(self) -> str:
-        return f"instruction-like text ({self.kind.value}: {self.match!r})"
+        return f"{self.FLAG} ({self.kind.value}: {self.match!r})"
 
 
 @dataclass(frozen=True, slots=True)

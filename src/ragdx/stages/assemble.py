@@ -29,12 +29,14 @@ from ragdx.ingest.chunk import TokenCounter
 from ragdx.protocols import Store
 from ragdx.stages.injection import INSTRUCTION_LIKE, blank, clip, flagged_passages, quote
 from ragdx.text import content_terms, quantities, sentences, stem
-from ragdx.types import Candidate, Chunk, Conflict, Context, ContextUnit, Dropped, Query, Ranked, StageKind
+from ragdx.types import (
+    Candidate, Chunk, Conflict, Context, ContextUnit, Dropped, Flagged, Query, Ranked, StageKind,
+)
 
 __all__ = ["ContextAssembler", "find_conflicts", "render_prompt", "SYSTEM_PROMPT", "INSTRUCTION_LIKE", "FLAG"]
 
 #: the flag on a unit holding a passage of instruction-like text (its passages: ``ContextUnit.flagged``)
-FLAG = "instruction-like text"
+FLAG = Flagged.FLAG
 
 
 @dataclass(slots=True)
