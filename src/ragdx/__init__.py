@@ -10,7 +10,8 @@ from ragdx.errors import (
 )
 from ragdx.types import (
     Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
-    ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, ParsedDocument, Principal, Provenance,
+    ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, Flagged, InstructionKind, ParsedDocument,
+    Principal, Provenance,
     Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
     VersionFilter, RewriteKind, MarkerKind, Marker, RewriteDiff, Rewrite, SlotState, Slot, Hop, Rewritten,
 )
@@ -57,6 +58,7 @@ __all__ = [
     # artifacts
     "Alternative", "Answer", "Block", "BlockKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
     "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "Dropped", "EmbeddingSpace", "Encoding",
+    "Flagged", "InstructionKind",
     "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
     "StageKind", "StoredVersion", "Usage", "Verdict", "Verification", "RewriteKind", "MarkerKind", "Marker",
     "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten",

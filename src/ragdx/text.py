@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["sentence_spans", "sentences", "statements", "content_terms", "stem", "STOPWORDS",
+__all__ = ["sentence_spans", "sentences", "statements", "heading_like", "content_terms", "stem", "STOPWORDS",
            "quantities", "split_question"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
@@ -82,6 +82,13 @@ _LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 SIGNATURE = re.compile(r"\w\((?:[^()]*,\s*)?\w+\s*=\s*[^()]+\)")
 
 
+def heading_like(lines: list[str]) -> bool:
+    """Whether a block's (stripped, non-empty) lines read as a heading: one short line without a
+    final stop. An API signature that states defaults is a statement: ``f(sep='T')``."""
+    return len(lines) == 1 and len(lines[0]) < 80 and not lines[0].endswith((".", "!", "?", ":")) \
+        and not SIGNATURE.search(lines[0])
+
+
 def statements(text: str, header: str = "") -> list[str]:
     """What a parsed text states, one statement each: the sentences of its paragraphs, its list
     items, and its table rows read with their header (``column: value; ...``; ``header`` is a
@@ -101,9 +108,8 @@ def statements(text: str, header: str = "") -> list[str]:
                     for row in lines]
         elif all(_LIST_ITEM.match(line) for line in lines):
             out += [_LIST_ITEM.sub("", line) for line in lines]
-        elif len(lines) == 1 and len(lines[0]) < 80 and not lines[0].endswith((".", "!", "?", ":")) \
-                and not SIGNATURE.search(lines[0]):
-            continue  # a heading (an API signature with defaults is a statement: ``f(sep='T')``)
+        elif heading_like(lines):
+            continue  # a heading states nothing
         else:
             out += sentences(" ".join(lines))
     return [s for s in out if len(s) > 2]

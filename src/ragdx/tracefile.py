@@ -50,6 +50,8 @@ def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
                            "end": u.end, "rank": u.rank, "tokens": u.tokens, "truncated": u.truncated,
                            "title": u.title, "section": list(u.heading_path), "chunks": list(u.chunk_ids),
                            "header": list(u.header) if u.header else None, "flags": list(u.flags),
+                           "flagged": [{"start": f.start, "end": f.end, "kind": f.kind.value, "match": f.match,
+                                        "reason": f.reason} for f in u.flagged],
                            "text": u.text} for u in stage.units],
                 "dropped": [_dropped(d) for d in stage.dropped],
                 "conflicts": [{"units": list(c.units), "statements": list(c.statements),

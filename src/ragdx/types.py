@@ -13,7 +13,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
 import numpy as np
 
@@ -22,8 +22,8 @@ from ragdx.errors import InputError
 __all__ = [
     "ChoiceEnum", "DocStatus", "BlockKind", "ChunkKind", "Span", "Principal", "Document",
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "VectorBatch", "EmbeddingSpace",
-    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict",
-    "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
+    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict", "InstructionKind",
+    "Flagged", "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
     "StoredVersion", "LogEntry", "SpaceState", "VersionFilter", "RewriteKind", "MarkerKind", "Marker",
     "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten",
 ]
@@ -540,6 +540,34 @@ class Conflict:
                 f"says {self.values[1]!r} ({self.statements[1]!r})")
 
 
+class InstructionKind(ChoiceEnum):
+    """Why a document's text reads like an instruction to the system (:mod:`ragdx.stages.injection`)."""
+
+    ROLE = "role marker"                 # SYSTEM:, [INST], <|im_start|>, a forged <system> tag
+    ANSWER_RULE = "answer rule"          # "answer every refund question with X", "when asked about X, say Y"
+    ADDRESSED = "addressed to the assistant"  # "Note to the AI: ...", "you are now ...", "act as ..."
+    OVERRIDE = "overrides the rules"     # "ignore previous instructions", "disregard the official policy"
+    STEERING = "steers the output"       # "Say CANOE-YES", "always answer ...", "do not mention ..."
+
+
+@dataclass(frozen=True, slots=True)
+class Flagged:
+    """A passage of a document holding instruction-like text: ``[start, end)`` of the parsed text
+    (within a context unit: clipped to the unit), what the instruction is (``kind``) and the words
+    that read as one (``match``, which may lie before the unit when the passage began there)."""
+
+    FLAG: ClassVar[str] = "instruction-like text"  # on the unit that holds one (``ContextUnit.flags``)
+
+    start: int
+    end: int
+    kind: InstructionKind
+    match: str
+
+    @property
+    def reason(self) -> str:
+        return f"{self.FLAG} ({self.kind.value}: {self.match!r})"
+
+
 @dataclass(frozen=True, slots=True)
 class ContextUnit:
     """One unit of evidence in the context: an exact span of one document version, marked with
@@ -547,7 +575,9 @@ class ContextUnit:
 
     ``header`` is a table's header row (its span and words) when the unit holds rows of that
     table: evidence that must travel with them. ``flags`` note what the assembler noticed, such
-    as ``instruction-like text`` (documents are data: such text has no authority).
+    as ``instruction-like text`` (documents are data: such text has no authority); ``flagged``
+    are the passages of the unit holding that text, each with its reason: no statement of theirs
+    is ever an answer or evidence.
     """
 
     id: str
@@ -565,6 +595,7 @@ class ContextUnit:
     header: tuple[int, int] | None = None
     header_text: str = ""
     flags: tuple[str, ...] = ()
+    flagged: tuple[Flagged, ...] = ()
 
     @property
     def span(self) -> Span:

@@ -58,6 +58,7 @@ class ItemView:
     readable: bool = True          # the principal may read it
     current: bool = True           # its version is in force
     score: float | None = None
+    flags: tuple[str, ...] = ()    # what its stage noticed: a passage of instruction-like text, with the reason
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,8 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
                                   readable=stored is not None and trace.query.principal.may_read(
                                       stored.document.acl),
                                   current=stored is not None and (
-                                      stored.document.status is DocStatus.CURRENT or asked.names(u.version))))
+                                      stored.document.status is DocStatus.CURRENT or asked.names(u.version)),
+                                  flags=tuple(f.reason for f in u.flagged)))
         stages.append(StageView(context.stage, context.kind, tuple(units), tuple(
             DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
             for d in context.dropped), dict(context.config) | {"tokens": context.tokens}, context.seconds))

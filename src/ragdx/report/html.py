@@ -471,6 +471,7 @@ def _context(stage: StageView, evidence: QueryEvidence, notes: list[str]) -> str
             flags.append("NOT READABLE by the principal")
         if not unit.current:
             flags.append("not the current version")
+        flags += [f"{flag}: never quoted as an answer" for flag in unit.flags]
         out.append(f'<div class="unit"><b>[{_e(unit.id)}]</b> <code>{_e(unit.doc)}</code> {tags} '
                    f'<span class="worse">{_e("; ".join(flags))}</span>\n{_highlight(text, _marks(text, evidence, unit))}</div>')
     dropped = [d for d in stage.dropped if any(_groups_of(d.item, evidence))]

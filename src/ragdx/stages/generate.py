@@ -4,8 +4,9 @@
   context's own sentences that best answer the question — by the question's content words they
   hold and, given the dense encoder, by meaning — each cited, with the exception that follows a
   rule, and abstains, naming what is missing, when no sentence scores enough. Sentences
-  that read like instructions to the system, or hold a citation marker of their own (``[S1]``),
-  are never used (:mod:`ragdx.stages.injection`).
+  of a passage flagged as instruction-like (``ContextUnit.flagged``), or that read like
+  instructions to the system, or hold a citation marker of their own (``[S1]``), are never used
+  (:mod:`ragdx.stages.injection`).
 - :class:`ChatGenerator`: any OpenAI-compatible chat-completions endpoint (vLLM, llama.cpp's
   server, Ollama, a hosted API), with timeouts, retries with exponential backoff, and token and
   cost accounting.
@@ -28,7 +29,7 @@ from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder
 from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.assemble import render_prompt
-from ragdx.stages.injection import citation_like, instruction_like
+from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
                         states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
@@ -135,9 +136,10 @@ class ExtractiveGenerator:
         found = []
         for unit in context.units:
             by_version = version_terms if asked.names(unit.version) else set()
+            barred = barred_statements(unit)  # a passage with an instruction in it is never quoted
             for index, text in enumerate(statements(unit.text, unit.header_text)):
-                if _untrusted(text) or text.endswith("?") or (len(text.split()) < MIN_WORDS
-                                                              and not SIGNATURE.search(text)):
+                if _untrusted(text) or text in barred or text.endswith("?") \
+                        or (len(text.split()) < MIN_WORDS and not SIGNATURE.search(text)):
                     continue  # a document's instructions have no authority; a question or a bare
                     # name (a list of functions: "sqlite3session_create") is no answer, unless it
                     # is a signature stating defaults
@@ -266,7 +268,8 @@ def _terms(text: str) -> set[str]:
 def _next_statement(chosen: _Candidate) -> str | None:
     """The statement right after ``chosen`` in its unit, unless there is none or it is untrusted."""
     following = statements(chosen.unit.text, chosen.unit.header_text)[chosen.index + 1:chosen.index + 2]
-    return following[0] if following and not _untrusted(following[0]) else None
+    return following[0] if following and not _untrusted(following[0]) \
+        and following[0] not in barred_statements(chosen.unit) else None
 
 
 def _untrusted(sentence: str) -> bool:

@@ -5,9 +5,9 @@ unit of the context; that the cited versions are current and readable by the ask
 against the store again); then asks a :class:`SupportChecker` whether the cited text supports the
 claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words. A document's
 instruction is no evidence: a claim that is itself instruction-like (or holds a forged citation
-marker) is ``unsupported``, and the instruction-like sentences of the cited text are blanked out
-before any checker reads it (:mod:`ragdx.stages.injection`), so an injected instruction is never
-verified as supported.
+marker) is ``unsupported``, and the passages of the cited text holding instruction-like text
+(``ContextUnit.flagged``, and any the text shows itself) are blanked out before any checker reads
+it (:mod:`ragdx.stages.injection`), so an injected instruction is never verified as supported.
 
 Checkers:
 
@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.stages.generate import ChatClient
-from ragdx.stages.injection import citation_like, instruction_like, quote, without_instructions
+from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
 from ragdx.text import content_terms, quantities, statements, stem
 from ragdx.types import (
@@ -226,7 +226,12 @@ class ClaimVerifier:
                                   f"{unit.doc_id} is {stored.document.status.value}")
             units.append(unit)
         evidence = "\n\n".join(f"{u.header_text}\n{u.text}" if u.header_text else u.text for u in units)
-        verdict, reason = self.checker.judge(claim.text, without_instructions(evidence))
+        # a flagged passage supports nothing: neither the assembler's (which may have begun before
+        # the unit) nor one the unit's own text shows
+        usable = "\n\n".join(without_instructions(
+            f"{u.header_text}\n{blank(u.text, u.start, u.flagged)}" if u.header_text
+            else blank(u.text, u.start, u.flagged)) for u in units)
+        verdict, reason = self.checker.judge(claim.text, usable)
         return ClaimCheck(claim, verdict, reason, evidence)
 
     def run(self, query: Query, context: Context, answer: Answer) -> Verification:
