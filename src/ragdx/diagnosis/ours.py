@@ -47,9 +47,10 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
     context, answer, verification = trace.context, trace.answer, trace.verification
     if context is not None:
         asked = VersionFilter.for_question(trace.query.question)  # a version the question names is no stale one
-        units = []
-        for u in context.units:
-            stored = store.version(u.doc_id, u.version)
+        units, read = [], {}
+        for u in context.units:  # units of one version read it once (a context holds a page's sections)
+            key = (u.doc_id, u.version)
+            stored = read[key] if key in read else read.setdefault(key, store.version(u.doc_id, u.version))
             units.append(ItemView(u.id, u.span, u.text, u.rank, u.doc_id, u.chunk_ids,
                                   readable=stored is not None and trace.query.principal.may_read(
                                       stored.document.acl),
