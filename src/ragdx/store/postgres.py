@@ -1162,6 +1162,44 @@ class PostgresStore:
             problems.append(f"{stale[0]} chunks' tsvector disagrees with their term frequencies")
         return problems
 
+    def audit(self) -> tuple[list[str], list[str]]:
+        """Audit the live index (``ragdx index verify --live``): problems, then notes, as
+        :meth:`ragdx.store.sqlite.SQLiteStore.audit` gives them.
+
+        Problems: documents deleted but still stored or searchable (a version, a chunk, a
+        vector), chunks without a document version, vectors without a chunk, and the BM25
+        statistics recounted (:meth:`fts_problems`). Notes: superseded and expired versions still
+        indexed, and vectors of spaces that are not live. A PostgreSQL store keeps no index
+        versions beside the live one (docs/postgres.md)."""
+        problems: list[str] = []
+        for doc_id, in self._all("SELECT doc_id FROM {s}.tombstones ORDER BY doc_id"):
+            stored = self._one("SELECT count(*) FROM {s}.documents WHERE doc_id = %s", (doc_id,))[0]
+            chunks = self._one("SELECT count(*) FROM {s}.chunks WHERE doc_id = %s", (doc_id,))[0]
+            if stored or chunks:
+                problems.append(f"deleted document {doc_id} is still reachable: {stored} versions, {chunks} chunks")
+        orphans = self._one("SELECT count(*), min(c.id) FROM {s}.chunks c WHERE NOT EXISTS (SELECT 1 FROM "
+                            "{s}.documents d WHERE d.doc_id = c.doc_id AND d.version = c.version)")
+        if orphans[0]:
+            problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
+        notes: list[str] = []
+        for n, space_id, state in self._all("SELECT n, id, state FROM {s}.spaces ORDER BY n"):
+            table = vec_table(n)
+            lost = self._one(f"SELECT count(*) FROM {{s}}.{table} v WHERE NOT EXISTS (SELECT 1 FROM "
+                             f"{{s}}.chunks c WHERE c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id)")[0]
+            if lost:
+                problems.append(f"{lost} vectors of space {space_id} without a chunk")
+            if state != SpaceState.ACTIVE.value:
+                count = self._one(f"SELECT count(*) FROM {{s}}.{table}")[0]
+                if count:
+                    notes.append(f"{count} vectors of space {space_id}, which is not live ({state})")
+        problems += self.fts_problems()
+        notes = [f"{n} {status} versions still indexed ({c} chunks): searchable only by a question naming "
+                 "their version" for status, n, c in self._all(
+                     "SELECT d.status, count(DISTINCT (d.doc_id, d.version)), count(c.id) FROM {s}.documents d "
+                     "LEFT JOIN {s}.chunks c ON c.doc_id = d.doc_id AND c.version = d.version "
+                     "WHERE d.status <> 'current' GROUP BY d.status ORDER BY d.status")] + notes
+        return problems, notes
+
     def verify(self) -> list[str]:
         """Check the store's invariants; returns the problems found (empty when consistent):
         every chunk's text is its span of its version's parsed text, every chunk's section
