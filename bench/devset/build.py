@@ -505,13 +505,20 @@ def missing_alternatives(labels: list[dict], entries: list[dict], corpus: Corpus
 
 # -- the split -------------------------------------------------------------------------------------
 
+def stratum(query: dict) -> str:
+    """The kind (first tag), with the label's ``metadata.batch`` when it has one: a batch of
+    questions added later is dealt on its own, so the questions already there keep their half."""
+    batch = (query.get("metadata") or {}).get("batch")
+    return f"{query['tags'][0]}:{batch}" if batch else query["tags"][0]
+
+
 def split(queries: list[dict], seed: int) -> dict[str, str]:
-    """Query id -> ``fit`` or ``test``: within each kind, a seeded shuffle dealt alternately."""
+    """Query id -> ``fit`` or ``test``: within each stratum (:func:`stratum`), a seeded shuffle
+    dealt alternately."""
     halves = {}
-    kinds = sorted({q["tags"][0] for q in queries})
-    for kind in kinds:
-        ids = sorted(q["id"] for q in queries if q["tags"][0] == kind)
-        random.Random(f"{seed}:{kind}").shuffle(ids)
+    for name in sorted({stratum(q) for q in queries}):
+        ids = sorted(q["id"] for q in queries if stratum(q) == name)
+        random.Random(f"{seed}:{name}").shuffle(ids)
         for n, qid in enumerate(ids):
             halves[qid] = "test" if n % 2 == 0 else "fit"
     return halves
