@@ -64,8 +64,8 @@ rebuilt in well under a minute):
   real page; the builder finds each one in the version it names (or the current one) with
   ragdx's own quote matching and stops, naming the label id and the quote, when one is missing.
 
-**The split.** Within each stratum (:func:`stratum`: the kind, the first tag; ``kind:batch`` for
-a label with ``metadata.batch``), ids are sorted, shuffled with
+**The split.** Within each stratum (:func:`stratum`: the kind, the first tag;
+``kind:batch:manual`` for a label with ``metadata.batch``), ids are sorted, shuffled with
 ``random.Random(f"{seed}:{stratum}")`` and alternately dealt to ``test`` and ``fit`` (an odd
 count gives ``test`` the extra one). A batch of labels added later is dealt on its own, so the
 questions already there keep their half and earlier comparisons stay valid.
@@ -513,11 +513,18 @@ def missing_alternatives(labels: list[dict], entries: list[dict], corpus: Corpus
 
 # -- the split -------------------------------------------------------------------------------------
 
+CORPUS_TAGS = ("python", "sqlite", "cross")
+
+
 def stratum(query: dict) -> str:
-    """The kind (first tag), with the label's ``metadata.batch`` when it has one: a batch of
-    questions added later is dealt on its own, so the questions already there keep their half."""
+    """The kind (first tag); for a label with ``metadata.batch``, the kind, the batch and the
+    manual (``python``, ``sqlite`` or ``cross``): a batch of questions added later is dealt on its
+    own, each manual's half and half, so the questions already there keep their half."""
     batch = (query.get("metadata") or {}).get("batch")
-    return f"{query['tags'][0]}:{batch}" if batch else query["tags"][0]
+    if not batch:
+        return query["tags"][0]
+    corpus = next((t for t in query["tags"] if t in CORPUS_TAGS), "")
+    return f"{query['tags'][0]}:{batch}:{corpus}"
 
 
 def split(queries: list[dict], seed: int) -> dict[str, str]:
