@@ -48,19 +48,27 @@ rebuilt in well under a minute):
   contents, no sidebar or menu listing them, no ``id`` slugs made from them, and links naming
   another question read "another answer on this page", so keyword search cannot win by matching
   the question to its heading (checked: no question's words run through the indexed page).
-- Hand-written (``bench/devset/labels.jsonl``, committed): ``single-fact``, ``rule-exception``
-  (a rule and its exception, usually two required groups), ``version-specific`` (the
-  answer differs between the two versions of a page; the quote pins the version asked about),
-  ``multi-hop`` (two groups, mostly from different pages), ``unanswerable`` (close to what the
-  docs say, but not answered by them: the right behaviour is to abstain) and ``restricted``
-  (answered only by a restricted document, asked by a public principal: ``answerable: false``
-  with ``restricted_required``). Every quote was copied from the parsed text of the real page;
-  the builder finds each one in the version it names (or the current one) with ragdx's own quote
-  matching and stops, naming the label id and the quote, when one is missing.
+- Hand-written (``bench/devset/labels.jsonl``, committed; 153): ``single-fact`` (19),
+  ``rule-exception`` (14: a rule and its exception, usually two required groups),
+  ``version-specific`` (49: the answer differs between the two versions of a page; the quote
+  pins the version asked about), ``multi-hop`` (15: two groups, mostly from different pages),
+  ``unanswerable`` (41: close to what the docs say, but not answered by them: the right
+  behaviour is to abstain) and ``restricted`` (15: answered only by a restricted document,
+  asked by a public principal: ``answerable: false`` with ``restricted_required``). Issue 26's
+  batch (``metadata.batch: "issue-26"``, 55 of them) adds 26 out-of-corpus ``unanswerable``
+  questions (tag ``out-of-corpus``: tools, extensions, pragmas and releases neither manual
+  mentions, asked in the manuals' words; ``metadata.checked_absent`` names what was checked to
+  be absent from every document version) and 29 ``version-specific`` ones phrased as a user
+  would ("We're still on SQLite 3.34 ...", "After upgrading to Python 3.11, ...", or no version
+  at all: then the current page answers). Every quote was copied from the parsed text of the
+  real page; the builder finds each one in the version it names (or the current one) with
+  ragdx's own quote matching and stops, naming the label id and the quote, when one is missing.
 
-**The split.** Within each kind (the first tag), ids are sorted, shuffled with
-``random.Random(f"{seed}:{kind}")`` and alternately dealt to ``test`` and ``fit`` (an odd count
-gives ``test`` the extra one).
+**The split.** Within each stratum (:func:`stratum`: the kind, the first tag;
+``kind:batch:manual`` for a label with ``metadata.batch``), ids are sorted, shuffled with
+``random.Random(f"{seed}:{stratum}")`` and alternately dealt to ``test`` and ``fit`` (an odd
+count gives ``test`` the extra one). A batch of labels added later is dealt on its own, so the
+questions already there keep their half and earlier comparisons stay valid.
 """
 
 from __future__ import annotations
@@ -505,13 +513,27 @@ def missing_alternatives(labels: list[dict], entries: list[dict], corpus: Corpus
 
 # -- the split -------------------------------------------------------------------------------------
 
+CORPUS_TAGS = ("python", "sqlite", "cross")
+
+
+def stratum(query: dict) -> str:
+    """The kind (first tag); for a label with ``metadata.batch``, the kind, the batch and the
+    manual (``python``, ``sqlite`` or ``cross``): a batch of questions added later is dealt on its
+    own, each manual's half and half, so the questions already there keep their half."""
+    batch = (query.get("metadata") or {}).get("batch")
+    if not batch:
+        return query["tags"][0]
+    corpus = next((t for t in query["tags"] if t in CORPUS_TAGS), "")
+    return f"{query['tags'][0]}:{batch}:{corpus}"
+
+
 def split(queries: list[dict], seed: int) -> dict[str, str]:
-    """Query id -> ``fit`` or ``test``: within each kind, a seeded shuffle dealt alternately."""
+    """Query id -> ``fit`` or ``test``: within each stratum (:func:`stratum`), a seeded shuffle
+    dealt alternately."""
     halves = {}
-    kinds = sorted({q["tags"][0] for q in queries})
-    for kind in kinds:
-        ids = sorted(q["id"] for q in queries if q["tags"][0] == kind)
-        random.Random(f"{seed}:{kind}").shuffle(ids)
+    for name in sorted({stratum(q) for q in queries}):
+        ids = sorted(q["id"] for q in queries if stratum(q) == name)
+        random.Random(f"{seed}:{name}").shuffle(ids)
         for n, qid in enumerate(ids):
             halves[qid] = "test" if n % 2 == 0 else "fit"
     return halves
