@@ -1,14 +1,17 @@
 """Reading JSONL input files with errors that name the file, the line and the field.
 
 Every input is strict JSON that ragdx can store and print: ``NaN`` and ``Infinity`` are refused,
-an integer must fit SQLite's 64 bits, nesting stops at :data:`MAX_DEPTH` levels, and a string
-with a lone surrogate (an escape such as ``"\\ud800"`` that is no character) is refused, each
-naming the file, the line and the field.
+an integer must fit SQLite's 64 bits, a number too large for a float (``1e999``) is refused,
+nesting stops at :data:`MAX_DEPTH` levels, and a string with a lone surrogate (an escape such as
+``"\\ud800"`` that is no character) is refused, each naming the file, the line and the field.
+JSON carried inside a string field (an OpenInference attribute) is held to the same rules
+(:func:`loads_embedded`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import unicodedata
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,10 +37,21 @@ def _refuse_constant(name: str) -> float:
     raise ValueError(f"{name} is not a JSON number (use a number or null)")
 
 
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 is a valid JSON number that no float holds
+        raise ValueError(f"the number {text[:24]}{'...' if len(text) > 24 else ''} is out of range")
+    return value
+
+
+def _strict(text: str) -> Any:
+    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
+
+
 def loads(text: str, *, file: str, line: int | None = None) -> Any:
     """Strict JSON (see the module's docstring), its problems reported as :class:`InputError`."""
     try:
-        value = json.loads(text, parse_int=_parse_int, parse_constant=_refuse_constant)
+        value = _strict(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON at column {exc.colno}: {exc.msg}", file=file, line=line) from None
     except RecursionError:
@@ -45,6 +59,27 @@ def loads(text: str, *, file: str, line: int | None = None) -> Any:
     except ValueError as exc:
         raise InputError(f"unreadable JSON: {exc}", file=file, line=line) from None
     check_strings(value, file=file, line=line)
+    return value
+
+
+def loads_embedded(text: str, *, file: str, line: int | None, field: str) -> Any:
+    """The JSON value a string field carries (an OpenInference attribute such as ``output.value``),
+    or the text itself when it is not JSON. The value is held to a line's rules (nesting, numbers,
+    Unicode); its problems name the field and the place inside it.
+
+    Raises:
+        InputError: naming the file, the line and the field.
+    """
+    try:
+        value = _strict(text)
+    except json.JSONDecodeError:
+        return text  # plain text, not JSON
+    except RecursionError:
+        raise InputError(f"the JSON in this field is nested deeper than {MAX_DEPTH} levels", file=file,
+                         line=line, field=field) from None
+    except ValueError as exc:
+        raise InputError(f"unreadable JSON in this field: {exc}", file=file, line=line, field=field) from None
+    check_strings(value, file=file, line=line, field=field)
     return value
 
 
@@ -57,10 +92,10 @@ def bad_unicode(text: str) -> str | None:
     return None
 
 
-def check_strings(value: Any, *, file: str, line: int | None = None) -> None:
+def check_strings(value: Any, *, file: str, line: int | None = None, field: str = "") -> None:
     """Refuse nesting deeper than :data:`MAX_DEPTH` and strings (keys too) that are not valid
-    Unicode, naming the field (walked without recursion)."""
-    stack: list[tuple[Any, str, int]] = [(value, "", 0)]
+    Unicode, naming the field (walked without recursion; ``field`` names where ``value`` is)."""
+    stack: list[tuple[Any, str, int]] = [(value, field, 0)]
     while stack:
         node, where, depth = stack.pop()
         if depth > MAX_DEPTH:

@@ -37,14 +37,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from ragdx._jsonl import read_text
+from ragdx._jsonl import loads_embedded, read_text
 from ragdx.diagnosis.imports import json_objects, parse_trace, read_traces
 from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
 from ragdx.types import StageKind
 
 __all__ = ["DEFAULT_STAGES", "FORMATS", "detect_format", "read_spans", "spans_to_traces", "read_any",
-           "parse_stage_map", "document_item", "find_claims"]
+           "parse_stage_map", "document_item", "find_claims", "check_parents"]
 
 FORMATS = ("auto", "trace", "openinference", "otlp")
 DEFAULT_STAGES: Mapping[str, str] = {
@@ -55,6 +55,11 @@ _FALLBACK_CONTEXT = frozenset({"PromptBuilder", "ChatPromptBuilder"})  # the con
 _DOC_KEYS, _START_KEYS = ("doc", "doc_id", "source", "file_path"), ("start", "split_idx_start", "start_index")
 _HAYSTACK_DOCUMENT = re.compile(r"^Document\(id=([^,\s)]+)")
 _SUFFIX = re.compile(r"\.(run|run_async|invoke|ainvoke|_run)$")
+# attributes whose text is JSON (OpenInference writes these as JSON strings); read when the span is
+_JSON_VALUED = re.compile(r"^(metadata|input\.value|output\.value|ragdx\.claims|ragdx\.dropped)$|\.document\.metadata$")
+_QUERY_ID_KEYS = ("ragdx.query_id", "metadata.query_id")
+_INTEGER = re.compile(r"-?[0-9]{1,19}")
+_INT64, _UINT64 = 2 ** 63, 2 ** 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,63 +104,190 @@ def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
         yield prefix, value
 
 
-def _otlp_value(value: Mapping[str, Any]) -> Any:
-    for key in ("stringValue", "boolValue", "doubleValue"):
-        if key in value:
-            return value[key]
+class _Place:
+    """Where a value sits in a span file (file, line, path), to name it in an error."""
+
+    __slots__ = ("file", "line", "path")
+
+    def __init__(self, file: str, line: int, path: str = "") -> None:
+        self.file, self.line, self.path = file, line, path
+
+    def at(self, name: str | int) -> "_Place":
+        step = f"[{name}]" if isinstance(name, int) else (f".{name}" if self.path else name)
+        return _Place(self.file, self.line, self.path + step)
+
+    def error(self, message: str) -> InputError:
+        return InputError(message, file=self.file, line=self.line, field=self.path or None)
+
+
+def _got(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _objects(value: Any, place: _Place) -> list[tuple[dict[str, Any], _Place]]:
+    """A list of JSON objects (absent or null is an empty list), each with its place."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise place.error(f"expected a list of objects, got {_got(value)}")
+    out = []
+    for n, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise place.at(n).error(f"expected an object, got {_got(item)}")
+        out.append((item, place.at(n)))
+    return out
+
+
+def _object(value: Any, place: _Place) -> dict[str, Any]:
+    """A JSON object (absent or null is an empty one)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise place.error(f"expected an object, got {_got(value)}")
+    return value
+
+
+def _string(obj: Mapping[str, Any], key: str, place: _Place, default: str = "") -> str:
+    value = obj.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str):
+        raise place.at(key).error(f"expected a string, got {_got(value)}")
+    return value
+
+
+def _otlp_value(value: Any, place: _Place) -> Any:
+    """One OTLP ``AnyValue``, its type checked (an ``intValue`` is an integer or its decimal text)."""
+    value = _object(value, place)
+    if "stringValue" in value or "bytesValue" in value:
+        key = "stringValue" if "stringValue" in value else "bytesValue"
+        return _string(value, key, place)
+    if "boolValue" in value:
+        if not isinstance(value["boolValue"], bool):
+            raise place.at("boolValue").error(f"{_got(value['boolValue'])} is not true or false")
+        return value["boolValue"]
     if "intValue" in value:
-        return int(value["intValue"])
+        raw = value["intValue"]
+        number = raw if isinstance(raw, int) and not isinstance(raw, bool) else (
+            int(raw) if isinstance(raw, str) and _INTEGER.fullmatch(raw) else None)
+        if number is None or not -_INT64 <= number < _INT64:
+            raise place.at("intValue").error(f"{_got(raw)} is not an integer" + (
+                " of 64 bits" if number is not None else ""))
+        return number
+    if "doubleValue" in value:
+        raw = value["doubleValue"]
+        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+            return raw
+        raise place.at("doubleValue").error(f"{_got(raw)} is not a number")
     if "arrayValue" in value:
-        return [_otlp_value(v) for v in value["arrayValue"].get("values", [])]
+        inner = place.at("arrayValue")
+        values = _object(value["arrayValue"], inner).get("values")
+        if values is None:
+            return []
+        if not isinstance(values, list):
+            raise inner.at("values").error(f"expected a list of values, got {_got(values)}")
+        return [_otlp_value(v, inner.at("values").at(n)) for n, v in enumerate(values)]
     if "kvlistValue" in value:
-        return {kv["key"]: _otlp_value(kv.get("value", {})) for kv in value["kvlistValue"].get("values", [])}
-    return None
+        inner = place.at("kvlistValue")
+        return _otlp_attributes(_object(value["kvlistValue"], inner).get("values"), inner.at("values"))[0]
+    return None  # an empty value (OTLP allows one)
 
 
-def _otlp_attributes(kvs: Any) -> dict[str, Any]:
-    return {kv["key"]: _otlp_value(kv.get("value", {})) for kv in kvs or [] if isinstance(kv, dict) and "key" in kv}
+def _otlp_attributes(kvs: Any, place: _Place) -> tuple[dict[str, Any], dict[str, str]]:
+    """OTLP ``{key, value}`` pairs as a mapping, and each key's path in the file."""
+    out, paths = {}, {}
+    for kv, at in _objects(kvs, place):
+        key = kv.get("key")
+        if not isinstance(key, str):
+            raise at.at("key").error(f"expected a string, got {_got(key)}")
+        out[key] = _otlp_value(kv.get("value"), at.at("value"))
+        paths[key] = at.at("value").path
+    return out, paths
 
 
-def _time(value: Any) -> float | None:
+def _time(value: Any, place: _Place) -> float | None:
     """Nanoseconds from an ISO time (Phoenix, OpenTelemetry's to_json) or a nanosecond count (OTLP)."""
     if value is None or value == "":
         return None
-    if isinstance(value, (int, float)) or (isinstance(value, str) and value.isdigit()):
-        return float(value)
-    try:
-        return datetime.fromisoformat(str(value)).timestamp() * 1e9
-    except ValueError:
-        return None
+    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+        value = int(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if 0 <= value < _UINT64:
+            return float(value)
+        raise place.error(f"{_got(value)} is not a count of nanoseconds (0 to 2**64)")
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp() * 1e9
+        except (ValueError, OverflowError, OSError):
+            pass
+    raise place.error(f"{_got(value)} is not an ISO 8601 time nor a count of nanoseconds")
 
 
-def _record(obj: Mapping[str, Any], line: int, file: str) -> SpanRecord:
+def _checked(attrs: dict[str, Any], where: Any) -> dict[str, Any]:
+    """A span's attributes with the JSON some of them carry as text read (:data:`_JSON_VALUED`,
+    held to a line's rules), and the ones ragdx reads checked: token counts are non-negative
+    integers, a document's content is text, ids are strings or integers. ``where(key)`` is the
+    attribute's place."""
+    out = dict(attrs)
+    for key, value in attrs.items():
+        if isinstance(value, str) and _JSON_VALUED.search(key):
+            place = where(key)
+            value = out[key] = loads_embedded(value, file=place.file, line=place.line, field=place.path)
+        if value is None:
+            continue
+        if key.startswith("llm.token_count."):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise where(key).error(f"{_got(value)} is not a token count (a non-negative integer)")
+        elif key.endswith(".document.content") and not isinstance(value, str):
+            raise where(key).error(f"a document's content must be a string, got {_got(value)}")
+        elif (key.endswith(".document.id") or key in _QUERY_ID_KEYS) and (
+                not isinstance(value, (str, int)) or isinstance(value, bool)):
+            raise where(key).error(f"an id must be a string or an integer, got {_got(value)}")
+    meta = out.get("metadata")
+    if isinstance(meta, dict) and "query_id" in meta and meta["query_id"] is not None and (
+            not isinstance(meta["query_id"], (str, int)) or isinstance(meta["query_id"], bool)):
+        raise where("metadata").at("query_id").error(f"an id must be a string or an integer, got "
+                                                     f"{_got(meta['query_id'])}")
+    return out
+
+
+def _record(obj: Mapping[str, Any], place: _Place) -> SpanRecord:
     context = obj.get("context")
     if not isinstance(context, Mapping) or not context.get("span_id"):
-        raise InputError("a span needs 'context' with 'trace_id' and 'span_id'", file=file, line=line,
-                         field="context")
-    attrs = dict(_flatten(obj.get("attributes") or {}))
-    kind = str(attrs.get("openinference.span.kind") or obj.get("span_kind") or "UNKNOWN").upper()
-    return SpanRecord(line, str(context.get("trace_id", "")), str(context["span_id"]),
-                      obj.get("parent_id") or None, str(obj.get("name", "")), kind,
-                      _time(obj.get("start_time")), _time(obj.get("end_time")), attrs)
+        raise place.at("context").error("a span needs 'context' with 'trace_id' and 'span_id'")
+    ctx = place.at("context")
+    span_id, trace_id = _string(context, "span_id", ctx), _string(context, "trace_id", ctx)
+    raw = _object(obj.get("attributes"), place.at("attributes"))
+    attrs = _checked(dict(_flatten(raw)), lambda key: place.at("attributes").at(key))
+    kind = attrs.get("openinference.span.kind") or _string(obj, "span_kind", place) or "UNKNOWN"
+    return SpanRecord(place.line, trace_id, span_id, _string(obj, "parent_id", place) or None,
+                      _string(obj, "name", place), str(kind).upper(), _time(obj.get("start_time"), place.at("start_time")),
+                      _time(obj.get("end_time"), place.at("end_time")), attrs)
 
 
-def _otlp_records(obj: Mapping[str, Any], line: int) -> tuple[list[SpanRecord], str | None]:
+def _otlp_records(obj: Mapping[str, Any], place: _Place) -> tuple[list[SpanRecord], str | None]:
     out, system = [], None
-    for rs in obj.get("resourceSpans") or []:
-        resource = _otlp_attributes((rs.get("resource") or {}).get("attributes"))
-        for ss in (rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []):
-            scope = str((ss.get("scope") or ss.get("instrumentationLibrary") or {}).get("name", ""))
+    for rs, rs_at in _objects(obj.get("resourceSpans"), place.at("resourceSpans")):
+        resource_at = rs_at.at("resource")
+        resource, _ = _otlp_attributes(_object(rs.get("resource"), resource_at).get("attributes"),
+                                       resource_at.at("attributes"))
+        key = "scopeSpans" if rs.get("scopeSpans") is not None else "instrumentationLibrarySpans"
+        for ss, ss_at in _objects(rs.get(key), rs_at.at(key)):
+            scope_key = "scope" if ss.get("scope") is not None else "instrumentationLibrary"
+            scope = _string(_object(ss.get(scope_key), ss_at.at(scope_key)), "name", ss_at.at(scope_key))
             if scope.startswith("openinference.instrumentation."):
                 system = system or scope.rsplit(".", 1)[1]
-            for span in ss.get("spans") or []:
-                attrs = _otlp_attributes(span.get("attributes"))
-                out.append(SpanRecord(line, str(span.get("traceId", "")), str(span.get("spanId", "")),
-                                      span.get("parentSpanId") or None, str(span.get("name", "")),
-                                      str(attrs.get("openinference.span.kind", "UNKNOWN")).upper(),
-                                      _time(span.get("startTimeUnixNano")), _time(span.get("endTimeUnixNano")),
-                                      attrs))
-        system = system or resource.get("service.name")
+            for span, at in _objects(ss.get("spans"), ss_at.at("spans")):
+                attrs, paths = _otlp_attributes(span.get("attributes"), at.at("attributes"))
+                attrs = _checked(attrs, lambda k, at=at, paths=paths: _Place(at.file, at.line, paths[k]))
+                out.append(SpanRecord(place.line, _string(span, "traceId", at), _string(span, "spanId", at),
+                                      _string(span, "parentSpanId", at) or None, _string(span, "name", at),
+                                      str(attrs.get("openinference.span.kind") or "UNKNOWN").upper(),
+                                      _time(span.get("startTimeUnixNano"), at.at("startTimeUnixNano")),
+                                      _time(span.get("endTimeUnixNano"), at.at("endTimeUnixNano")), attrs))
+        service = resource.get("service.name")
+        system = system or (str(service) if service not in (None, "") else None)
     return out, system
 
 
@@ -174,38 +306,82 @@ def read_spans(path: Path, format: str) -> tuple[list[SpanRecord], list[str], st
     file names (an OpenInference instrumentation's scope, or the service)."""
     spans, bad, system = [], [], None
     for number, obj in json_objects(path, "spans"):
+        place = _Place(str(path), number)
         try:
             if isinstance(obj, InputError):
                 raise obj
             if format == "otlp":
                 if "resourceSpans" not in obj:
                     raise InputError("not an OTLP/JSON line: no 'resourceSpans'", file=str(path), line=number)
-                found, named = _otlp_records(obj, number)
+                found, named = _otlp_records(obj, place)
                 spans += found
                 system = system or named
             else:
-                for item in obj["data"] if isinstance(obj.get("data"), list) else [obj]:
+                many = isinstance(obj.get("data"), list)
+                for n, item in enumerate(obj["data"] if many else [obj]):
+                    at = place.at("data").at(n) if many else place
                     if not isinstance(item, dict):
-                        raise InputError("a span must be a JSON object", file=str(path), line=number)
-                    spans.append(_record(item, number, str(path)))
+                        raise at.error(f"a span must be a JSON object, got {_got(item)}")
+                    spans.append(_record(item, at))
         except InputError as exc:
             bad.append(f"{exc}; line skipped")
     return spans, bad, system
 
 
+def _node(span: SpanRecord, span_id: str | None = None) -> tuple[str, str]:
+    return span.trace_id, span.span_id if span_id is None else span_id
+
+
+def check_parents(spans: list[SpanRecord], file: str) -> None:
+    """Refuse parent links that do not lead to a root: a span that is its own parent, or spans
+    whose parents form a cycle (followed without recursion; each span visited once).
+
+    Raises:
+        InputError: naming the file, the line of a span of the cycle and the span ids in it.
+    """
+    parents: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    first: dict[tuple[str, str], SpanRecord] = {}
+    for s in spans:
+        first.setdefault(_node(s), s)
+        if s.parent_id:
+            parents.setdefault(_node(s), []).append(_node(s, s.parent_id))
+    done: set[tuple[str, str]] = set()
+    for start in parents:
+        if start in done:
+            continue
+        path, on_path = [start], {start: 0}
+        todo = [iter(parents.get(start, ()))]
+        while todo:
+            parent = next(todo[-1], None)
+            if parent is None:
+                node = path.pop()
+                del on_path[node]
+                done.add(node)
+                todo.pop()
+                continue
+            if parent in on_path:
+                cycle = path[on_path[parent]:]
+                span = first[cycle[0]]
+                ids = [node[1] for node in cycle]
+                if len(ids) == 1:
+                    raise InputError(f"span {ids[0]!r} (trace {span.trace_id!r}) is its own parent; parent links "
+                                     "must lead to a root span", file=file, line=span.line)
+                lines = sorted({first[node].line for node in cycle})
+                raise InputError(f"the parent links of spans {' -> '.join(map(repr, ids + ids[:1]))} (trace "
+                                 f"{span.trace_id!r}, line{'s' if len(lines) > 1 else ''} "
+                                 f"{', '.join(map(str, lines))}) form a cycle; parent links must lead to a root span",
+                                 file=file, line=span.line)
+            if parent in done:
+                continue
+            on_path[parent] = len(path)
+            path.append(parent)
+            todo.append(iter(parents.get(parent, ())))
+
+
 # ---- spans to imported traces ----
 
-def _json(value: Any) -> Any:
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _metadata(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    meta = _json(attrs.get("metadata"))
+    meta = attrs.get("metadata")
     out = dict(meta) if isinstance(meta, dict) else {}
     out.update({k[len("metadata."):]: v for k, v in attrs.items() if k.startswith("metadata.")})
     return out
@@ -264,7 +440,7 @@ def _documents(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     out = []
     for n in sorted(found):
         d = found[n]
-        out.append(document_item(d.get("content"), _json(d.get("metadata")) or {}, d.get("id"), d.get("score")))
+        out.append(document_item(d.get("content"), d.get("metadata") or {}, d.get("id"), d.get("score")))
     return out
 
 
@@ -272,7 +448,6 @@ def _value_documents(value: Any, known: Mapping[str, dict[str, Any]]) -> list[di
     """Documents in a component's input or output value (JSON): LangChain's serialised documents
     (``page_content``, ``metadata``), Haystack's (``content``, ``meta``, or the text
     ``Document(id=...)``, whose text and metadata come from the span that returned it)."""
-    value = _json(value)
     if isinstance(value, dict):
         for key in ("documents", "output", "input", "context"):
             if isinstance(value.get(key), list):
@@ -301,7 +476,7 @@ def _component(span: SpanRecord) -> str:
     return _SUFFIX.sub("", span.name)
 
 
-def _kind(span: SpanRecord, stage_map: Mapping[str, str], children: Mapping[str, list[SpanRecord]]) -> str | None:
+def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[str, str]]) -> str | None:
     given = span.attributes.get("ragdx.stage.kind")
     if isinstance(given, str):
         return given
@@ -309,8 +484,7 @@ def _kind(span: SpanRecord, stage_map: Mapping[str, str], children: Mapping[str,
     if name in stage_map:
         return stage_map[name]
     if span.kind == "RETRIEVER":
-        nested = any(c.kind == "RETRIEVER" for c in _descendants(span, children))
-        return "fusion" if nested else "retrieval"
+        return "fusion" if _node(span) in wrapping else "retrieval"
     if span.kind == "RERANKER":
         return "rerank"
     if span.kind == "LLM" and "llm.prompt_template" not in span.attributes and not any(
@@ -321,12 +495,20 @@ def _kind(span: SpanRecord, stage_map: Mapping[str, str], children: Mapping[str,
     return None
 
 
-def _descendants(span: SpanRecord, children: Mapping[str, list[SpanRecord]]) -> list[SpanRecord]:
-    out, todo = [], list(children.get(span.span_id, []))
+def _wrapping_retrievers(spans: list[SpanRecord]) -> set[tuple[str, str]]:
+    """The spans with a RETRIEVER span below them: each retriever's ancestors, each span visited
+    once (the parent links were checked to have no cycle)."""
+    parents: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for s in spans:
+        if s.parent_id:
+            parents.setdefault(_node(s), []).append(_node(s, s.parent_id))
+    out: set[tuple[str, str]] = set()
+    todo = [p for s in spans if s.kind == "RETRIEVER" for p in parents.get(_node(s), ())]
     while todo:
-        s = todo.pop()
-        out.append(s)
-        todo += children.get(s.span_id, [])
+        node = todo.pop()
+        if node not in out:
+            out.add(node)
+            todo += parents.get(node, ())
     return out
 
 
@@ -343,19 +525,19 @@ def _answer(span: SpanRecord) -> dict[str, Any]:
     a = span.attributes
     text = a.get("llm.output_messages.0.message.content")
     if text is None:
-        out = _json(a.get("output.value"))
+        out = a.get("output.value")
         replies = out.get("replies") if isinstance(out, dict) else None
         text = replies[0] if isinstance(replies, list) and replies and isinstance(replies[0], str) else (
             out if isinstance(out, str) else "")
     answer: dict[str, Any] = {"text": str(text), "abstained": bool(a.get("ragdx.abstained", False)),
-                              "usage": {"prompt_tokens": int(a.get("llm.token_count.prompt") or 0),
-                                        "completion_tokens": int(a.get("llm.token_count.completion") or 0)}}
+                              "usage": {"prompt_tokens": a.get("llm.token_count.prompt") or 0,  # checked when read
+                                        "completion_tokens": a.get("llm.token_count.completion") or 0}}
     seconds = _seconds(span)
     if seconds is not None:
         answer["seconds"] = seconds
-    claims = _json(a.get("ragdx.claims"))
+    claims = a.get("ragdx.claims")
     if not isinstance(claims, list):  # a generator that cites puts its claims in its reply's metadata
-        claims = find_claims(_json(a.get("output.value")))
+        claims = find_claims(a.get("output.value"))
     if isinstance(claims, list):
         answer["claims"] = claims
     return answer
@@ -382,11 +564,8 @@ def find_claims(value: Any) -> list | None:
 def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str, system: str | None) -> dict:
     """One query's imported trace (the documented JSONL format) from its spans."""
     spans = sorted(spans, key=lambda s: (s.start if s.start is not None else float("inf"), s.line))
-    children: dict[str, list[SpanRecord]] = {}
-    for s in spans:
-        if s.parent_id:
-            children.setdefault(s.parent_id, []).append(s)
-    kinds = {s.span_id: _kind(s, stage_map, children) for s in spans}
+    wrapping = _wrapping_retrievers(spans)
+    kinds = {s.span_id: _kind(s, stage_map, wrapping) for s in spans}
     if any(kinds[s.span_id] == "context" and _component(s) not in _FALLBACK_CONTEXT for s in spans):
         for s in spans:  # a prompt builder is the context only when no other span is
             if kinds[s.span_id] == "context" and _component(s) in _FALLBACK_CONTEXT:
@@ -403,7 +582,7 @@ def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str,
             answer = _answer(span)
             continue
         if kind == "citation":
-            verdicts = _json(a.get("ragdx.claims"))
+            verdicts = a.get("ragdx.claims")
             continue
         if span.kind == "RERANKER" and "ragdx.stage" not in a:
             items, given = _documents(a, "reranker.output_documents"), _documents(a, "reranker.input_documents")
@@ -419,7 +598,7 @@ def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str,
                 known.setdefault(item["id"], item)
         stage: dict[str, Any] = {"name": name, "kind": kind, "items": items}
         kept = {i.get("id") for i in items}
-        dropped = _json(a.get("ragdx.dropped"))
+        dropped = a.get("ragdx.dropped")
         if isinstance(dropped, list):
             stage["dropped"] = [dict(known.get(str(d.get("id")), {}), **d) for d in dropped if isinstance(d, dict)]
         elif given:
@@ -451,6 +630,7 @@ def spans_to_traces(spans: list[SpanRecord], stage_map: Mapping[str, str] | None
     """Imported traces (one dict per query, with the line of its first span) from spans, and one
     message per trace that names no query id (skipped)."""
     mapping = {**DEFAULT_STAGES, **(stage_map or {})}
+    check_parents(spans, file)
     system = system or next((str(s.attributes["ragdx.system"]) for s in spans if s.attributes.get("ragdx.system")),
                             None)
     by_trace: dict[str, list[SpanRecord]] = {}
