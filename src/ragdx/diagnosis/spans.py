@@ -227,7 +227,7 @@ def _time(value: Any, place: _Place) -> float | None:
     """Nanoseconds from an ISO time (Phoenix, OpenTelemetry's to_json) or a nanosecond count (OTLP)."""
     if value is None or value == "":
         return None
-    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         value = int(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if 0 <= value < _UINT64:
