@@ -44,8 +44,11 @@ def _parse_float(text: str) -> float:
     return value
 
 
+_DECODER = json.JSONDecoder(parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
+
+
 def _strict(text: str) -> Any:
-    return json.loads(text, parse_int=_parse_int, parse_float=_parse_float, parse_constant=_refuse_constant)
+    return _DECODER.decode(text)  # one decoder for every line (json.loads with hooks builds one each time)
 
 
 def loads(text: str, *, file: str, line: int | None = None) -> Any:
@@ -65,7 +68,9 @@ def loads(text: str, *, file: str, line: int | None = None) -> Any:
 def loads_embedded(text: str, *, file: str, line: int | None, field: str) -> Any:
     """The JSON value a string field carries (an OpenInference attribute such as ``output.value``),
     or the text itself when it is not JSON. The value is held to a line's rules (nesting, numbers,
-    Unicode); its problems name the field and the place inside it.
+    Unicode); its problems name the field and the place inside it. ``text`` is valid Unicode (a
+    string of a line :func:`loads` read), so only a ``\\u`` escape in it can make a lone surrogate,
+    and only as many brackets as the limit can nest that deep: the walk is skipped otherwise.
 
     Raises:
         InputError: naming the file, the line and the field.
@@ -79,7 +84,9 @@ def loads_embedded(text: str, *, file: str, line: int | None, field: str) -> Any
                          line=line, field=field) from None
     except ValueError as exc:
         raise InputError(f"unreadable JSON in this field: {exc}", file=file, line=line, field=field) from None
-    check_strings(value, file=file, line=line, field=field)
+    escapes = "\\u" in text
+    if escapes or text.count("[") + text.count("{") > MAX_DEPTH:
+        check_strings(value, file=file, line=line, field=field, strings=escapes)
     return value
 
 
@@ -92,22 +99,24 @@ def bad_unicode(text: str) -> str | None:
     return None
 
 
-def check_strings(value: Any, *, file: str, line: int | None = None, field: str = "") -> None:
+def check_strings(value: Any, *, file: str, line: int | None = None, field: str = "",
+                  strings: bool = True) -> None:
     """Refuse nesting deeper than :data:`MAX_DEPTH` and strings (keys too) that are not valid
-    Unicode, naming the field (walked without recursion; ``field`` names where ``value`` is)."""
+    Unicode, naming the field (walked without recursion; ``field`` names where ``value`` is;
+    ``strings=False`` checks the nesting only)."""
     stack: list[tuple[Any, str, int]] = [(value, field, 0)]
     while stack:
         node, where, depth = stack.pop()
         if depth > MAX_DEPTH:
             raise InputError(f"JSON nested deeper than {MAX_DEPTH} levels", file=file, line=line,
                              field=where or None)
-        if isinstance(node, str):
+        if isinstance(node, str) and strings:
             problem = bad_unicode(node)
             if problem:
                 raise InputError(problem, file=file, line=line, field=where or None)
         elif isinstance(node, dict):
             for key, item in node.items():
-                problem = bad_unicode(key)
+                problem = bad_unicode(key) if strings else None
                 if problem:
                     raise InputError(f"a field name is {problem}", file=file, line=line,
                                      field=where or None)

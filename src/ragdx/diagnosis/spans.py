@@ -25,6 +25,12 @@ traces are merged. A stage's seconds are its span's; the answer's tokens are the
 A document's metadata gives its evidence: ``doc`` (or ``doc_id``, ``source``, ``file_path``),
 ``version``, ``start`` (or ``split_idx_start``, ``start_index``) and ``end`` (else start plus the
 text's length), ``status`` and ``readable``.
+
+What is read is checked (docs/formats.md, "Limits"): every OTLP level and value type and every
+OpenInference field ragdx uses, a line that fails being skipped with a message naming its path
+(``resourceSpans[0].scopeSpans[1].spans[3].attributes[2].value.intValue``); JSON carried in an
+attribute's text at most 64 levels deep; parent links that lead to a root (a span that is its
+own parent, or a cycle, is an error naming the span ids). Reading is linear in the file.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from ragdx._jsonl import loads_embedded, read_text
 from ragdx.diagnosis.imports import json_objects, parse_trace, read_traces
@@ -55,9 +61,11 @@ _FALLBACK_CONTEXT = frozenset({"PromptBuilder", "ChatPromptBuilder"})  # the con
 _DOC_KEYS, _START_KEYS = ("doc", "doc_id", "source", "file_path"), ("start", "split_idx_start", "start_index")
 _HAYSTACK_DOCUMENT = re.compile(r"^Document\(id=([^,\s)]+)")
 _SUFFIX = re.compile(r"\.(run|run_async|invoke|ainvoke|_run)$")
-# attributes whose text is JSON (OpenInference writes these as JSON strings); read when the span is
-_JSON_VALUED = re.compile(r"^(metadata|input\.value|output\.value|ragdx\.claims|ragdx\.dropped)$|\.document\.metadata$")
-_QUERY_ID_KEYS = ("ragdx.query_id", "metadata.query_id")
+# the attributes ragdx checks when a span is read: those whose text is JSON (OpenInference writes
+# these as JSON strings), token counts, a document's content, ids
+_CHECKED = re.compile(r"^(?P<json>metadata|input\.value|output\.value|ragdx\.claims|ragdx\.dropped)$"
+                      r"|\.document\.(?:(?P<json_>metadata)|(?P<content>content)|(?P<id>id))$"
+                      r"|^(?P<tokens>llm\.token_count\.\w+)$|^(?P<id_>ragdx\.query_id|metadata\.query_id)$")
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
 _INT64, _UINT64 = 2 ** 63, 2 ** 64
 
@@ -105,16 +113,25 @@ def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 
 
 class _Place:
-    """Where a value sits in a span file (file, line, path), to name it in an error."""
+    """Where a value sits in a span file (file, line, path), to name it in an error; the path is
+    spelt only then (``resourceSpans[0].scopeSpans[1].spans[3]``)."""
 
-    __slots__ = ("file", "line", "path")
+    __slots__ = ("file", "line", "parent", "step")
 
-    def __init__(self, file: str, line: int, path: str = "") -> None:
-        self.file, self.line, self.path = file, line, path
+    def __init__(self, file: str, line: int, parent: "_Place | None" = None, step: str | int = "") -> None:
+        self.file, self.line, self.parent, self.step = file, line, parent, step
 
-    def at(self, name: str | int) -> "_Place":
-        step = f"[{name}]" if isinstance(name, int) else (f".{name}" if self.path else name)
-        return _Place(self.file, self.line, self.path + step)
+    def at(self, step: str | int) -> "_Place":
+        return _Place(self.file, self.line, self, step)
+
+    @property
+    def path(self) -> str:
+        steps, place = [], self
+        while place is not None and place.parent is not None:
+            steps.append(place.step)
+            place = place.parent
+        return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" if n else s
+                       for n, s in enumerate(reversed(steps)))
 
     def error(self, message: str) -> InputError:
         return InputError(message, file=self.file, line=self.line, field=self.path or None)
@@ -194,15 +211,15 @@ def _otlp_value(value: Any, place: _Place) -> Any:
     return None  # an empty value (OTLP allows one)
 
 
-def _otlp_attributes(kvs: Any, place: _Place) -> tuple[dict[str, Any], dict[str, str]]:
-    """OTLP ``{key, value}`` pairs as a mapping, and each key's path in the file."""
+def _otlp_attributes(kvs: Any, place: _Place) -> tuple[dict[str, Any], dict[str, _Place]]:
+    """OTLP ``{key, value}`` pairs as a mapping, and each key's value's place in the file."""
     out, paths = {}, {}
     for kv, at in _objects(kvs, place):
         key = kv.get("key")
         if not isinstance(key, str):
             raise at.at("key").error(f"expected a string, got {_got(key)}")
-        out[key] = _otlp_value(kv.get("value"), at.at("value"))
-        paths[key] = at.at("value").path
+        paths[key] = at.at("value")
+        out[key] = _otlp_value(kv.get("value"), paths[key])
     return out, paths
 
 
@@ -210,7 +227,7 @@ def _time(value: Any, place: _Place) -> float | None:
     """Nanoseconds from an ISO time (Phoenix, OpenTelemetry's to_json) or a nanosecond count (OTLP)."""
     if value is None or value == "":
         return None
-    if isinstance(value, str) and value.isdigit() and len(value) <= 20:
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
         value = int(value)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if 0 <= value < _UINT64:
@@ -224,31 +241,32 @@ def _time(value: Any, place: _Place) -> float | None:
     raise place.error(f"{_got(value)} is not an ISO 8601 time nor a count of nanoseconds")
 
 
-def _checked(attrs: dict[str, Any], where: Any) -> dict[str, Any]:
-    """A span's attributes with the JSON some of them carry as text read (:data:`_JSON_VALUED`,
-    held to a line's rules), and the ones ragdx reads checked: token counts are non-negative
-    integers, a document's content is text, ids are strings or integers. ``where(key)`` is the
-    attribute's place."""
+def _is_id(value: Any) -> bool:
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def _checked(attrs: dict[str, Any], where: Callable[[str], _Place]) -> dict[str, Any]:
+    """A span's attributes with the JSON some of them carry as text read (held to a line's rules),
+    and the ones ragdx reads checked: token counts are non-negative integers, a document's
+    content is text, ids are strings or integers. ``where(key)`` is the attribute's place."""
     out = dict(attrs)
     for key, value in attrs.items():
-        if isinstance(value, str) and _JSON_VALUED.search(key):
+        m = _CHECKED.search(key)
+        if m is None or value is None:
+            continue
+        kind = m.lastgroup.rstrip("_")  # a name a group of the pattern has twice ends in _ once
+        if kind == "json" and isinstance(value, str):
             place = where(key)
             value = out[key] = loads_embedded(value, file=place.file, line=place.line, field=place.path)
-        if value is None:
-            continue
-        if key.startswith("llm.token_count."):
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise where(key).error(f"{_got(value)} is not a token count (a non-negative integer)")
-        elif key.endswith(".document.content") and not isinstance(value, str):
+            meta = value.get("query_id") if key == "metadata" and isinstance(value, dict) else None
+            if meta is not None and not _is_id(meta):
+                raise where(key).at("query_id").error(f"an id must be a string or an integer, got {_got(meta)}")
+        elif kind == "tokens" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+            raise where(key).error(f"{_got(value)} is not a token count (a non-negative integer)")
+        elif kind == "content" and not isinstance(value, str):
             raise where(key).error(f"a document's content must be a string, got {_got(value)}")
-        elif (key.endswith(".document.id") or key in _QUERY_ID_KEYS) and (
-                not isinstance(value, (str, int)) or isinstance(value, bool)):
+        elif kind == "id" and not _is_id(value):
             raise where(key).error(f"an id must be a string or an integer, got {_got(value)}")
-    meta = out.get("metadata")
-    if isinstance(meta, dict) and "query_id" in meta and meta["query_id"] is not None and (
-            not isinstance(meta["query_id"], (str, int)) or isinstance(meta["query_id"], bool)):
-        raise where("metadata").at("query_id").error(f"an id must be a string or an integer, got "
-                                                     f"{_got(meta['query_id'])}")
     return out
 
 
@@ -280,7 +298,7 @@ def _otlp_records(obj: Mapping[str, Any], place: _Place) -> tuple[list[SpanRecor
                 system = system or scope.rsplit(".", 1)[1]
             for span, at in _objects(ss.get("spans"), ss_at.at("spans")):
                 attrs, paths = _otlp_attributes(span.get("attributes"), at.at("attributes"))
-                attrs = _checked(attrs, lambda k, at=at, paths=paths: _Place(at.file, at.line, paths[k]))
+                attrs = _checked(attrs, paths.__getitem__)
                 out.append(SpanRecord(place.line, _string(span, "traceId", at), _string(span, "spanId", at),
                                       _string(span, "parentSpanId", at) or None, _string(span, "name", at),
                                       str(attrs.get("openinference.span.kind") or "UNKNOWN").upper(),
