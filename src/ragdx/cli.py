@@ -151,8 +151,8 @@ def print_answer(trace) -> None:
     from ragdx.report.terminal import printable
     answer, context, verification = trace.answer, trace.context, trace.verification
     print(printable(answer.text))
-    if answer.abstained:
-        print(printable(f"\nMissing: {', '.join(answer.missing)}"))
+    if answer.missing:  # an answer given with a slot still unknown says which, as an abstention does
+        print(printable(f"\n{'Missing' if answer.abstained else 'Still unknown'}: {', '.join(answer.missing)}"))
     cited = [context.unit(c) for c in answer.citations]
     if cited:
         print("\nCitations:")
@@ -163,8 +163,9 @@ def print_answer(trace) -> None:
         cut = ", truncated" if unit.truncated else ""
         print(printable(f"  [{unit.id}] {unit.doc_id} @ {unit.version}, {where}, characters "
                         f"{unit.start}-{unit.end}{cut}"))
-    for conflict in context.conflicts:
-        print(printable(f"\nConflict: {conflict.describe()}"))
+    for conflict in context.conflicts:  # the context keeps them all; the answer's reader needs its own
+        if set(conflict.units) & set(answer.citations):
+            print(printable(f"\nConflict: {conflict.describe()}"))
     if verification.checks:
         print("\nClaims:")
     for check in verification.checks:
