@@ -146,6 +146,12 @@ class CrossEncoder:
         assert self._files is not None
         return self._files.source
 
+    @property
+    def config(self) -> dict[str, object]:
+        """The model (its id, files' hash and source) and the settings that change its scores."""
+        return {"model": self.model_id, "weights_hash": self.weights_hash, "source": self.source,
+                "max_tokens": self.max_tokens, "batch_size": self.batch_size}
+
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """The model's relevance logit of each text for the query (higher is more relevant), as
         a float32 array in the texts' order; an empty array for no texts."""
