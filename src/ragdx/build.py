@@ -80,6 +80,15 @@ def build_encoder(dense: DenseSettings) -> Encoder:
     """The encoder the dense settings name (loaded lazily, on first use)."""
     common: dict[str, Any] = {"batch_size": dense.batch_size, "query_prefix": dense.query_prefix,
                               "passage_prefix": dense.passage_prefix}
+    from ragdx.encoders.packaged import packaged
+    found = packaged(dense.model)
+    if found is not None and found.kind == "dense":
+        if dense.backend != "onnx":
+            raise ConfigError(f"retrieval.dense.model {dense.model!r} is a packaged int8 ONNX model: set "
+                              "retrieval.dense.backend = 'onnx'")
+        from ragdx.encoders.onnx import packaged_encoder
+        # one text per pass: retrieval.dense.batch_size does not apply (see packaged_encoder)
+        return packaged_encoder(dense.model, query_prefix=dense.query_prefix, passage_prefix=dense.passage_prefix)
     if dense.backend == "onnx":
         from ragdx.encoders.onnx import OnnxEncoder
         if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it

