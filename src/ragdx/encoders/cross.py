@@ -26,7 +26,7 @@ from ragdx.encoders._session import available_threads, new_session, pad
 from ragdx.encoders.packaged import ModelFiles, resolve, weights_hash
 from ragdx.errors import ConfigError, MissingExtraError
 
-__all__ = ["CrossEncoder", "DEFAULT_CROSS_ENCODER", "MAX_THREADS"]
+__all__ = ["CrossEncoder", "DEFAULT_CROSS_ENCODER", "MAX_THREADS", "OnnxModel", "load_tokenizer"]
 
 DEFAULT_CROSS_ENCODER = "cross-encoder/ms-marco-MiniLM-L-12-v2"
 MAX_THREADS = 4  # a reranker shares the CPU with the rest of a query; more threads gained little here
@@ -59,6 +59,68 @@ def load_tokenizer(files: ModelFiles, max_tokens: int, what: str) -> Any:
     return tokenizer
 
 
+class OnnxModel:
+    """An ONNX model and its tokenizer, resolved (:func:`~ragdx.encoders.packaged.resolve`) and
+    loaded once, on first use, with a bounded number of threads; what the pair scorers share.
+
+    Args:
+        model: what to resolve.
+        kind: the kind of packaged model it must be.
+        what: the component, for error messages.
+        max_tokens: the tokenizer's truncation.
+        threads: intra-op threads (None: the CPUs, at most :data:`MAX_THREADS`).
+        output: the output the model must give.
+
+    Raises:
+        ConfigError: a bad ``threads``.
+    """
+
+    def __init__(self, model: str, *, kind: str, what: str, max_tokens: int, threads: int | None,
+                 output: str) -> None:
+        if threads is not None and (not isinstance(threads, int) or threads < 1):
+            raise ConfigError(f"{what}: threads must be None or an integer >= 1, not {threads!r}")
+        self.model, self.kind, self.what, self.max_tokens, self.output = model, kind, what, max_tokens, output
+        self.threads = threads if threads is not None else min(available_threads(), MAX_THREADS)
+        self.files: ModelFiles | None = None
+        self.weights_hash = ""
+        self.tokenizer: Any = None
+        self.session: Any = None
+        self.inputs: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    def load(self) -> "OnnxModel":
+        with self._lock:
+            if self.session is None:
+                files = resolve(self.model, kind=self.kind, what=self.what)
+                tokenizer = load_tokenizer(files, self.max_tokens, self.what)
+                session = new_session(files.onnx.read_bytes(), self.threads, self.what, files.onnx)
+                inputs = tuple(i.name for i in session.get_inputs())
+                outputs = [o.name for o in session.get_outputs()]
+                if "input_ids" not in inputs or "attention_mask" not in inputs or set(inputs) - set(_INPUTS) \
+                        or self.output not in outputs:
+                    raise ConfigError(f"{self.what}: {str(files.onnx)!r} takes {', '.join(inputs)} and gives "
+                                      f"{', '.join(outputs)}; expected input_ids, attention_mask (and "
+                                      f"optionally token_type_ids) and {self.output}")
+                self.files, self.weights_hash, self.tokenizer, self.inputs = files, weights_hash(files), tokenizer, inputs
+                self.session = session  # last: a failure above leaves the model unloaded
+        return self
+
+    @property
+    def config(self) -> dict[str, object]:
+        """The resolved model's id (a packaged model's Hugging Face id, else what was given), the
+        hash of its files and where they came from (``folder``, ``packaged`` or ``hub``)."""
+        self.load()
+        assert self.files is not None
+        return {"model": self.files.model_id, "weights_hash": self.weights_hash, "source": self.files.source}
+
+    def run(self, ids: np.ndarray, mask: np.ndarray, types: np.ndarray | None = None) -> np.ndarray:
+        """The model's output for a padded batch."""
+        self.load()
+        feed = {"input_ids": ids, "attention_mask": mask,
+                "token_type_ids": types if types is not None else np.zeros_like(ids)}
+        return self.session.run([self.output], {k: feed[k] for k in self.inputs})[0]
+
+
 class CrossEncoder:
     """Scores (query, text) pairs with an ONNX cross-encoder; loads on first use.
 
@@ -85,80 +147,33 @@ class CrossEncoder:
             if not isinstance(value, int) or value < (8 if name == "max_tokens" else 1):
                 raise ConfigError(f"{_WHAT}: {name} must be an integer >= {8 if name == 'max_tokens' else 1}, "
                                   f"not {value!r}")
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ConfigError(f"{_WHAT}: threads must be None or an integer >= 1, not {threads!r}")
-        self.model = model
         self.max_tokens, self.batch_size = max_tokens, batch_size
-        self.threads = threads if threads is not None else min(available_threads(), MAX_THREADS)
-        self._files: ModelFiles | None = None
-        self._hash = ""
-        self._tokenizer: Any = None
-        self._session: Any = None
-        self._inputs: tuple[str, ...] = ()
-        self._lock = threading.Lock()
-
-    def _load(self) -> Any:
-        with self._lock:
-            if self._session is None:
-                files = resolve(self.model, kind="cross-encoder", what=_WHAT)
-                tokenizer = load_tokenizer(files, self.max_tokens, _WHAT)
-                data = files.onnx.read_bytes()
-                session = new_session(data, self.threads, _WHAT, files.onnx)
-                inputs = tuple(i.name for i in session.get_inputs())
-                outputs = [o.name for o in session.get_outputs()]
-                if "input_ids" not in inputs or "attention_mask" not in inputs or set(inputs) - set(_INPUTS) \
-                        or "logits" not in outputs:
-                    raise ConfigError(f"{_WHAT}: {str(files.onnx)!r} takes {', '.join(inputs)} and gives "
-                                      f"{', '.join(outputs)}; expected input_ids, attention_mask (and "
-                                      "optionally token_type_ids) and logits")
-                self._files, self._hash, self._tokenizer, self._inputs = files, weights_hash(files), tokenizer, inputs
-                self._session = session  # last: a failure above leaves the scorer unloaded
-        return self._session
+        self._model = OnnxModel(model, kind="cross-encoder", what=_WHAT, max_tokens=max_tokens, threads=threads,
+                                output="logits")
 
     def warm_up(self) -> None:
         """Load the model now rather than on the first call."""
-        self._load()
-
-    @property
-    def model_id(self) -> str:
-        """The resolved model's id (a packaged model's Hugging Face id, else what was given)."""
-        self._load()
-        assert self._files is not None
-        return self._files.model_id
-
-    @property
-    def weights_hash(self) -> str:
-        """A hash of the ONNX file's and the tokenizer's bytes (:func:`~ragdx.encoders.packaged.weights_hash`)."""
-        self._load()
-        return self._hash
-
-    @property
-    def source(self) -> str:
-        """Where the files came from: ``folder``, ``packaged`` or ``hub``."""
-        self._load()
-        assert self._files is not None
-        return self._files.source
+        self._model.load()
 
     @property
     def config(self) -> dict[str, object]:
-        """The model (its id, files' hash and source) and the settings that change its scores."""
-        return {"model": self.model_id, "weights_hash": self.weights_hash, "source": self.source,
-                "max_tokens": self.max_tokens, "batch_size": self.batch_size}
+        """The model (its id, files' hash and source: :attr:`OnnxModel.config`) and the settings
+        that change its scores."""
+        return self._model.config | {"max_tokens": self.max_tokens, "batch_size": self.batch_size}
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """The model's relevance logit of each text for the query (higher is more relevant), as
         a float32 array in the texts' order; an empty array for no texts."""
-        session = self._load()
+        model = self._model.load()
         if not texts:
             return np.zeros(0, np.float32)
-        found = self._tokenizer.encode_batch([(query, t) for t in texts])
+        found = model.tokenizer.encode_batch([(query, t) for t in texts])
         order = sorted(range(len(found)), key=lambda i: len(found[i].ids), reverse=True)
         scores = np.empty(len(found), np.float32)
         for at in range(0, len(order), self.batch_size):
             batch = order[at:at + self.batch_size]
             ids, mask = pad([found[i].ids for i in batch])
             types, _ = pad([found[i].type_ids for i in batch], ids.shape[1])
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            logits = session.run(["logits"], {k: feed[k] for k in self._inputs})[0]
+            logits = model.run(ids, mask, types)
             scores[batch] = logits.reshape(len(batch), -1)[:, 0]
         return scores
