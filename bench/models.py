@@ -5,7 +5,7 @@ bge-small-en-v1.5 against all-MiniLM-L6-v2 as the dense encoder.
 Reproduce, from the repository root, after ``bench/quality.py`` has built the dev store::
 
     .venv/bin/python bench/models.py                       # every part, the fit half
-    .venv/bin/python bench/models.py --parts rerank --limit 40
+    .venv/bin/python bench/models.py --parts rerank,colbert --sample 40 --depths 30,50
 
 The store is opened read-only. The fit half only (``queries.fit.jsonl``): defaults are chosen
 on it, never on the test half. Only answerable questions count.
@@ -41,6 +41,7 @@ Results: ``bench/results/models.json`` (``--out``); docs/benchmarks.md, "Package
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import sqlite3
 import statistics
@@ -295,10 +296,13 @@ def main() -> int:
     ap.add_argument("--store", type=Path, default=DEVSET / "store.db")
     ap.add_argument("--queries", type=Path, default=DEVSET / "queries.fit.jsonl")
     ap.add_argument("--parts", default="rerank,colbert,dense", help="comma-separated: rerank, colbert, dense")
-    ap.add_argument("--limit", type=int, default=0, help="the first N answerable questions only")
+    ap.add_argument("--sample", type=int, default=0,
+                    help="rerank a fixed random sample (seed 0) of N answerable questions, not all")
     ap.add_argument("--depths", default="30,75", help="candidates the models score (rerank.depth), comma-separated")
     ap.add_argument("--distractors", type=int, default=6000)
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--merge", type=Path, default=None,
+                    help="a results file of other parts (e.g. --parts dense run apart) to merge into --out")
     args = ap.parse_args()
     if "test" in args.queries.name:
         ap.error("the models are chosen on the fit half; the test half is for bench/quality.py")
@@ -313,19 +317,28 @@ def main() -> int:
     encoder = OnnxEncoder(INT8.stem, model_path=INT8, vocab_path=INT8.parent / "vocab.txt",
                           batch_size=settings.retrieval.dense.batch_size, threads=1)
     queries = [q for q in load_queries(args.queries) if q.answerable and q.required]
-    if args.limit:
-        queries = queries[:args.limit]
+    reranked = queries
+    if args.sample and args.sample < len(queries):
+        keep = set(random.Random(0).sample(range(len(queries)), args.sample))
+        reranked = [q for i, q in enumerate(queries) if i in keep]
     result: dict[str, Any] = {"machine": machine(), "code": code_version(), "queries": str(args.queries.name),
-                              "answerable_questions": len(queries), "depths": depths}
+                              "answerable_questions": len(queries), "reranked_questions": len(reranked), "depths": depths}
     with SQLiteStore(args.store, "read") as store:
         if store.active_space().id != encoder.space.id:
             raise SystemExit(f"the store's active space is not {INT8}'s")
         if parts & {"rerank", "colbert"}:
-            print(f"reranking {len(queries)} questions ...", file=sys.stderr, flush=True)
-            result["rerank"] = measure_rerankers(store, encoder, settings, queries, parts, depths)
+            print(f"reranking {len(reranked)} questions ...", file=sys.stderr, flush=True)
+            result["rerank"] = measure_rerankers(store, encoder, settings, reranked, parts, depths)
         if "dense" in parts:
             print("dense encoders ...", file=sys.stderr, flush=True)
             result["dense"] = measure_dense(store, encoder, queries, args.distractors)
+    if args.merge:
+        other = json.loads(args.merge.read_text(encoding="utf-8"))
+        for key in ("rerank", "dense"):
+            if key in other and key not in result:
+                result[key] = other[key]
+                result[f"{key}_run"] = {k: other[k] for k in ("code", "answerable_questions", "reranked_questions",
+                                                             "depths") if k in other}
     write_result(args.out, result, table(result))
     return 0
 
