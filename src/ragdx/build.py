@@ -80,6 +80,15 @@ def build_encoder(dense: DenseSettings) -> Encoder:
     """The encoder the dense settings name (loaded lazily, on first use)."""
     common: dict[str, Any] = {"batch_size": dense.batch_size, "query_prefix": dense.query_prefix,
                               "passage_prefix": dense.passage_prefix}
+    from ragdx.encoders.packaged import packaged
+    found = packaged(dense.model)
+    if found is not None and found.kind == "dense":
+        if dense.backend != "onnx":
+            raise ConfigError(f"retrieval.dense.model {dense.model!r} is a packaged int8 ONNX model: set "
+                              "retrieval.dense.backend = 'onnx'")
+        from ragdx.encoders.onnx import packaged_encoder
+        # one text per pass: retrieval.dense.batch_size does not apply (see packaged_encoder)
+        return packaged_encoder(dense.model, query_prefix=dense.query_prefix, passage_prefix=dense.passage_prefix)
     if dense.backend == "onnx":
         from ragdx.encoders.onnx import OnnxEncoder
         if dense.model.endswith(".onnx"):  # a file built by `ragdx build-encoder`, its vocab.txt beside it
@@ -166,7 +175,9 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
         stages.append(FeatureReranker.from_file(store, rr.weights_file, rr.top_n, encoder=encoder, depth=rr.depth)
                       if rr.weights_file else FeatureReranker(store, top_n=rr.top_n, encoder=encoder, depth=rr.depth))
     elif rr.method == "cross-encoder":
-        stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
+        from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
+        scorer = CrossEncoder(rr.model or DEFAULT_CROSS_ENCODER, max_tokens=rr.max_tokens, batch_size=rr.batch_size)
+        stages.append(CrossEncoderReranker(store, scorer, top_n=rr.top_n, depth=rr.depth, combine=rr.combine))
     channels = [stage for stage in stages if stage.kind is StageKind.RETRIEVAL]
     stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded,
                              withhold=channels if settings.governance.withhold else (),
