@@ -6,9 +6,10 @@ Imports nothing of ragdx.
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
-__all__ = ["sentence_spans", "sentences", "statements", "heading_like", "content_terms", "stem", "STOPWORDS",
-           "quantities", "split_question"]
+__all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like",
+           "content_terms", "stem", "STOPWORDS", "quantities", "split_question"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -94,25 +95,61 @@ def statements(text: str, header: str = "") -> list[str]:
     items, and its table rows read with their header (``column: value; ...``; ``header`` is a
     table header row kept apart from the text, if any). Headings (a short line without a final
     stop) state nothing and are left out."""
-    out: list[str] = []
+    return [s.text for s in statement_spans(text, header)]
+
+
+class Statement(NamedTuple):
+    """One statement of a text and where it stands: ``[start, end)`` in the text (a list item's
+    range without its bullet, a table row's its line), and for a table row the range of the
+    header row it is read with (``head``; a header given apart sits before the text, as
+    ``f"{header}\\n{text}"`` places it, at ``[-len(header) - 1, -1)``)."""
+
+    start: int
+    end: int
+    text: str
+    head: tuple[int, int] | None = None
+
+
+def statement_spans(text: str, header: str = "") -> list[Statement]:
+    """Each statement of :func:`statements`, with where it stands in ``text``."""
+    out: list[Statement] = []
     columns = [c.strip() for c in header.split(" | ")] if header else None
+    at = 0
     for paragraph in text.split("\n\n"):
-        lines = [line.strip() for line in paragraph.split("\n") if line.strip()]
+        lines: list[tuple[int, str]] = []  # each non-blank line, stripped, with its offset
+        pos = at
+        for line in paragraph.split("\n"):
+            if line.strip():
+                lines.append((pos + len(line) - len(line.lstrip()), line.strip()))
+            pos += len(line) + 1
+        at += len(paragraph) + 2
         if not lines:
             continue
-        if all(" | " in line for line in lines):  # a table, or rows of one
-            head = columns
-            if head is None or lines[0] == " | ".join(head):
-                head, lines = [c.strip() for c in lines[0].split(" | ")], lines[1:]
-            out += ["; ".join(f"{col}: {val.strip()}" for col, val in zip(head, row.split(" | ")))
-                    for row in lines]
-        elif all(_LIST_ITEM.match(line) for line in lines):
-            out += [_LIST_ITEM.sub("", line) for line in lines]
-        elif heading_like(lines):
+        texts = [line for _, line in lines]
+        if all(" | " in line for line in texts):  # a table, or rows of one
+            head, where = columns, (-len(header) - 1, -1)
+            if head is None or texts[0] == " | ".join(head):
+                head, where = [c.strip() for c in texts[0].split(" | ")], (lines[0][0], lines[0][0] + len(texts[0]))
+                lines = lines[1:]
+            out += [Statement(start, start + len(row), "; ".join(
+                f"{col}: {val.strip()}" for col, val in zip(head, row.split(" | "))), where) for start, row in lines]
+        elif all(_LIST_ITEM.match(line) for line in texts):
+            for start, line in lines:
+                bullet = _LIST_ITEM.match(line).end()  # type: ignore[union-attr]
+                out.append(Statement(start + bullet, start + len(line), line[bullet:]))
+        elif heading_like(texts):
             continue  # a heading states nothing
-        else:
-            out += sentences(" ".join(lines))
-    return [s for s in out if len(s) > 2]
+        else:  # sentences of the lines joined by spaces, each mapped back to the text
+            joined = " ".join(texts)
+            starts = [0]
+            for line in texts[:-1]:
+                starts.append(starts[-1] + len(line) + 1)
+
+            def where_in(k: int) -> int:
+                n = max(i for i, s in enumerate(starts) if s <= k)
+                return lines[n][0] + k - starts[n]
+            out += [Statement(where_in(s), where_in(e - 1) + 1, joined[s:e]) for s, e in sentence_spans(joined)]
+    return [s for s in out if len(s.text) > 2]
 
 
 _SUFFIXES = ("ational", "ization", "fulness", "iveness", "ements", "ments", "ement", "ment", "ings",

@@ -66,7 +66,8 @@ def stage_to_dict(stage: StageOutput) -> dict[str, Any]:
     elif isinstance(stage, Verification):
         out |= {"checker": stage.checker, "claims": [
             {"text": c.claim.text, "citations": list(c.claim.citations), "verdict": c.verdict.value,
-             "reason": c.reason} for c in stage.checks]}
+             "reason": c.reason, "support": [{"doc": p.doc_id, "version": p.version, "start": p.start,
+                                              "end": p.end} for p in c.support]} for c in stage.checks]}
     return out
 
 

@@ -676,12 +676,15 @@ class Verdict(ChoiceEnum):
 
 @dataclass(frozen=True, slots=True)
 class ClaimCheck:
-    """The verdict on one claim, with the reason in words and the evidence it was judged on."""
+    """The verdict on one claim, with the reason in words, the evidence it was judged on, and
+    where in the cited units its support lies (spans of the parsed text; empty when the claim
+    cites nothing that could be read)."""
 
     claim: Claim
     verdict: Verdict
     reason: str
     evidence: str = ""
+    support: tuple[Span, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,11 @@ One JSON object per line::
                 "claims": [{"text": "...", "supported": true, "citations": ["policy-current"]}]}}
 
 An item identifies its evidence by an ``id``, a span (``doc``, ``start``, ``end``, optional
-``version``), or ``doc`` with its ``text``; ``dropped`` lists items a stage removed, each with a
-``reason``. Optional item fields ``readable: false`` and ``status: superseded|expired`` mark a
-leak or a stale version. A malformed line is reported with its line number and field, and
-skipped; the other lines are still diagnosed.
+``version``), or ``doc`` with its ``text``; a claim may say where its support lies (``support``:
+spans, as items give them; without them ragdx locates it in the cited items' texts); ``dropped``
+lists items a stage removed, each with a ``reason``. Optional item fields ``readable: false`` and
+``status: superseded|expired`` mark a leak or a stale version. A malformed line is reported with
+its line number and field, and skipped; the other lines are still diagnosed.
 """
 
 from __future__ import annotations
@@ -33,17 +34,39 @@ ANY_VERSION = "*"  # a span whose version the trace does not say
 BY_TEXT = "by_text"  # a quote to find in items' texts (no store to resolve it to a span)
 
 
-def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
-    if not isinstance(obj, dict):
-        raise f.error(where, f"expected an object, got {json.dumps(obj)}")
-    i = Fields(obj, f.file, f.line, prefix=f"{where}.")
+def _span(i: Fields, f: Fields, where: str) -> Span | None:
+    """An object's span (``doc``, ``start``, ``end``, optional ``version``), if it has one."""
     doc = i.get("doc", str, default=None)
     version = i.get("version", str, default=None) or ANY_VERSION
     start, end = i.get("start", int, default=None), i.get("end", int, default=None)
     if (start is None) != (end is None):
         raise f.error(where, "a span needs both 'start' and 'end'")
     if start is not None and (doc is None or not 0 <= start < end):
-        raise f.error(where, "a span needs 'doc' and 0 <= start < end")
+        raise f.error(where, f"a span needs 'doc' and 0 <= start < end, got start {start}, end {end}")
+    return Span(doc, version, start, end) if start is not None and doc else None
+
+
+def _support(c: Fields, f: Fields, where: str) -> tuple[Span, ...]:
+    """A claim's ``support``: where in the parsed text its support lies, as spans."""
+    out = []
+    for n, obj in enumerate(c.get("support", list, default=[])):
+        at = f"{where}.support[{n}]"
+        if not isinstance(obj, dict):
+            raise f.error(at, f"expected an object, got {json.dumps(obj)}")
+        span = _span(Fields(obj, f.file, f.line, prefix=f"{at}."), f, at)
+        if span is None:
+            raise f.error(at, "a support span needs 'doc', 'start' and 'end'")
+        out.append(span)
+    return tuple(out)
+
+
+def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
+    if not isinstance(obj, dict):
+        raise f.error(where, f"expected an object, got {json.dumps(obj)}")
+    i = Fields(obj, f.file, f.line, prefix=f"{where}.")
+    span = _span(i, f, where)
+    doc = i.get("doc", str, default=None)
+    start, end = (span.start, span.end) if span is not None else (None, None)
     text = i.get("text", str, default=None)
     item_id = i.get("id", str, default=None)
     if item_id is None and doc is None:
@@ -51,7 +74,7 @@ def _item(obj: Any, f: Fields, where: str, n: int) -> ItemView:
     if item_id is None:
         item_id = f"{doc}[{start}:{end}]" if start is not None else f"{doc}#{n}"
     status = i.get("status", str, default="current")
-    return ItemView(item_id, Span(doc, version, start, end) if start is not None and doc else None, text,
+    return ItemView(item_id, span, text,
                     i.get("rank", int, default=n), doc, readable=i.get("readable", bool, default=True),
                     current=status == "current", score=i.get("score", (int, float), default=None))
 
@@ -103,7 +126,8 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
                 raise f.error(f"answer.claims[{n}]", f"expected an object, got {json.dumps(c)}")
             cf = Fields(c, file, line, prefix=f"answer.claims[{n}].")
             claims.append(ClaimView(cf.get("text", str, default=""), cf.str_list("citations", cited),
-                                    cf.get("supported", bool, default=None)))
+                                    cf.get("supported", bool, default=None),
+                                    support=_support(cf, f, f"answer.claims[{n}]")))
         if not claims and cited:
             claims.append(ClaimView(af.get("text", str, default=""), cited, None))
         usage = af.get("usage", dict, default={})

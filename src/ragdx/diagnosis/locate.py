@@ -20,6 +20,13 @@ An answer whose claims carry no verdicts is checked here, with a support checker
 lexical one by default): a claim that cites units against those units, an uncited claim against
 each unit of the context. An answer that cannot be checked (its context has no text) is never
 ``supported``: it is ``unverified``.
+
+A required group counts as used by the answer only when a claim states it: the claim's support
+(where in its cited units it rests: recorded by ragdx's verifier or the trace, else located here
+with :func:`ragdx.stages.verify.locate_support`) overlaps one of the group's alternatives, or the
+checker judges that the claim and an alternative's text state the same fact (either supports the
+other). A cited unit that holds the span is not enough: an answer that cites it for another
+sentence leaves the group unstated, and the first failure is ``generation``.
 """
 
 from __future__ import annotations
@@ -33,11 +40,15 @@ from ragdx.diagnosis.evidence import (
     ResolvedAlternative,
 )
 from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
+from ragdx.ingest.quotes import find_quote
 from ragdx.types import Query, Span, StageKind
 
 _SPACE = re.compile(r"\s+")
 ANY_VERSION = "*"  # a span whose version the trace does not say: it matches any version
 MIN_PART = 8  # the fewest (non-space) characters of a quote that count as holding part of it
+# why a group that reached the context is lost at generation
+UNCITED = "in the context, but the answer does not cite it"
+STATED_NOT = "in the context and in a cited unit, but no claim states it"
 
 SUPPORTED, INCOMPLETE, UNSUPPORTED = Outcome.SUPPORTED, Outcome.INCOMPLETE, Outcome.UNSUPPORTED
 WRONG_ABSTENTION, CORRECT_ABSTENTION = Outcome.WRONG_ABSTENTION, Outcome.CORRECT_ABSTENTION
@@ -81,10 +92,15 @@ class StageView:
 
 @dataclass(frozen=True, slots=True)
 class ClaimView:
+    """One claim: its text, the items it cites, its verdict, and where its support lies (spans
+    of the parsed text, as ragdx's verifier or an imported trace records them; empty: the
+    diagnosis locates it in the cited items' texts)."""
+
     text: str
     citations: tuple[str, ...]
     supported: bool | None  # None: not verified
     reason: str = ""
+    support: tuple[Span, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +192,94 @@ def touching(alt: ResolvedAlternative, items: Sequence[ItemView]) -> list[ItemVi
         elif a.quote is not None and i.text is not None and _compact(a.quote) in _compact(i.text):
             out.append(i)
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Piece:
+    """Where part of a claim's support lies: a range of a cited item's text and/or a span of the
+    parsed text (``start is None``: somewhere in the item, which has no text to say where)."""
+
+    item: ItemView | None
+    start: int | None
+    end: int | None
+    span: Span | None
+
+
+def _lines_up(item: ItemView) -> bool:
+    """Whether an item's text is its span's text (offsets in one are offsets in the other)."""
+    return item.span is not None and item.text is not None and len(item.text) == item.span.end - item.span.start
+
+
+def _support(claim: ClaimView, units: Sequence[ItemView]) -> list[_Piece]:
+    """Where a supported claim's support lies in the context: the spans it records, else located
+    in the texts of the items it cites (:func:`ragdx.stages.verify.locate_support`)."""
+    if not claim.supported:
+        return []
+    cited = [u for u in units if u.id in claim.citations or set(claim.citations) & set(u.aliases)]
+    if claim.support:
+        pieces = []
+        for span in claim.support:
+            item = next((u for u in cited if u.span is not None and _lines_up(u)
+                         and _in_version(u.span, span).contains(span)), None)
+            start = span.start - item.span.start if item is not None and item.span is not None else None
+            pieces.append(_Piece(item, start, None if start is None else start + span.end - span.start, span))
+        return pieces
+    readable = [u for u in cited if u.text]
+    from ragdx.stages.verify import locate_support
+    pieces = [_Piece(u, None, None, None) for u in cited if not u.text]
+    for n, start, end in locate_support(claim.text, [(u.text or "", "") for u in readable]):
+        u = readable[n]
+        span = Span(u.span.doc_id, u.span.version, u.span.start + start, u.span.start + end) \
+            if u.span is not None and _lines_up(u) else None
+        pieces.append(_Piece(u, start, end, span))
+    return pieces
+
+
+def _states(alt: ResolvedAlternative, piece: _Piece) -> bool | None:
+    """Whether a piece of a claim's support overlaps an alternative (``None``: cannot tell, the
+    item has no text)."""
+    a, item = alt.alternative, piece.item
+    if a.id is not None:  # the alternative is the whole item
+        return item is not None and (a.id == item.id or a.id in item.aliases)
+    if alt.span is not None and piece.span is not None:
+        return _in_version(piece.span, alt.span).overlaps(alt.span)
+    if item is None:
+        return False
+    if piece.start is None or piece.end is None:
+        return None if holds(alt, [item]) else False
+    ranges: list[tuple[int, int]] = []
+    if alt.span is not None and item.span is not None and _lines_up(item):
+        span = _in_version(item.span, alt.span)
+        if span.overlaps(alt.span):
+            ranges.append((max(alt.span.start, span.start) - span.start, min(alt.span.end, span.end) - span.start))
+    elif a.quote is not None and item.text is not None and (a.doc is None or item.doc in (None, a.doc)):
+        ranges = find_quote(item.text, a.quote)
+    return any(start < piece.end and piece.start < end for start, end in ranges)
+
+
+def _stated(alts: Sequence[ResolvedAlternative], pieces: Sequence[_Piece]) -> bool | None:
+    """Whether some claim's support overlaps one of a group's alternatives (``None``: no piece
+    does, and a piece without text may)."""
+    verdicts = [_states(a, p) for a in alts for p in pieces]
+    if True in verdicts:
+        return True
+    return None if None in verdicts else False
+
+
+def _alternative_text(alt: ResolvedAlternative, units: Sequence[ItemView]) -> str | None:
+    """An alternative's words, for the checker: its quote, else the text of a context item that
+    is it (by id) or holds its span whole."""
+    a = alt.alternative
+    if a.quote is not None:
+        return a.quote
+    for u in units:
+        if u.text and a.id is not None and (a.id == u.id or a.id in u.aliases):
+            return u.text
+        if alt.span is not None and u.span is not None and _lines_up(u) \
+                and _in_version(u.span, alt.span).contains(alt.span):
+            start = alt.span.start - u.span.start
+            return (u.text or "")[start:start + alt.span.end - alt.span.start]
+    return None
 
 
 def _covers(parts: Sequence[tuple[float, float]]) -> bool:
@@ -293,8 +397,12 @@ class Diagnoser:
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
         answer, notes = self._verify(trace.answer, context)
         outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost)
-        if extra is not None:
-            lost.setdefault(extra.group, extra)
+        for loss in extra:
+            lost.setdefault(loss.group, loss)
+        if outcome is UNVERIFIED and answer is not None and answer.claims \
+                and all(c.supported is not None for c in answer.claims):
+            notes.append("a cited item holds a required group but has no text, and no claim records where its "
+                         "support lies: ragdx cannot tell whether a claim states the group")
         losses = tuple(sorted(lost.values(), key=lambda l: (self._order(l.stage), l.group)))
         first_failure = None
         if outcome not in (SUPPORTED, CORRECT_ABSTENTION):
@@ -382,34 +490,61 @@ class Diagnoser:
         cited_ids = {c for claim in (answer.claims if answer else ()) for c in claim.citations}
         cited = [u for u in units if u.id in cited_ids or cited_ids & set(u.aliases)]
         if any(not u.readable for u in units) or any(not u.readable for u in cited):
-            return LEAK, "governance", None
+            return LEAK, "governance", ()
         if answer is None:
-            return (INCOMPLETE if lost else SUPPORTED), None, None
+            return (INCOMPLETE if lost else SUPPORTED), None, ()
         if not query.answerable:
-            return (CORRECT_ABSTENTION, None, None) if answer.abstained else (HALLUCINATION, "generation", None)
+            return (CORRECT_ABSTENTION, None, ()) if answer.abstained else (HALLUCINATION, "generation", ())
         if any(not u.current for u in cited) or any(not u.current for u in units):
-            return STALE, "governance", None
+            return STALE, "governance", ()
         if answer.abstained:
-            return WRONG_ABSTENTION, None if lost else "generation", None
+            return WRONG_ABSTENTION, None if lost else "generation", ()
         unsupported = [c for c in answer.claims if c.supported is False]
         if unsupported:
             if not lost:  # evidence complete: a wrong claim is generation's, or citation's
                 for claim in unsupported:  # an uncited claim cannot have cited the wrong unit
                     if claim.citations and any(_supports(claim.text, u) for u in units
                                                if u.id not in claim.citations):
-                        return UNSUPPORTED, "citation", None
-                return UNSUPPORTED, "generation", None
-            return UNSUPPORTED, None, None
+                        return UNSUPPORTED, "citation", ()
+                return UNSUPPORTED, "generation", ()
+            return UNSUPPORTED, None, ()
         if lost:
-            return INCOMPLETE, None, None
+            return INCOMPLETE, None, ()
         if not answer.claims or any(c.supported is None for c in answer.claims):
-            return UNVERIFIED, None, None  # never supported on the strength of the context alone
-        # everything reached the context; the answer must also use each group
+            return UNVERIFIED, None, ()  # never supported on the strength of the context alone
+        # everything reached the context; a claim must also state each group
+        pieces = [p for claim in answer.claims for p in _support(claim, units)]
+        unstated, unknown = [], []
         for g, alts in by_group.items():
-            if cited and not any(holds(a, cited) for a in alts):
-                return INCOMPLETE, "generation", Loss(g, "generation", "in the context, but the answer "
-                                                      "does not cite it")
-        return SUPPORTED, None, None
+            stated = _stated(alts, pieces)
+            if stated is True or self._judged(alts, answer.claims, units):
+                continue
+            if stated is None:
+                unknown.append(g)
+            elif stated is False:
+                unstated.append(Loss(g, "generation", STATED_NOT if any(holds(a, cited) for a in alts)
+                                     else UNCITED))
+        if unstated:
+            return INCOMPLETE, "generation", tuple(unstated)
+        if unknown:  # a cited item holds the group, but has no text and no claim says where it rests
+            return UNVERIFIED, None, ()
+        return SUPPORTED, None, ()
+
+    def _judged(self, alts: Sequence[ResolvedAlternative], claims: Sequence[ClaimView],
+                units: Sequence[ItemView]) -> bool:
+        """Whether the checker judges that a supported claim and an alternative's text state the
+        same fact: the alternative's text supports the claim, or the claim supports it."""
+        checker = self.checker or _lexical()
+        for alt in alts:
+            text = _alternative_text(alt, units)
+            if text is None:
+                continue
+            for claim in claims:
+                if claim.supported and claim.text.strip() and any(
+                        checker.judge(a, b)[0].value == "supported" for a, b in ((claim.text, text),
+                                                                                 (text, claim.text))):
+                    return True
+        return False
 
     def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group,
                     trace: TraceView | None = None) -> str:
@@ -447,6 +582,8 @@ class Diagnoser:
             reach = {k: v.format(name=names[k], system=self.system) for k, v in _SYSTEM_REACH.items()}
         if loss.stage == "parsing" and "chunk" in loss.reason and not own:
             text = reach["chunking"]
+        elif loss.stage == "generation":  # a group that reached the context, but no claim states it
+            text = reach["statement"]
         else:
             text = reach.get(loss.stage, "If {what} survives " + loss.stage + ", the answer can use it.")
         return text.replace("{what}", what)
@@ -467,6 +604,8 @@ _OWN_REACH = {
     "generation": "With the evidence complete, substitute a stronger generator or the gold context (ragdx run "
                   "--oracle context): the answer becomes supported if the generator was at fault.",
     "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
+    "statement": "If the answer states {what} in a claim drawn from it, citing the unit that holds it, it "
+                 "becomes supported: try a stronger generator, or the gold context (ragdx run --oracle context).",
 }
 # an imported system's hypotheses name its own stages ({name}), never ragdx's settings
 _SYSTEM_REACH = {
@@ -485,6 +624,8 @@ _SYSTEM_REACH = {
     "generation": "With the evidence complete at the context, try a stronger generator, or give it the "
                   "required evidence alone: the answer becomes supported if the generator was at fault.",
     "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
+    "statement": "If the answer states {{what}} in a claim drawn from it, citing the item that holds it, it "
+                 "becomes supported: try a stronger generator, or give it the required evidence alone.",
 }
 
 

@@ -69,7 +69,7 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
             check = checks[n] if n < len(checks) and checks[n].claim == claim else None
             claims.append(ClaimView(claim.text, claim.citations,
                                     None if check is None else check.verdict is Verdict.SUPPORTED,
-                                    check.reason if check else ""))
+                                    check.reason if check else "", check.support if check else ()))
         view_answer = AnswerView(answer.text, answer.abstained, tuple(claims), answer.usage.prompt_tokens,
                                  answer.usage.completion_tokens, answer.usage.cost, answer.seconds,
                                  verification.seconds if verification else None)
@@ -120,6 +120,12 @@ def explain_retrieval(pipeline: Pipeline, query: Query, evidence: QueryEvidence,
     return reason
 
 
+def diagnoser_for(pipeline: Pipeline) -> Diagnoser:
+    """The diagnoser of a pipeline's runs: it judges whether a claim states a required group with
+    the pipeline's own support checker (the strongest it has), lexical without a verifier."""
+    return Diagnoser(getattr(pipeline.verifier, "checker", None))
+
+
 def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver | None = None, *,
                    evidence: QueryEvidence | None = None, view: TraceView | None = None) -> Diagnosis:
     """Diagnose one of ragdx's own traces, with the store's extra evidence for retrieval misses
@@ -127,7 +133,8 @@ def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver 
     query = trace.query
     if evidence is None:
         evidence = (resolver or EvidenceResolver(pipeline.store)).run(query)
-    diagnosis = Diagnoser().run(query, evidence, view or view_of(trace, pipeline.store, pipeline.channels))
+    diagnosis = diagnoser_for(pipeline).run(query, evidence, view or view_of(trace, pipeline.store,
+                                                                              pipeline.channels))
     lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
                  if l.stage == "retrieval" else l for l in diagnosis.lost)
     return replace(diagnosis, lost=lost)

@@ -635,7 +635,8 @@ def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str,
             answer["claims"] = verdicts
         answer["claims"] = [{"text": c.get("text", ""), "citations": c.get("citations", []),
                              **({"supported": c["verdict"] == "supported"} if isinstance(c.get("verdict"), str) else
-                                {"supported": c["supported"]} if isinstance(c.get("supported"), bool) else {})}
+                                {"supported": c["supported"]} if isinstance(c.get("supported"), bool) else {}),
+                             **({"support": c["support"]} if "support" in c else {})}
                             for c in answer.get("claims", []) if isinstance(c, dict)]
         if not answer["claims"]:
             del answer["claims"]

@@ -17,8 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ragdx.diagnosis.evidence import EvidenceResolver, QueryEvidence, groups_present, relevant_items
-from ragdx.diagnosis.locate import Diagnoser
-from ragdx.diagnosis.ours import view_of
+from ragdx.diagnosis.ours import diagnoser_for, view_of
 from ragdx.diagnosis.records import GOOD_OUTCOMES, Outcome
 from ragdx.errors import ConfigError, InputError
 from ragdx.pipeline import Pipeline
@@ -193,11 +192,12 @@ def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: s
                              store=pipeline.store)
     variants = [Pipeline([_with_threshold(s, threshold) if s is generator else s for s in pipeline.stages],
                          store=pipeline.store) for threshold in (0.0, float("inf"))]
+    diagnoser = diagnoser_for(pipeline)
     for query in queries:
         base = until_context.run(query)
         evidence = resolver.run(query)
-        outcomes = [Diagnoser().run(query, evidence, view_of(variant.resume(base, StageKind.GENERATION),
-                                                              pipeline.store)).outcome
+        outcomes = [diagnoser.run(query, evidence, view_of(variant.resume(base, StageKind.GENERATION),
+                                                           pipeline.store)).outcome
                     for variant in variants]
         rows.append((query.id, generator.best_score(query, base.context), outcomes[0], outcomes[1]))
     if not rows:

@@ -102,8 +102,9 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
         else:
             attrs |= {"openinference.span.kind": "EVALUATOR",
                       "output.value": json.dumps([c.get("verdict") for c in stage.get("claims", [])]),
-                      "ragdx.claims": json.dumps([{k: c[k] for k in ("text", "citations", "verdict", "reason")
-                                                   if k in c} for c in stage.get("claims", [])])}
+                      "ragdx.claims": json.dumps([{k: c[k] for k in ("text", "citations", "verdict", "reason",
+                                                                      "support") if k in c}
+                                                  for c in stage.get("claims", [])])}
         if stage.get("dropped"):
             attrs["ragdx.dropped"] = json.dumps([{k: d[k] for k in ("id", "doc", "version", "start", "end", "rank",
                                                                     "reason") if k in d}

@@ -3,7 +3,9 @@
 :class:`ClaimVerifier` checks, per claim: that it cites something; that every citation names a
 unit of the context; that the cited versions are current and readable by the asker (checked
 against the store again); then asks a :class:`SupportChecker` whether the cited text supports the
-claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words. A document's
+claim: ``supported``, ``unsupported`` or ``uncertain``, with the reason in words. It records where
+in the cited units the claim's support lies (:func:`locate_support`), as spans of the parsed text:
+the diagnosis counts a required group as used only when a claim's support overlaps it. A document's
 instruction is no evidence: a claim that is itself instruction-like (or holds a forged citation
 marker) is ``unsupported``, and the passages of the cited text holding instruction-like text
 (``ContextUnit.flagged``, and any the text shows itself) are blanked out before any checker reads
@@ -23,15 +25,17 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.ingest.quotes import find_quote
 from ragdx.stages.generate import ChatClient
 from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
-from ragdx.text import content_terms, quantities, statements, stem
+from ragdx.text import content_terms, quantities, statement_spans, statements, stem
 from ragdx.types import (
-    Answer, Claim, ClaimCheck, Context, DocStatus, Query, StageKind, Verdict, Verification, VersionFilter,
+    Answer, Claim, ClaimCheck, Context, ContextUnit, DocStatus, Query, Span, StageKind, Verdict, Verification,
+    VersionFilter,
 )
 
 _NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|"
@@ -56,6 +60,74 @@ class SupportChecker(Protocol):
 
 def _terms(text: str) -> set[str]:
     return {stem(t) for t in content_terms(text)}
+
+
+#: a further statement joins a claim's support only when it adds this many of the claim's content
+#: words: a word the claim shares with a third sentence ("use") does not bring that sentence in
+MIN_ADDED = 2
+
+
+def locate_support(claim: str, texts: Sequence[tuple[str, str]]) -> list[tuple[int, int, int]]:
+    """Where a claim's support lies in the units it cites.
+
+    A claim quoted from a unit (ignoring whitespace; a table row as :func:`ragdx.text.statements`
+    reads it, with its header row) rests where the quote stands. Otherwise its support is the
+    statement (:func:`ragdx.text.statement_spans`) holding the most of the claim's content words
+    (the earliest among equals), then each statement that adds at least :data:`MIN_ADDED` of them
+    not held yet, the one adding most first: a claim drawn from two sentences rests on both. A
+    table row rests on its line and its header row.
+
+    Args:
+        claim: the claim's text.
+        texts: each cited unit's text and its table header row (``""`` when none).
+
+    Returns:
+        ``(unit, start, end)`` for each piece of support, in order: the unit's index in ``texts``
+        and offsets in its evidence as the verifier reads it (``f"{header}\\n{text}"`` when it has
+        a header row, else its text). Empty when no statement shares a content word with the
+        claim.
+    """
+    shift = [len(header) + 1 if header else 0 for _, header in texts]
+    for n, (text, _) in enumerate(texts):
+        found = find_quote(text, claim)
+        if found:
+            return [(n, found[0][0] + shift[n], found[0][1] + shift[n])]
+    parts = [(n, said) for n, (text, header) in enumerate(texts) for said in statement_spans(text, header)]
+
+    def pieces(k: int) -> list[tuple[int, int, int]]:
+        n, said = parts[k]
+        head = [(n, said.head[0] + shift[n], said.head[1] + shift[n])] if said.head is not None else []
+        return head + [(n, said.start + shift[n], said.end + shift[n])]
+    compact = "".join(claim.split())
+    for k, (_, said) in enumerate(parts):
+        if compact and compact in "".join(said.text.split()):
+            return pieces(k)
+    wanted = _terms(claim)
+    shared = [_terms(said.text) & wanted for _, said in parts]
+    chosen: list[int] = []
+    held: set[str] = set()
+    while True:
+        gains = [len(terms - held) if k not in chosen else 0 for k, terms in enumerate(shared)]
+        best = max(range(len(parts)), key=lambda k: (gains[k], -k), default=None)
+        if best is None or gains[best] < (MIN_ADDED if chosen else 1):
+            break
+        chosen.append(best)
+        held |= shared[best]
+    return sorted({p for k in chosen for p in pieces(k)})
+
+
+def support_spans(claim: str, units: Sequence[ContextUnit]) -> tuple[Span, ...]:
+    """:func:`locate_support` in context units, as spans of their documents' parsed texts (a
+    piece in a unit's header row as a span of the header row)."""
+    out = []
+    for n, start, end in locate_support(claim, [(u.text, u.header_text) for u in units]):
+        u = units[n]
+        shift = len(u.header_text) + 1 if u.header_text else 0
+        if u.header is not None and start < shift - 1:  # in the header row
+            out.append(Span(u.doc_id, u.version, u.header[0] + start, u.header[0] + min(end, shift - 1)))
+        if end > shift:
+            out.append(Span(u.doc_id, u.version, u.start + max(start, shift) - shift, u.start + end - shift))
+    return tuple(out)
 
 
 class LexicalChecker:
@@ -232,7 +304,7 @@ class ClaimVerifier:
             f"{u.header_text}\n{blank(u.text, u.start, u.flagged)}" if u.header_text
             else blank(u.text, u.start, u.flagged)) for u in units)
         verdict, reason = self.checker.judge(claim.text, usable)
-        return ClaimCheck(claim, verdict, reason, evidence)
+        return ClaimCheck(claim, verdict, reason, evidence, support_spans(claim.text, units))
 
     def run(self, query: Query, context: Context, answer: Answer) -> Verification:
         started = time.perf_counter()
