@@ -150,3 +150,23 @@ def test_hypotheses_name_the_imported_systems_own_stages_not_ragdx_settings():
                             "budget, or a better order), the answer can use it.")
     assert "context.budget_tokens" in Diagnoser().run(QUERY, resolve_offline(QUERY), t).hypothesis
     assert resolve_offline(QUERY).group(0)[0].status == BY_TEXT
+
+
+def test_the_claims_ragdx_checked_itself_and_an_unsupported_claims_reason_are_in_the_diagnosis():
+    """Issue 28: an imported answer ragdx verified showed no claim verdict anywhere, and an
+    unsupported outcome had no claim-level reason."""
+    ctx = [{"name": "ctx", "kind": "context", "items": BOTH}]
+    d = diagnose(view(ctx, {"text": "Refunds are accepted within 30 days of delivery. Refunds are accepted within "
+                                    "45 days of delivery."}))
+    assert d.outcome == "unsupported"
+    [good, bad] = d.to_dict()["claims"]
+    assert (good["text"], good["supported"], good["citations"]) == (
+        "Refunds are accepted within 30 days of delivery.", True, ["policies/refund.md"])
+    assert (bad["text"], bad["supported"], bad["citations"]) == (
+        "Refunds are accepted within 45 days of delivery.", False, [])
+    assert "45" in bad["reason"]  # the number no unit states is named
+    # a trace that carried its own verdicts keeps them, and a supported answer adds nothing
+    own = diagnose(view(ctx, {"text": "x", "claims": [
+        {"text": RULE, "citations": ["policies/refund.md"], "supported": True},
+        {"text": EXCEPTION, "citations": ["policies/quality.md"], "supported": True}]}))
+    assert own.outcome == "supported" and own.claims == () and "claims" not in own.to_dict()

@@ -36,6 +36,13 @@ def test_the_imported_report_reads_at_1280_px(tmp_path, capsys):
     assert "<title>refund-bot: ragdx diagnosis of imported traces</title>" in html
     assert "index version" not in html and "seed" not in html and "<code></code>" not in html
     assert "tokens)" not in html  # the context has no token counts: none are shown
+    # the answers carried no verdicts: the claims ragdx checked itself are shown with theirs (issue 28)
+    diagnoses = [json.loads(x) for x in (tmp_path / "o" / "diagnosis.jsonl").read_text().splitlines()]
+    checked = [c for d in diagnoses for c in d.get("claims", ())]
+    assert checked and all(c["supported"] is not None for c in checked)
+    first = checked[0]
+    assert f'<td>{first["text"]}</td>' in html.replace("&#x27;", "'").replace("&quot;", '"')
+    assert html.count('<span class="better">supported</span>') >= sum(c["supported"] for c in checked)
     if find_chromium() is None:
         if os.environ.get("RAGDX_REQUIRE_BROWSER"):
             pytest.fail("RAGDX_REQUIRE_BROWSER is set but no Chromium is on PATH (apt-get install chromium)")

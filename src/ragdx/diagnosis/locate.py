@@ -39,7 +39,7 @@ from ragdx.diagnosis.evidence import (
     BY_ID, DELETED, LOST_IN_PARSING, NOT_IN_SOURCE, NOT_STORED, RESOLVED, QueryEvidence,
     ResolvedAlternative,
 )
-from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
+from ragdx.diagnosis.records import CheckedClaim, Diagnosis, Loss, Outcome, StagePresence
 from ragdx.ingest.quotes import find_quote
 from ragdx.types import Query, Span, StageKind
 
@@ -409,7 +409,11 @@ class Diagnoser:
             stages = [l.stage for l in losses] + ([failed_at] if failed_at else [])
             first_failure = min(stages, key=self._order) if stages else None
         hypothesis = self._hypothesis(outcome, first_failure, losses, by_group, trace)
-        return Diagnosis(query.id, outcome, first_failure, losses, tuple(presence), hypothesis, tuple(notes))
+        checked = answer is not None and answer is not trace.answer  # ragdx judged the claims itself
+        claims = tuple(CheckedClaim(c.text, c.citations, c.supported, c.reason) for c in answer.claims) \
+            if answer is not None and (checked or outcome is UNSUPPORTED) else ()
+        return Diagnosis(query.id, outcome, first_failure, losses, tuple(presence), hypothesis, tuple(notes),
+                         claims=claims)
 
     @staticmethod
     def _order(stage: str) -> int:

@@ -62,6 +62,20 @@ class StagePresence:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckedClaim:
+    """A claim of the answer with its verdict and the reason, as the diagnosis judged it."""
+
+    text: str
+    citations: tuple[str, ...]
+    supported: bool | None
+    reason: str = ""
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "citations": list(self.citations), "supported": self.supported,
+                "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
 class Diagnosis:
     """The diagnosis of one query (one line of ``diagnosis.jsonl``)."""
 
@@ -73,6 +87,9 @@ class Diagnosis:
     hypothesis: str
     notes: tuple[str, ...] = ()
     oracle: Mapping[str, Any] | None = None  # with ``ragdx run --oracle context``: the gold-context outcome
+    # the answer's claims with their verdicts and reasons, when ragdx checked them itself (an
+    # imported answer without verdicts) or the answer is unsupported: the claim-level why
+    claims: tuple[CheckedClaim, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", Outcome.parse(self.outcome, what="outcome"))
@@ -90,4 +107,6 @@ class Diagnosis:
                "notes": list(self.notes)}
         if self.oracle is not None:
             out["oracle"] = dict(self.oracle)
+        if self.claims:
+            out["claims"] = [c.to_dict() for c in self.claims]
         return out

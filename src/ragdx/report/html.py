@@ -429,7 +429,7 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
         notes = [f"first loss — group {l.group}: {l.reason}" for l in diagnosis.lost if l.stage == first]
         parts.append(f'<div class="loss first-loss">⚑ first failure at {_e(first)}'
                      + "".join(f"<br>{_e(n)}" for n in notes) + "</div>")
-    parts.append(_answer(view))
+    parts.append(_answer(view, diagnosis))
     parts.append("</details>")
     return "".join(parts)
 
@@ -481,18 +481,21 @@ def _context(stage: StageView, evidence: QueryEvidence, notes: list[str]) -> str
     return "".join(out)
 
 
-def _answer(view: TraceView) -> str:
+def _answer(view: TraceView, diagnosis: Diagnosis | None = None) -> str:
+    """The answer and its claims' verdicts: the diagnosis's when it judged them (an imported answer
+    ragdx checked itself, an unsupported one), else the trace's own."""
     a = view.answer
     if a is None:
         return '<p class="muted">No answer recorded.</p>'
     out = [f'<div class="stage">answer{" (abstained)" if a.abstained else ""}</div>'
            f'<div class="unit answer">{_e(a.text)}</div>']
-    if a.claims:
+    claims = diagnosis.claims if diagnosis is not None and diagnosis.claims else a.claims
+    if claims:
         out.append(_table(["claim", "cites", "verdict", "why"], [
             [_e(c.text), _e(", ".join(c.citations)),
              "–" if c.supported is None else ('<span class="better">supported</span>' if c.supported
                                               else '<span class="worse">unsupported</span>'), _e(c.reason)]
-            for c in a.claims]))
+            for c in claims]))
     return "".join(out)
 
 
