@@ -25,8 +25,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragdx.errors import ChatError, ConfigError
-from ragdx.protocols import Encoder
+from ragdx.protocols import Encoder, Store
 from ragdx.stages._sentences import sentence_vectors
+from ragdx.stages.answerable import NameCoverage, distinctive_names
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import citation_like, instruction_like
 from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
@@ -96,15 +97,19 @@ class ExtractiveGenerator:
         rank_weight: a prior for the sentences of better-ranked units, added to the score to
             order them: ``rank_weight / log2(1 + rank)`` (retrieval ranked whole passages with
             more context than one sentence has). Abstention compares the score without it.
+        store: given, the generator first abstains when one of the question's distinctive names
+            (a function, an extension, a product, a version) occurs nowhere the asker may read,
+            naming it (:mod:`ragdx.stages.answerable`); None: no such check.
     """
 
     kind = StageKind.GENERATION
 
     def __init__(self, *, min_coverage: float = 0.5, keep_ratio: float = 0.6, max_sentences: int = 3,
                  encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
-                 name: str = "extractive") -> None:
+                 store: Store | None = None, name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight = rank_weight
+        self.names = NameCoverage(store) if store is not None else None
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
         self.name = name
@@ -114,6 +119,7 @@ class ExtractiveGenerator:
         return {"method": "extractive", "min_coverage": self.min_coverage,
                 "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences,
                 "semantic_weight": self.semantic_weight, "rank_weight": self.rank_weight,
+                "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -192,8 +198,16 @@ class ExtractiveGenerator:
         with), 0 without one."""
         return max((c.content for c in self._candidates(query.question, context)), default=0.0)
 
+    def _abstain(self, why: str, missing: tuple[str, ...], started: float) -> Answer:
+        return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True, missing,
+                      self.name, Usage(), self.config, time.perf_counter() - started)
+
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
+        if self.names is not None:
+            absent = self.names.uncovered(distinctive_names(query.question), query.principal.groups)
+            if absent:
+                return self._abstain("no source the asker may read mentions " + ", ".join(absent), absent, started)
         weights = question_weights(query.question)
         found = self._candidates(query.question, context)
         if not found or max(c.content for c in found) < self.min_coverage:
@@ -202,9 +216,7 @@ class ExtractiveGenerator:
                             if stem(t) in weights and stem(t) not in best)
             why = ("no source the asker may read was found" if not context.units else
                    "the sources found do not cover: " + ", ".join(missing))
-            return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True,
-                          missing or ("any source on the question",), self.name, Usage(),
-                          self.config, time.perf_counter() - started)
+            return self._abstain(why, missing or ("any source on the question",), started)
         chosen = [found[0]]
         units_used = {found[0].unit.id}
         # further statements that score well enough, each time from a unit not yet cited first
@@ -226,9 +238,7 @@ class ExtractiveGenerator:
                            None)
             if stating is None:
                 amount = f"a number of {unit}s" if unit else "a number"
-                return Answer(self.name, f"I cannot answer this from the sources: the sources found do not "
-                              f"state {amount}.", (), True, (amount,), self.name, Usage(), self.config,
-                              time.perf_counter() - started)
+                return self._abstain(f"the sources found do not state {amount}", (amount,), started)
             chosen = [stating] + chosen
             units_used.add(stating.unit.id)
             claims = _with_exceptions(chosen)

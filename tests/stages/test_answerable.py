@@ -1,0 +1,43 @@
+"""Answerability by distinctive names: a question naming what nothing the asker may read mentions
+is abstained on, naming it; a name only a restricted document holds counts as absent."""
+
+from ragdx.stages.answerable import NameCoverage, distinctive_names, is_version
+from ragdx.stages.generate import ExtractiveGenerator
+from ragdx.types import Context, ContextUnit, Principal, Query
+
+
+def test_the_shapes_of_a_name():
+    assert distinctive_names("How many bytes does uuid.uuid4() read from os.urandom()?") == ("uuid.uuid4", "os.urandom")
+    assert distinctive_names("What is the default thread switch interval of PyPy?") == ("PyPy",)
+    assert distinctive_names("How do I write a stored procedure in SQLite's PL/SQL dialect?") == ("SQLite", "PL/SQL")
+    assert distinctive_names("In SQLite 3.34.1, is the conflict target of an UPSERT required?") == \
+        ("SQLite", "3.34.1", "UPSERT")
+    assert distinctive_names("What does --strict do to the cached_statements of \"my table\"?") == \
+        ("--strict", "cached_statements", "my table")
+    # a capitalised word opening the question, a stop capital and an abbreviation are no names
+    assert distinctive_names("Which Tcl version, e.g. the newest, does Windows bundle?") == ("Tcl", "Windows")
+    assert is_version("3.9") and not is_version("3") and not is_version("os.path")
+
+
+def test_covered_reads_only_what_the_groups_may_read(small):
+    store, _, _ = small
+    names = NameCoverage(store)
+    # OVERRIDE-77 is in the staff-only runbook; RFD-4021 in a public page
+    assert names.uncovered(("RFD-4021", "OVERRIDE-77", "PayPal"), ("public",)) == ("OVERRIDE-77", "PayPal")
+    assert names.uncovered(("RFD-4021", "OVERRIDE-77", "PayPal"), ("public", "staff")) == ("PayPal",)
+
+
+def test_a_name_nothing_mentions_is_abstained_on_by_name(small):
+    store, _, _ = small
+    text = "Refunds are accepted within 30 days of delivery."
+    ctx = Context("context", (ContextUnit("S1", "refund.md", "v", 0, len(text), text, "Refund policy", (),
+                                          ("c1",), 1, 9),), (), 1200, 9, "words")
+    query = Query("q", "Within how many days does PayPal accept refunds after delivery?", Principal("u", ("public",)))
+    without = ExtractiveGenerator(min_coverage=0.3).run(query, ctx)
+    assert not without.abstained and [c.text for c in without.claims] == [text]
+    answer = ExtractiveGenerator(min_coverage=0.3, store=store).run(query, ctx)
+    assert answer.abstained and answer.missing == ("PayPal",)
+    assert answer.text == "I cannot answer this from the sources: no source the asker may read mentions PayPal."
+    named = Query("q", "Within how many days does Refund policy accept refunds after delivery?",
+                  Principal("u", ("public",)))
+    assert not ExtractiveGenerator(min_coverage=0.3, store=store).run(named, ctx).abstained
