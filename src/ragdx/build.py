@@ -181,7 +181,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
                                       max_sentences=g.max_sentences, encoder=encoder,
-                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
+                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight, tie_ratio=g.tie_ratio,
                                       store=store if g.check_names else None))
     v = settings.verify
     checker: Any = LexicalChecker()

@@ -159,6 +159,7 @@ class GenerationSettings:
     max_sentences: int = _at_least(7, 1)
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0)
+    tie_ratio: float = _at_least(0.0, 0.0, 1.0)
     check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable
     base_url: str = ""
     model: str = ""

@@ -41,3 +41,36 @@ def test_a_name_nothing_mentions_is_abstained_on_by_name(small):
     named = Query("q", "Within how many days does Refund policy accept refunds after delivery?",
                   Principal("u", ("public",)))
     assert not ExtractiveGenerator(min_coverage=0.3, store=store).run(named, ctx).abstained
+
+
+def test_an_older_version_that_does_not_say_it_is_named(tmp_path):
+    import json
+
+    from ragdx.build import build_ingestor
+    from ragdx.config import load_settings
+    from ragdx.store.sqlite import SQLiteStore
+    from tests.conftest import write
+
+    new = "# Cache\n\nThe default cache holds 128 statements per connection."
+    old = "# Cache\n\nThe default cache holds 100 statements per connection."
+    write(tmp_path / "new.md", new)
+    write(tmp_path / "old.md", old)
+    write(tmp_path / "staff.md", old)
+    rows = [{"doc_id": "cache", "path": "old.md", "version": "1", "status": "superseded", "acl": ["public"]},
+            {"doc_id": "cache", "path": "staff.md", "version": "1.5", "status": "superseded", "acl": ["staff"]},
+            {"doc_id": "cache", "path": "new.md", "version": "2", "acl": ["public"]}]
+    manifest = write(tmp_path / "manifest.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    build_ingestor(store, load_settings(overrides=["chunking.tokenizer=regex", "retrieval.dense.enabled=false"]),
+                   None).run(manifest)
+    sentence = "The default cache holds 128 statements per connection."
+    current = ContextUnit("S1", "cache", "2", 0, len(sentence), sentence, "Cache", ("Cache",), ("c1",), 1, 8)
+    ctx = Context("context", (current,), (), 1200, 8, "words")
+    gen = ExtractiveGenerator(min_coverage=0.3, store=store)
+    answer = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("public",))), ctx)
+    # version 1 (public) says 100; version 1.5 says so too, but the asker may not read it
+    assert answer.text == f"(Version 1 of this page does not say what follows.) {sentence} [S1]"
+    same = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("staff",))),
+                   ctx)
+    assert same.text == f"(Version 1.5 of this page does not say what follows.) {sentence} [S1]"
+    store.close()
