@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORE ?= .venv-core
-EXTRAS ?= test,parity,pdf,dense,onnx,quantize,ann,pg,dask,haystack,langchain,openinference
+EXTRAS ?= test,parity,pdf,dense,onnx,models,quantize,ann,pg,dask,haystack,langchain,openinference
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-core test-full bench clean pg pg-stop
@@ -32,9 +32,10 @@ define run_pytest
 	if [ $$rc -eq 5 ]; then echo "no tests were collected" >&2; exit 1; fi; exit $$rc
 endef
 
-# the frameworks are extras: the core environment skips their tests even where CI requires them
+# the frameworks and the packaged models are extras: the core environment skips their tests even
+# where CI requires them
 test-core: $(CORE)/.installed
-	RAGDX_REQUIRE_FRAMEWORKS= $(call run_pytest,$(CORE),-q -p no:cacheprovider)
+	RAGDX_REQUIRE_FRAMEWORKS= RAGDX_REQUIRE_MODELS= $(call run_pytest,$(CORE),-q -p no:cacheprovider)
 
 test-full: $(VENV)/.installed
 	$(call run_pytest,$(VENV),)

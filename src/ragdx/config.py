@@ -116,13 +116,18 @@ class FusionSettings:
 class RerankSettings:
     """Reranking of the fused candidates; ``top_n`` are kept. ``auto`` is ``sentences`` (the
     fused rank fused with the rank by each candidate's best sentence, the ``depth`` best scored)
-    when the dense channel is on, else ``none``."""
+    when the dense channel is on, else ``none``. ``cross-encoder`` scores the ``depth`` best with
+    an ONNX cross-encoder (``model``, empty for the packaged int8 ms-marco-MiniLM-L-12-v2: extra
+    ``models``) on pairs cut to ``max_tokens``, ``batch_size`` at a time, and orders by its score
+    ``alone`` or by ``rrf`` of it with the fused rank (``combine``)."""
 
     method: str = _choice("auto", "auto", "none", "features", "cross-encoder", "sentences")
     model: str = ""
     top_n: int = _at_least(150, 1)
     depth: int = _at_least(75, 1)
     batch_size: int = _at_least(32, 1)
+    max_tokens: int = _at_least(512, 8)
+    combine: str = _choice("alone", "alone", "rrf")
     weights_file: str = ""
 
 

@@ -29,7 +29,7 @@ from ragdx.types import (
 )
 
 __all__ = [
-    "Encoder", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
+    "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
     "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
@@ -67,6 +67,24 @@ class Encoder(Protocol):
 
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
         """Encode texts (the space's query or passage prefix is added here)."""
+        ...
+
+
+@runtime_checkable
+class PairScorer(Protocol):
+    """Scores (query, text) pairs read together (a cross-encoder), higher for more relevant.
+
+    ``config`` names the model and its settings (recorded in traces and in the result cache's key:
+    its files' hash belongs there); ``warm_up`` loads the model.
+    """
+
+    @property
+    def config(self) -> Mapping[str, object]: ...
+
+    def warm_up(self) -> None: ...
+
+    def score(self, query: str, texts: Sequence[str]) -> Any:
+        """One score per text, in the texts' order (a float array)."""
         ...
 
 

@@ -1,4 +1,4 @@
-"""Rerankers: the feature model's arithmetic, the cross-encoder path (tiny random model), cuts."""
+"""Rerankers: the feature model's arithmetic, the cross-encoder on the packaged model (extra models), cuts."""
 
 import pytest
 
@@ -6,6 +6,7 @@ from ragdx.build import build_pipeline
 from ragdx.stages.rerank import PRIOR_WEIGHTS, FeatureReranker, SentenceReranker, SentenceSimilarity, features
 from ragdx.text import statements
 from ragdx.types import Principal, Query
+from tests.conftest import require_models
 
 Q = Query("q", "What does error RFD-4021 mean for my refund?", Principal())
 
@@ -34,29 +35,52 @@ def test_feature_reranker_cuts_with_reasons_and_keeps_provenance(small):
     assert reranked.config["fitted_on"] == "unfitted prior" and reranked.config["weights"] == PRIOR_WEIGHTS
 
 
-def test_cross_encoder_path_with_a_tiny_random_model(small, tmp_path):
-    pytest.importorskip("sentence_transformers")
+def _cross_encoder_trace(small, *overrides):
     from ragdx.config import load_settings
-    from ragdx.testing.models import tiny_bert
+    require_models()
     store, encoder, _ = small
-    folder = tiny_bert(tmp_path / "tiny-ce")
-    settings = load_settings(overrides=["rerank.method=cross-encoder", f"rerank.model={folder}",
-                                        "rerank.top_n=3"])
-    trace = build_pipeline(store, settings, encoder=encoder).run(Q)
+    settings = load_settings(overrides=["rerank.method=cross-encoder", "chunking.tokenizer=regex", *overrides])
+    return build_pipeline(store, settings, encoder=encoder).run(Q)
+
+
+def test_cross_encoder_alone_with_the_packaged_model(small):
+    trace = _cross_encoder_trace(small, "rerank.depth=4", "rerank.top_n=3")
+    fused = trace.stage("rrf").items
     rerank = trace.stage("cross-encoder")
-    assert len(rerank.items) == 3 and rerank.config["model"] == str(folder)
+    # the chunk that explains RFD-4021 scores highest of the four best fused
+    assert "RFD-4021" in small[0].chunks_by_id([rerank.items[0].chunk_id])[rerank.items[0].chunk_id].text
     assert [c.rank for c in rerank.items] == [1, 2, 3]
     scores = [c.score for c in rerank.items]
     assert scores == sorted(scores, reverse=True)
-    fused_ids = {c.chunk_id for c in trace.stage("rrf").items}
-    assert {c.chunk_id for c in rerank.items} | {d.chunk_id for d in rerank.dropped} == fused_ids
+    config = rerank.config
+    assert config["model"] == "cross-encoder/ms-marco-MiniLM-L-12-v2" and config["source"] == "packaged"
+    assert len(config["weights_hash"]) == 16 and config["depth"] == 4 and config["max_tokens"] == 512
+    # the fourth scored is cut at top_n; the fused candidates below depth 4 are dropped unscored
+    assert rerank.dropped[0].reason.startswith("below the rerank cut: reranked to 4 of 4")
+    assert [d.reason for d in rerank.dropped[1:]] == [
+        f"not scored: fused rank {c.rank}, below rerank.depth 4" for c in fused[4:]]
+    assert {c.chunk_id for c in rerank.items} | {d.chunk_id for d in rerank.dropped} == {c.chunk_id for c in fused}
 
 
-def test_cross_encoder_needs_a_model(small):
+def test_cross_encoder_fused_with_the_fused_rank(small):
+    trace = _cross_encoder_trace(small, "rerank.depth=4", "rerank.combine=rrf", "rerank.top_n=150")
+    fused = trace.stage("rrf").items
+    rerank = trace.stage("cross-encoder")
+    logits = rerank.config["logits"]
+    assert list(logits) == [c.chunk_id for c in fused[:4]]
+    by_logit = sorted(range(4), key=lambda i: -logits[fused[i].chunk_id])
+    ce_rank = {fused[i].chunk_id: r for r, i in enumerate(by_logit, start=1)}
+    for c in fused:  # below depth a candidate counts its fused rank twice
+        expected = 1 / (60 + c.rank) + 1 / (60 + ce_rank.get(c.chunk_id, c.rank))
+        assert next(r.score for r in rerank.items if r.chunk_id == c.chunk_id) == pytest.approx(expected)
+    assert len(rerank.items) == len(fused) and not rerank.dropped
+
+
+def test_cross_encoder_settings_are_checked(small):
     from ragdx.errors import ConfigError
     from ragdx.stages.rerank import CrossEncoderReranker
-    with pytest.raises(ConfigError, match="rerank.model must name a cross-encoder"):
-        CrossEncoderReranker(small[0], "")
+    with pytest.raises(ConfigError, match="rerank.combine must be one of alone, rrf, not 'sum'"):
+        CrossEncoderReranker(small[0], object(), combine="sum")
 
 
 def _cosine(a, b):

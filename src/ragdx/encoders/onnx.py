@@ -22,7 +22,6 @@ Task-Agnostic Compression of Pre-Trained Transformers", NeurIPS 2020 (the model)
 from __future__ import annotations
 
 import hashlib
-import os
 import queue
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -32,6 +31,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ragdx.encoders._memo import QueryMemo
+from ragdx.encoders._session import available_threads, new_session
 from ragdx.encoders._window import tokenizer_name, window_ends
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import TextKind
@@ -225,29 +225,14 @@ class OnnxEncoder:
         self._session = session  # last: a failure above leaves the encoder unloaded
 
     def _thread_count(self) -> int:
-        if self.threads is not None:
-            return self.threads
-        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return self.threads if self.threads is not None else available_threads()
 
     def _session_count(self) -> int:
         """How many sessions run batches side by side."""
         return min(self._thread_count(), MAX_SESSIONS)
 
     def _new_session(self, data: bytes, threads: int) -> Any:
-        import onnxruntime as ort
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.inter_op_num_threads = 1
-        options.intra_op_num_threads = threads
-        # Threads that spin between runs burn a core the rest of an ingest (parsing, the store)
-        # could use; measured here, spinning cost 15-20% more CPU per text for no consistent
-        # wall-time gain.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        try:
-            return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own untyped errors for a bad file
-            raise ConfigError(f"{_WHAT}: cannot load ONNX model {str(self._onnx_file())!r} ({exc})") from None
+        return new_session(data, threads, _WHAT, self._onnx_file())
 
     def _worker_sessions(self) -> list[Any]:
         """Sessions of the same model that run batches side by side, made on first need: one

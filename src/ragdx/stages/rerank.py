@@ -10,8 +10,9 @@ Reranking reorders what was recalled; it cannot recover what no channel found. T
   its headings, and whether exact tokens of the question (codes, numbers such as ``RFD-4021``)
   appear verbatim. Its default weights are an unfitted prior; fit them on a validation set
   (:func:`ragdx.experiments.fit.fit_reranker`) for a real model.
-- :class:`CrossEncoderReranker`: a sentence-transformers ``CrossEncoder`` from a model id or a
-  local folder (extra ``dense``). Nogueira & Cho, "Passage Re-ranking with BERT", 2019.
+- :class:`CrossEncoderReranker`: an ONNX cross-encoder (:mod:`ragdx.encoders.cross`; the packaged
+  int8 ms-marco-MiniLM-L-12-v2 with the extra ``models``), alone or fused with the fused rank.
+  Nogueira & Cho, "Passage Re-ranking with BERT", 2019.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import json
 import math
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
-from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.errors import ConfigError
 from ragdx.text import content_terms, statements
-from ragdx.protocols import Encoder, Store
+from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.fuse import RRF_C
 from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
@@ -227,47 +229,73 @@ class FeatureReranker:
 
 
 class CrossEncoderReranker:
-    """A cross-encoder scores each (question, candidate text) pair.
+    """A cross-encoder scores each (question, candidate text) pair among the ``depth`` best fused
+    candidates (:class:`ragdx.encoders.cross.CrossEncoder`: an ONNX model on onnxruntime; the
+    packaged int8 ms-marco-MiniLM-L-12-v2 by default, extra ``models``). The text scored is the
+    candidate's prefix (its headings) and text, cut to ``max_tokens`` with the question.
+
+    ``combine`` says what the score orders:
+
+    - ``alone``: the cross-encoder's logit; the candidates below ``depth`` are not scored and are
+      dropped, with that reason (Nogueira & Cho, "Passage Re-ranking with BERT", 2019);
+    - ``rrf``: reciprocal rank fusion of the fused rank and the cross-encoder's rank among the
+      ``depth`` scored, as :class:`SentenceReranker` fuses its sentence rank
+      (``1/(c + fused rank) + 1/(c + cross-encoder rank)``; Cormack, Clarke & Büttcher, SIGIR
+      2009); a candidate below ``depth`` counts its fused rank twice and is kept.
+
+    The trace's config names the model, the hash of its files and where they came from; each
+    kept candidate's ``score`` is the combined score, and for ``rrf`` the config keeps every
+    scored candidate's logit (``logits``, by chunk id).
 
     Args:
-        store: the store, to read each candidate's text (its prefix and text are scored).
-        model: a sentence-transformers cross-encoder id or local folder.
+        store: the store, to read each candidate's text.
+        scorer: the cross-encoder (:class:`ragdx.encoders.cross.CrossEncoder`, or any
+            :class:`~ragdx.protocols.PairScorer`).
         top_n: how many candidates go on.
-        batch_size: pairs per forward pass.
+        depth: how many of the best fused candidates are scored (the candidate count).
+        combine: ``alone`` or ``rrf``.
+        c: the reciprocal rank constant of ``rrf``.
     """
 
     kind = StageKind.RERANK
+    COMBINE = ("alone", "rrf")
 
-    def __init__(self, store: Store, model: str, *, top_n: int = 10, batch_size: int = 32,
-                 name: str = "cross-encoder") -> None:
-        if not model:
-            raise ConfigError("rerank.model must name a cross-encoder (a model id or a local folder) "
-                              "when rerank.method is 'cross-encoder'")
-        self.store, self.model_id, self.top_n, self.batch_size, self.name = store, model, top_n, batch_size, name
-        self._model: Any = None
+    def __init__(self, store: Store, scorer: PairScorer, *, top_n: int = 10, depth: int = 75,
+                 combine: str = "alone", c: float = RRF_C, name: str = "cross-encoder") -> None:
+        if combine not in self.COMBINE:
+            raise ConfigError(f"rerank.combine must be one of {', '.join(self.COMBINE)}, not {combine!r}")
+        if depth < 1 or c < 0:
+            raise ConfigError(f"the cross-encoder reranker needs rerank.depth >= 1 and c >= 0, not {depth} and {c}")
+        self.store, self.scorer, self.top_n, self.depth = store, scorer, top_n, depth
+        self.combine, self.c, self.name = combine, c, name
 
     def warm_up(self) -> None:
         """Load the model now rather than on the first query."""
-        self._load()
+        self.scorer.warm_up()
 
-    def _load(self) -> Any:
-        if self._model is None:
-            try:
-                from sentence_transformers import CrossEncoder
-            except ImportError:
-                raise MissingExtraError("dense", "the cross-encoder reranker") from None
-            try:
-                self._model = CrossEncoder(self.model_id, device="cpu")
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"rerank.model: cannot load cross-encoder {self.model_id!r}: {exc}") from None
-        return self._model
+    @property
+    def config(self) -> dict[str, object]:
+        config: dict[str, object] = {"method": "cross-encoder", **self.scorer.config, "top_n": self.top_n,
+                                     "depth": self.depth, "combine": self.combine}
+        return config | ({"c": self.c} if self.combine == "rrf" else {})
 
     def run(self, query: Query, ranked: Ranked) -> Ranked:
         started = time.perf_counter()
-        chunks = self.store.chunks_by_id([c.chunk_id for c in ranked.items])
-        pairs = [(query.question, f"{chunks[c.chunk_id].prefix}\n{chunks[c.chunk_id].text}".strip())
-                 for c in ranked.items]
-        scores = [float(s) for s in self._load().predict(pairs, batch_size=self.batch_size,
-                                                         show_progress_bar=False)] if pairs else []
-        config = {"method": "cross-encoder", "model": self.model_id, "top_n": self.top_n}
+        head = ranked.items[:self.depth]
+        chunks = self.store.chunks_by_id([c.chunk_id for c in head])
+        texts = [f"{chunks[c.chunk_id].prefix}\n{chunks[c.chunk_id].text}".strip() for c in head]
+        logits = [float(x) for x in self.scorer.score(query.question, texts)]
+        config = self.config
+        if self.combine == "alone":
+            scored = Ranked(ranked.stage, ranked.kind, head, ranked.dropped, ranked.config, ranked.seconds)
+            out = _rerank(self.name, scored, logits, self.top_n, config, started)
+            unscored = tuple(Dropped(c.chunk_id, c.doc_id, c.version, c.start, c.end,
+                                     f"not scored: fused rank {c.rank}, below rerank.depth {self.depth}", c.rank)
+                             for c in ranked.items[self.depth:])
+            return replace(out, dropped=out.dropped + unscored)
+        by_logit = sorted(range(len(head)), key=lambda i: (-logits[i], i))
+        ce_rank = {i: r for r, i in enumerate(by_logit, start=1)}
+        scores = [1.0 / (self.c + i) + 1.0 / (self.c + ce_rank.get(i - 1, i))
+                  for i in range(1, len(ranked.items) + 1)]
+        config["logits"] = {c.chunk_id: x for c, x in zip(head, logits)}
         return _rerank(self.name, ranked, scores, self.top_n, config, started)
