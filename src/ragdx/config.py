@@ -165,6 +165,12 @@ class GenerationSettings:
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0)
     tie_ratio: float = _at_least(0.0, 0.0, 1.0)
+    reader: str = _choice("none", "none", "cross-encoder")  # a model reading the question with each sentence
+    reader_model: str = ""  # default: the packaged ms-marco-MiniLM-L-12-v2 (extra 'models')
+    reader_weight: float = _at_least(0.5, 0.0, 1.0)
+    reader_depth: int = _at_least(40, 1)
+    reader_scale: float = _at_least(1.0, 0.001)
+    reader_max_tokens: int = _at_least(128, 8)
     check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable
     base_url: str = ""
     model: str = ""

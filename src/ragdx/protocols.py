@@ -339,13 +339,6 @@ class Generator(Stage, Protocol):
     def run(self, query: Query, context: Context) -> Answer: ...
 
 
-class PairScorer(Protocol):
-    """A model that reads a question with each text (a cross-encoder): one raw score per text,
-    higher for a text that answers better (not a probability)."""
-
-    def score(self, query: str, texts: Sequence[str]) -> Sequence[float]: ...
-
-
 @runtime_checkable
 class Verifier(Stage, Protocol):
     """Citation checking: each claim's verdict against the units it cites."""

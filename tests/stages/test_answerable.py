@@ -74,3 +74,18 @@ def test_an_older_version_that_does_not_say_it_is_named(tmp_path):
                    ctx)
     assert same.text == f"(Version 1.5 of this page does not say what follows.) {sentence} [S1]"
     store.close()
+
+
+def test_the_settings_build_the_reader_and_the_name_check(small):
+    from ragdx.build import build_pipeline
+    from ragdx.config import with_overrides
+    from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
+
+    store, encoder, settings = small
+    plain = build_pipeline(store, settings, encoder=encoder).generator
+    assert plain.reader is None and plain.reader_weight == 0.0 and plain.names is not None
+    read = build_pipeline(store, with_overrides(settings, ["generation.reader=cross-encoder", "generation.reader_depth=12",
+                                                           "generation.check_names=false"]), encoder=encoder).generator
+    assert (read.reader.model, read.reader.max_tokens, read.reader_weight, read.reader_depth) == \
+        (DEFAULT_CROSS_ENCODER, 128, 0.5, 12)
+    assert read.names is None

@@ -300,6 +300,8 @@ def test_a_question_naming_a_version_is_answered_from_it_and_says_so():
 class FixedReader:
     """A reader whose logits are given per sentence (and that records what it read)."""
 
+    config = {"model": "fixed"}
+
     def __init__(self, logits: dict[str, float]) -> None:
         self.logits, self.read = logits, []
 

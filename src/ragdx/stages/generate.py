@@ -133,7 +133,8 @@ class ExtractiveGenerator:
                 "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences,
                 "semantic_weight": self.semantic_weight, "rank_weight": self.rank_weight,
                 "tie_ratio": self.tie_ratio, "reader_weight": self.reader_weight,
-                "reader_depth": self.reader_depth, "reader_scale": self.reader_scale, "check_names": self.names is not None,
+                "reader_depth": self.reader_depth, "reader_scale": self.reader_scale,
+                "reader": dict(self.reader.config) if self.reader is not None else None, "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
