@@ -16,6 +16,7 @@ def test_the_shapes_of_a_name():
         ("--strict", "cached_statements", "my table")
     # a capitalised word opening the question, a stop capital and an abbreviation are no names
     assert distinctive_names("Which Tcl version, e.g. the newest, does Windows bundle?") == ("Tcl", "Windows")
+    assert distinctive_names("Is there an equivalent of C\u2019s \u201c?:\u201d ternary operator?") == ()
     assert is_version("3.9") and not is_version("3") and not is_version("os.path")
 
 
@@ -73,6 +74,8 @@ def test_an_older_version_that_does_not_say_it_is_named(tmp_path):
     same = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("staff",))),
                    ctx)
     assert same.text == f"(Version 1.5 of this page does not say what follows.) {sentence} [S1]"
+    # a version number is covered by a document version's label, though no text holds it
+    assert NameCoverage(store).uncovered(("1.5", "7.1"), ("public",)) == ("7.1",)
     store.close()
 
 

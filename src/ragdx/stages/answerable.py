@@ -58,7 +58,7 @@ def distinctive_names(question: str) -> tuple[str, ...]:
         text = text.strip("\"\u201c\u201d")
         text = re.sub(r"\(\)$", "", text)
         text = re.sub(r"['\u2019]s$", "", text)
-        if text:
+        if re.search(r"[^\W_]", text):  # punctuation alone ("?:") has no word to look up
             names.setdefault(text, None)
     return tuple(names)
 
@@ -83,7 +83,7 @@ class NameCoverage:
         """Every document version's label (labels are not content: no access check needed),
         kept until the store changes."""
         if self._labels is None or self._labels[0] != self.store.index_version:
-            self._labels = (self.store.index_version, frozenset(v.version for v in self.store.versions()))
+            self._labels = (self.store.index_version, frozenset(v.document.version for v in self.store.versions()))
         return self._labels[1]
 
     def covered(self, name: str, groups: tuple[str, ...]) -> bool:
