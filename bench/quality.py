@@ -46,6 +46,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -213,6 +214,36 @@ def stage_lists(traces: list[dict]) -> dict[str, dict[str, list[str]]]:
     return lists
 
 
+def _words(text: str) -> set[str]:
+    return set(re.findall(r"\w+", text.lower()))
+
+
+def states(claim: str, quote: str) -> bool:
+    """Whether a claim states a required quote: at least 60% of the words of one are in the other
+    (a sentence of a longer quote, or a quote inside a longer sentence)."""
+    c, q = _words(claim), _words(quote)
+    return bool(c and q) and max(len(c & q) / len(c), len(c & q) / len(q)) >= 0.6
+
+
+def answer_shape(queries: list[dict], traces: list[dict], diagnoses: dict[str, dict]) -> dict:
+    """How the answers read: words per answer given (abstentions aside), and of the supported
+    answers the share whose first claim states a required group (:func:`states`)."""
+    answers = {}
+    for t in traces:
+        for stage in t["stages"]:
+            if stage["kind"] == "generation":
+                answers[t["query_id"]] = stage
+    given = [a for a in answers.values() if not a.get("abstained")]
+    lengths = sorted(len(a["text"].split()) for a in given)
+    supported = [q for q in queries if diagnoses[q["id"]]["outcome"] == "supported" and q["id"] in answers]
+    first = [q for q in supported if answers[q["id"]].get("claims") and any(
+        states(answers[q["id"]]["claims"][0]["text"], alt["quote"]) for group in q["required"] for alt in group)]
+    return {"answers_given": len(given), "median_words": statistics.median(lengths) if lengths else 0,
+            "p90_words": lengths[int(0.9 * (len(lengths) - 1))] if lengths else 0,
+            "first_claim_states_a_group": {"value": len(first) / len(supported) if supported else 0.0,
+                                           "n": len(first), "of": len(supported)}}
+
+
 def kind_of(query: dict) -> str:
     return query["tags"][0]
 
@@ -310,6 +341,12 @@ def table(r: dict, previous: dict | None) -> str:
     lines.append("  " + ", ".join(f"{s} {n}" for s, n in r["first_failure"].items()))
     if r.get("oracle"):
         lines.append("  with the gold context (oracle): " + ", ".join(f"{o} {n}" for o, n in r["oracle"].items()))
+    shape = r["answer_shape"]
+    first = shape["first_claim_states_a_group"]
+    lines += ["", f"answers given: {shape['answers_given']}; words median {shape['median_words']}, p90 "
+              f"{shape['p90_words']}" + before(["answer_shape", "median_words"], str)
+              + f"; supported answers whose first claim states a required group {pct(first['value'])} "
+              f"({first['n']}/{first['of']})"]
     lines += ["", "targets"]
     for name, t in r["targets"].items():
         lines.append(f"  {name:<44} {pct(t['value'])} ({t['count']}/{t['n']})  target {t['target']:<7} "
@@ -412,6 +449,7 @@ def run(args: argparse.Namespace) -> dict:
         "answers": {k: m[k] for k in ("success", "supported", "answered", "faithfulness", "citation_support",
                                       "correct_abstention", "wrong_abstention", "hallucination", "leak", "stale")
                     if k in m},
+        "answer_shape": answer_shape(queries, traces, diagnoses),
         "latency_ms_total": m.get("latency_ms total"),
         "outcomes_by_kind": outcome_table(queries, diagnoses, lambda q: [kind_of(q)]),
         "outcomes_by_corpus": outcome_table(queries, diagnoses, lambda q: [t for t in q["tags"][1:]

@@ -189,10 +189,17 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                   else RegexTokenCounter())
     stages.append(ContextAssembler(store, counter, budget_tokens=c.budget_tokens, expand=c.expand,
                                    min_tokens=c.min_tokens))
+    reader = None
+    if g.method == "extractive" and g.reader == "cross-encoder":
+        from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
+        reader = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens)
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
                                       max_sentences=g.max_sentences, encoder=encoder,
-                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight))
+                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
+                                      tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
+                                      reader_scale=g.reader_scale,
+                                      store=store if g.check_names else None))
     v = settings.verify
     checker: Any = LexicalChecker()
     if v.method == "nli":

@@ -170,6 +170,14 @@ class GenerationSettings:
     max_sentences: int = _at_least(7, 1)
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0, 10.0)
+    tie_ratio: float = _at_least(0.0, 0.0, 1.0)
+    reader: str = _choice("none", "none", "cross-encoder")  # a model reading the question with each sentence
+    reader_model: str = ""  # default: the packaged ms-marco-MiniLM-L-12-v2 (extra 'models')
+    reader_weight: float = _at_least(0.5, 0.0, 1.0)
+    reader_depth: int = _at_least(40, 1)
+    reader_scale: float = _at_least(1.0, 0.001, 1000.0)
+    reader_max_tokens: int = _at_least(128, 8, 4096)
+    check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"

@@ -261,3 +261,68 @@ def test_a_call_with_more_sentences_than_the_cache_keeps_scores_them_all():
     cosines = kept.cosines(QUESTION, [PARAPHRASE, DISTRACTOR])
     assert len(cosines) == 2 and cosines[0] > 0.9 and cosines[1] == 0.0
     assert len(kept._kept) == 1
+
+
+def test_a_further_sentence_must_say_something_not_said_yet():
+    question = "Are refunds of damaged parcels accepted after delivery?"
+    first = "Refunds are accepted for 30 days after delivery."            # refund, accept, delivery: 3 of 5
+    again = "Refunds are accepted after delivery in every case."          # the same 3 terms: nothing new
+    longer = "Damaged parcels are replaced."                              # damaged, parcel: both new
+    units = context(unit("S1", first), unit("S2", again, 2), unit("S3", longer, 3))
+    # scores 0.6, 0.6 (equal density: the better-ranked unit first), 0.4 (keep_ratio 0.5 keeps all)
+    old = ExtractiveGenerator(min_coverage=0.3, keep_ratio=0.5, max_sentences=3).run(Query("q", question), units)
+    assert [c.text for c in old.claims] == [first, again, longer]
+    new = ExtractiveGenerator(min_coverage=0.3, keep_ratio=0.5, max_sentences=3, tie_ratio=1.01)
+    assert [c.text for c in new.run(Query("q", question), units).claims] == [first, longer]
+    # a near tie (0.6 >= 0.9 * 0.6) is kept though it says nothing new
+    tie = ExtractiveGenerator(min_coverage=0.3, keep_ratio=0.5, max_sentences=3, tie_ratio=0.9)
+    assert [c.text for c in tie.run(Query("q", question), units).claims] == [first, again, longer]
+
+
+def versioned(uid, version, text, rank):
+    return ContextUnit(uid, "sqlite3.html", version, 0, len(text), text, "sqlite3", (), (f"c-{uid}",), rank,
+                       len(text.split()))
+
+
+def test_a_question_naming_a_version_is_answered_from_it_and_says_so():
+    current = versioned("S1", "3.11.2", "The default cache holds 128 statements per connection.", 1)
+    older = versioned("S2", "3.9.2", "The default cache holds 100 statements per connection.", 2)
+    gen = ExtractiveGenerator(min_coverage=0.3, max_sentences=2)
+    answer = gen.run(Query("q", "In Python 3.9, how many statements does the default cache hold?"),
+                     context(current, older))
+    assert [c.citations for c in answer.claims] == [("S2",)]
+    assert answer.text == "Version 3.9.2: The default cache holds 100 statements per connection. [S2]"
+    # unnamed: both versions' sentences compete, and no version is said
+    plain = gen.run(Query("q", "How many statements does the default cache hold?"), context(current, older))
+    assert plain.text.startswith("The default cache holds 128")
+
+
+class FixedReader:
+    """A reader whose logits are given per sentence (and that records what it read)."""
+
+    config = {"model": "fixed"}
+
+    def __init__(self, logits: dict[str, float]) -> None:
+        self.logits, self.read = logits, []
+
+    def score(self, query, texts):
+        self.read.extend(texts)
+        return [next((v for k, v in self.logits.items() if k in t), -10.0) for t in texts]
+
+
+def test_the_reader_reorders_the_best_sentences_and_sets_the_score_abstention_compares():
+    question = "How fast are exceptions in Python?"              # fast, exception, python
+    fast = "A try block is fast when nothing is raised."       # fast: 1 of 3, 9 words
+    reader = FixedReader({"try block": 2.0})
+    heading = ContextUnit("S1", "doc", "v", 0, len(fast), fast, "Doc", ("Performance",), ("c1",), 1, 9)
+    ctx = context(heading, unit("S2", DISTRACTOR, 2))          # exception: 1 of 3, 7 words (denser: first)
+    gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=1, reader=reader, reader_weight=0.5, reader_depth=1)
+    # depth 1 reads the distractor alone (logit -10); the unread sentence counts the reader 0
+    assert gen.best_score(Query("q", question), ctx) == pytest.approx(0.5 / 3 + 0.5 / (1 + np.exp(10)))
+    assert reader.read == [DISTRACTOR]
+    deeper = ExtractiveGenerator(min_coverage=0.1, max_sentences=1, reader=reader, reader_weight=0.5, reader_depth=2)
+    answer = deeper.run(Query("q", question), ctx)
+    # read after its heading: 0.5 / 3 + 0.5 * sigmoid(2) = 0.6071 against 0.5 / 3 + 0.5 * sigmoid(-10)
+    assert [c.text for c in answer.claims] == [fast]
+    assert "Performance: " + fast in reader.read
+    assert deeper.best_score(Query("q", question), ctx) == pytest.approx(0.5 / 3 + 0.5 / (1 + np.exp(-2)))

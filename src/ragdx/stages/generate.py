@@ -26,13 +26,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ragdx.errors import ChatError, ConfigError
-from ragdx.protocols import Encoder
+from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
+from ragdx.stages.answerable import NameCoverage, distinctive_names
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
                         states_quantity, stem)
-from ragdx.types import Answer, Claim, Context, ContextUnit, Query, StageKind, Usage, VersionFilter
+from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
 _ABSTAIN = re.compile(r"\b(cannot|can't|can not|unable to) (answer|tell|say)|\bdo(es)? not (contain|say|cover|"
@@ -97,15 +98,32 @@ class ExtractiveGenerator:
         rank_weight: a prior for the sentences of better-ranked units, added to the score to
             order them: ``rank_weight / log2(1 + rank)`` (retrieval ranked whole passages with
             more context than one sentence has). Abstention compares the score without it.
+        tie_ratio: a further sentence must state a term of the question that no sentence chosen
+            before states, unless it scores at least this share of the best (a near tie the
+            scores cannot settle); 0: every sentence reaching ``keep_ratio`` qualifies.
+        reader: a model that reads the question with each sentence in its local context (its
+            heading; a table row with its header): a cross-encoder (Nogueira & Cho, "Passage
+            Re-ranking with BERT", 2019). It reads the ``reader_depth`` best sentences by the
+            blend above, and its score, ``sigmoid(logit / reader_scale)``, is ``reader_weight``
+            of theirs (the others count it 0); abstention compares this combined score.
+        store: given, the generator first abstains when one of the question's distinctive names
+            (a function, an extension, a product, a version) occurs nowhere the asker may read,
+            naming it (:mod:`ragdx.stages.answerable`); None: no such check.
     """
 
     kind = StageKind.GENERATION
 
     def __init__(self, *, min_coverage: float = 0.5, keep_ratio: float = 0.6, max_sentences: int = 3,
                  encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
+                 tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
+                 reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
-        self.rank_weight = rank_weight
+        self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
+        self.reader, self.reader_depth, self.reader_scale = reader, reader_depth, reader_scale
+        self.reader_weight = reader_weight if reader is not None else 0.0
+        self.store = store
+        self.names = NameCoverage(store) if store is not None else None
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
         self.name = name
@@ -115,6 +133,9 @@ class ExtractiveGenerator:
         return {"method": "extractive", "min_coverage": self.min_coverage,
                 "keep_ratio": self.keep_ratio, "max_sentences": self.max_sentences,
                 "semantic_weight": self.semantic_weight, "rank_weight": self.rank_weight,
+                "tie_ratio": self.tie_ratio, "reader_weight": self.reader_weight,
+                "reader_depth": self.reader_depth, "reader_scale": self.reader_scale,
+                "reader": dict(self.reader.config) if self.reader is not None else None, "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -153,9 +174,43 @@ class ExtractiveGenerator:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
             found = [replace(c, score=(1 - w) * c.score + w * m) for c, m in zip(found, meaning)]
+        if self.reader is not None and found:
+            found = self._read(question, found)
         found = [replace(c, content=c.score, score=c.score + self.rank_weight / math.log2(1 + c.unit.rank))
                  for c in found]
+        if asked.named:
+            # a question that names a version is answered from that version when it can be
+            of_version = [c for c in found if asked.names(c.unit.version)]
+            if any(c.content >= self.min_coverage for c in of_version):
+                found = of_version
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def _read(self, question: str, found: list[_Candidate]) -> list[_Candidate]:
+        """The candidates' scores with the reader's share: the ``reader_depth`` best are read, each
+        sentence after its heading (a table row already holds its header)."""
+        assert self.reader is not None
+        w = self.reader_weight
+        top = sorted(range(len(found)), key=lambda i: (-found[i].score, -found[i].density,
+                                                       found[i].unit.rank))[:self.reader_depth]
+        texts = [_in_place(found[i]) for i in top]
+        read = dict(zip(top, self.reader.score(question, texts)))
+        return [replace(c, score=(1 - w) * c.score + w * _sigmoid(read[i] / self.reader_scale) if i in read
+                        else (1 - w) * c.score) for i, c in enumerate(found)]
+
+    def _older_differs(self, query: Query, first: Claim, context: Context) -> str:
+        """For a question that names no version: a note naming each older version of the first
+        claim's document, readable by the asker, whose text does not hold that claim's sentence."""
+        assert self.store is not None
+        unit = next(u for u in context.units if u.id == first.citations[0])
+        sentence = " ".join(first.text.split())
+        if sentence not in " ".join(unit.text.split()):
+            return ""  # a table row read with its header is no sentence of the text to look for
+        older = [v.document.version for v in self.store.versions(unit.doc_id)
+                 if v.document.version != unit.version and v.document.status != DocStatus.CURRENT
+                 and self.store.readable(query.principal.groups, unit.doc_id, v.document.version)]
+        differ = [v for v in older
+                  if sentence not in " ".join(self.store.texts(unit.doc_id, v)[1].split())]
+        return f"(Version {', '.join(differ)} of this page does not say what follows.) " if differ else ""
 
     def _part_scores(self, part: str, found: list[_Candidate]) -> list[float]:
         """Each candidate's score for one part of the question, as :meth:`_candidates` scores
@@ -194,8 +249,16 @@ class ExtractiveGenerator:
         with), 0 without one."""
         return max((c.content for c in self._candidates(query.question, context)), default=0.0)
 
+    def _abstain(self, why: str, missing: tuple[str, ...], started: float) -> Answer:
+        return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True, missing,
+                      self.name, Usage(), self.config, time.perf_counter() - started)
+
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
+        if self.names is not None:
+            absent = self.names.uncovered(distinctive_names(query.question), query.principal.groups)
+            if absent:
+                return self._abstain("no source the asker may read mentions " + ", ".join(absent), absent, started)
         weights = question_weights(query.question)
         found = self._candidates(query.question, context)
         if not found or max(c.content for c in found) < self.min_coverage:
@@ -204,18 +267,23 @@ class ExtractiveGenerator:
                             if stem(t) in weights and stem(t) not in best)
             why = ("no source the asker may read was found" if not context.units else
                    "the sources found do not cover: " + ", ".join(missing))
-            return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True,
-                          missing or ("any source on the question",), self.name, Usage(),
-                          self.config, time.perf_counter() - started)
+            return self._abstain(why, missing or ("any source on the question",), started)
         chosen = [found[0]]
         units_used = {found[0].unit.id}
-        # further statements that score well enough, each time from a unit not yet cited first
-        rest = [c for c in found[1:] if c.score >= self.keep_ratio * found[0].score and c.text != found[0].text]
-        while rest and len(chosen) < self.max_sentences:
+        told = set(found[0].covered)
+        # further statements that score well enough and say something not said yet, each time
+        # from a unit not yet cited first
+        best = found[0].score
+        rest = [c for c in found[1:] if c.score >= self.keep_ratio * best and c.text != found[0].text]
+        while len(chosen) < self.max_sentences:
+            rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
+            if not rest:
+                break
             cand = min(rest, key=lambda c: (c.unit.id in units_used, -c.score, -c.density, c.unit.rank))
             rest = [c for c in rest if c.text != cand.text]
             chosen.append(cand)
             units_used.add(cand.unit.id)
+            told |= cand.covered
         for cand in self._uncovered_parts(query.question, found, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
@@ -228,9 +296,7 @@ class ExtractiveGenerator:
                            None)
             if stating is None:
                 amount = f"a number of {unit}s" if unit else "a number"
-                return Answer(self.name, f"I cannot answer this from the sources: the sources found do not "
-                              f"state {amount}.", (), True, (amount,), self.name, Usage(), self.config,
-                              time.perf_counter() - started)
+                return self._abstain(f"the sources found do not state {amount}", (amount,), started)
             chosen = [stating] + chosen
             units_used.add(stating.unit.id)
             claims = _with_exceptions(chosen)
@@ -241,6 +307,14 @@ class ExtractiveGenerator:
                     if all(c.text != statement for c in claims) and not _untrusted(statement):
                         claims.append(Claim(statement, (unit_id,)))
                 prefix = "The sources disagree. "
+        asked = VersionFilter.for_question(query.question).named
+        if asked:  # the version it answers from, said
+            by_id = {u.id: u.version for u in context.units}
+            versions = list(dict.fromkeys(by_id[c.citations[0]] for c in claims if by_id.get(c.citations[0])))
+            if versions:
+                prefix += f"Version {', '.join(versions)}: "
+        elif self.store is not None:
+            prefix += self._older_differs(query, claims[0], context)
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
@@ -259,6 +333,16 @@ def _with_exceptions(chosen: list[_Candidate]) -> list[Claim]:
                 and all(following != claim.text for claim in claims):
             claims.append(Claim(following, (c.unit.id,)))
     return claims
+
+
+def _sigmoid(x: float) -> float:
+    return 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, x))))
+
+
+def _in_place(candidate: _Candidate) -> str:
+    """A sentence as a reader sees it: after the heading of the section it stands in."""
+    heading = candidate.unit.heading_path[-1] if candidate.unit.heading_path else ""
+    return f"{heading}: {candidate.text}" if heading and heading not in candidate.text else candidate.text
 
 
 def _terms(text: str) -> set[str]:

@@ -1,0 +1,94 @@
+"""Answerability by distinctive names: a question naming what nothing the asker may read mentions
+is abstained on, naming it; a name only a restricted document holds counts as absent."""
+
+from ragdx.stages.answerable import NameCoverage, distinctive_names, is_version
+from ragdx.stages.generate import ExtractiveGenerator
+from ragdx.types import Context, ContextUnit, Principal, Query
+
+
+def test_the_shapes_of_a_name():
+    assert distinctive_names("How many bytes does uuid.uuid4() read from os.urandom()?") == ("uuid.uuid4", "os.urandom")
+    assert distinctive_names("What is the default thread switch interval of PyPy?") == ("PyPy",)
+    assert distinctive_names("How do I write a stored procedure in SQLite's PL/SQL dialect?") == ("SQLite", "PL/SQL")
+    assert distinctive_names("In SQLite 3.34.1, is the conflict target of an UPSERT required?") == \
+        ("SQLite", "3.34.1", "UPSERT")
+    assert distinctive_names("What does --strict do to the cached_statements of \"my table\"?") == \
+        ("--strict", "cached_statements", "my table")
+    # a capitalised word opening the question, a stop capital and an abbreviation are no names
+    assert distinctive_names("Which Tcl version, e.g. the newest, does Windows bundle?") == ("Tcl", "Windows")
+    assert distinctive_names("Is there an equivalent of C\u2019s \u201c?:\u201d ternary operator?") == ()
+    assert is_version("3.9") and not is_version("3") and not is_version("os.path")
+
+
+def test_covered_reads_only_what_the_groups_may_read(small):
+    store, _, _ = small
+    names = NameCoverage(store)
+    # OVERRIDE-77 is in the staff-only runbook; RFD-4021 in a public page
+    assert names.uncovered(("RFD-4021", "OVERRIDE-77", "PayPal"), ("public",)) == ("OVERRIDE-77", "PayPal")
+    assert names.uncovered(("RFD-4021", "OVERRIDE-77", "PayPal"), ("public", "staff")) == ("PayPal",)
+
+
+def test_a_name_nothing_mentions_is_abstained_on_by_name(small):
+    store, _, _ = small
+    text = "Refunds are accepted within 30 days of delivery."
+    ctx = Context("context", (ContextUnit("S1", "refund.md", "v", 0, len(text), text, "Refund policy", (),
+                                          ("c1",), 1, 9),), (), 1200, 9, "words")
+    query = Query("q", "Within how many days does PayPal accept refunds after delivery?", Principal("u", ("public",)))
+    without = ExtractiveGenerator(min_coverage=0.3).run(query, ctx)
+    assert not without.abstained and [c.text for c in without.claims] == [text]
+    answer = ExtractiveGenerator(min_coverage=0.3, store=store).run(query, ctx)
+    assert answer.abstained and answer.missing == ("PayPal",)
+    assert answer.text == "I cannot answer this from the sources: no source the asker may read mentions PayPal."
+    named = Query("q", "Within how many days does Refund policy accept refunds after delivery?",
+                  Principal("u", ("public",)))
+    assert not ExtractiveGenerator(min_coverage=0.3, store=store).run(named, ctx).abstained
+
+
+def test_an_older_version_that_does_not_say_it_is_named(tmp_path):
+    import json
+
+    from ragdx.build import build_ingestor
+    from ragdx.config import load_settings
+    from ragdx.store.sqlite import SQLiteStore
+    from tests.conftest import write
+
+    new = "# Cache\n\nThe default cache holds 128 statements per connection."
+    old = "# Cache\n\nThe default cache holds 100 statements per connection."
+    write(tmp_path / "new.md", new)
+    write(tmp_path / "old.md", old)
+    write(tmp_path / "staff.md", old)
+    rows = [{"doc_id": "cache", "path": "old.md", "version": "1", "status": "superseded", "acl": ["public"]},
+            {"doc_id": "cache", "path": "staff.md", "version": "1.5", "status": "superseded", "acl": ["staff"]},
+            {"doc_id": "cache", "path": "new.md", "version": "2", "acl": ["public"]}]
+    manifest = write(tmp_path / "manifest.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    build_ingestor(store, load_settings(overrides=["chunking.tokenizer=regex", "retrieval.dense.enabled=false"]),
+                   None).run(manifest)
+    sentence = "The default cache holds 128 statements per connection."
+    current = ContextUnit("S1", "cache", "2", 0, len(sentence), sentence, "Cache", ("Cache",), ("c1",), 1, 8)
+    ctx = Context("context", (current,), (), 1200, 8, "words")
+    gen = ExtractiveGenerator(min_coverage=0.3, store=store)
+    answer = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("public",))), ctx)
+    # version 1 (public) says 100; version 1.5 says so too, but the asker may not read it
+    assert answer.text == f"(Version 1 of this page does not say what follows.) {sentence} [S1]"
+    same = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("staff",))),
+                   ctx)
+    assert same.text == f"(Version 1.5 of this page does not say what follows.) {sentence} [S1]"
+    # a version number is covered by a document version's label, though no text holds it
+    assert NameCoverage(store).uncovered(("1.5", "7.1"), ("public",)) == ("7.1",)
+    store.close()
+
+
+def test_the_settings_build_the_reader_and_the_name_check(small):
+    from ragdx.build import build_pipeline
+    from ragdx.config import with_overrides
+    from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
+
+    store, encoder, settings = small
+    plain = build_pipeline(store, settings, encoder=encoder).generator
+    assert plain.reader is None and plain.reader_weight == 0.0 and plain.names is not None
+    read = build_pipeline(store, with_overrides(settings, ["generation.reader=cross-encoder", "generation.reader_depth=12",
+                                                           "generation.check_names=false"]), encoder=encoder).generator
+    assert (read.reader.model, read.reader.max_tokens, read.reader_weight, read.reader_depth) == \
+        (DEFAULT_CROSS_ENCODER, 128, 0.5, 12)
+    assert read.names is None
