@@ -156,6 +156,12 @@ class CrossEncoder:
         self._model.load()
 
     @property
+    def model(self) -> str:
+        """The model as it was asked for (a packaged name, a Hugging Face id or a folder); the
+        resolved id is in :attr:`config`, once loaded."""
+        return self._model.model
+
+    @property
     def config(self) -> dict[str, object]:
         """The model (its id, files' hash and source: :attr:`OnnxModel.config`) and the settings
         that change its scores."""
