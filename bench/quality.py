@@ -373,7 +373,9 @@ def run(args: argparse.Namespace) -> dict:
         store = args.store or devset / "store.db"
     sets = [x for o in overrides for x in ("--set", o)]
     print(f"ingesting into {store} (a no-op when nothing changed) ...", file=sys.stderr, flush=True)
-    out, ingest_timing = ragdx(["ingest", "--json", "--store", str(store), str(devset / "manifest.jsonl"), *sets],
+    # the manifest names Debian's documentation where it is installed, outside the dev-set folder
+    out, ingest_timing = ragdx(["ingest", "--json", "--allow-outside", "--store", str(store),
+                                str(devset / "manifest.jsonl"), *sets],
                                "ragdx ingest")
     report = json.loads(out)
     actions = Counter(a["action"] for a in report.get("actions", []))

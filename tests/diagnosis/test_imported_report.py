@@ -38,7 +38,7 @@ def test_the_imported_report_reads_at_1280_px(tmp_path, capsys):
     assert "tokens)" not in html  # the context has no token counts: none are shown
     # the answers carried no verdicts: the claims ragdx checked itself are shown with theirs (issue 28)
     diagnoses = [json.loads(x) for x in (tmp_path / "o" / "diagnosis.jsonl").read_text().splitlines()]
-    checked = [c for d in diagnoses for c in d.get("claims", ())]
+    checked = [c for d in diagnoses for c in d["claims"]]
     assert checked and all(c["supported"] is not None for c in checked)
     first = checked[0]
     assert f'<td>{first["text"]}</td>' in html.replace("&#x27;", "'").replace("&quot;", '"')

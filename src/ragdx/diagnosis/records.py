@@ -107,6 +107,5 @@ class Diagnosis:
                "notes": list(self.notes)}
         if self.oracle is not None:
             out["oracle"] = dict(self.oracle)
-        if self.claims:
-            out["claims"] = [c.to_dict() for c in self.claims]
+        out["claims"] = [c.to_dict() for c in self.claims]  # always there, as notes are: one schema per line
         return out

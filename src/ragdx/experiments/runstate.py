@@ -236,18 +236,25 @@ class RunState:
         try:
             raw = sqlite3.connect(str(path), isolation_level=None, timeout=wait)
             self._db = _Guarded(raw, path)
-            found = {name for (name,) in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            if not fresh and "run" not in found:
-                raise StoreError(f"{path}: not a run database of 'ragdx run' (it has no 'run' table)")
-            missing = [t for t in _TABLES if t not in found]
-            if not fresh and missing:
-                raise damaged(path, f"its {', '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} missing")
             self._db.execute("PRAGMA journal_mode=WAL")
             # NORMAL: a commit may be lost with the machine, never half-kept; the published files are then
             # cut back to the last commit kept, or written again from the drafts held here (append_published)
             self._db.execute("PRAGMA synchronous=NORMAL")
-            with self._db.guard():
-                raw.executescript(_SCHEMA)
+            # checked and created under the write lock: two workers starting one run together find
+            # either no table (and one of them creates them all) or every table, never a half-made file
+            with self.transaction() as db:
+                found = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+                if not found and not create:
+                    raise StoreError(f"{path}: empty: not a run database of 'ragdx run'")
+                if found and "run" not in found:
+                    raise StoreError(f"{path}: not a run database of 'ragdx run' (it has no 'run' table)")
+                missing = [t for t in _TABLES if t not in found]
+                if found and missing:
+                    raise damaged(path, f"its {', '.join(missing)} table{'s are' if len(missing) > 1 else ' is'} "
+                                  "missing")
+                if not found:
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        db.execute(statement)
         except BaseException:
             if raw is not None:
                 raw.close()
