@@ -155,10 +155,10 @@ def fingerprint(store: Any, settings: Mapping[str, Any] | None, queries_path: Pa
     """What a run's results depend on, each as a digest (``ragdx compare`` says which differ): the
     settings, ragdx's code (all of its source), the index version, the corpus (every stored
     version's id, content hash, status and access) and the query set."""
-    from ragdx.caching import tree_digest
+    from ragdx.caching import code_digest
     out: dict[str, Any] = {
         "settings": None if settings is None else _digest(json.dumps(settings, sort_keys=True, default=str)),
-        "code": tree_digest(str(Path(__file__).resolve().parent)),
+        "code": code_digest("ragdx"),  # all of ragdx's source, as the result cache keys ragdx's stages
         "index_version": None, "corpus": None,
         "queries": None if queries_path is None else _sha256(queries_path)[:16]}
     if store is not None:

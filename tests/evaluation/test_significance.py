@@ -42,7 +42,10 @@ def test_mcnemar_hand_computed():
     test = mcnemar([False] * 5 + [True] * 3, [True] * 8)
     assert test.p == 2 / 32 and test.delta == 5 / 8 and "5 queries gained, 0 lost" in test.detail
     # 3 gained, 1 lost: p = 2 * (C(4,0) + C(4,1)) / 16
-    assert mcnemar([False, False, False, True], [True, True, True, False]).p == 2 * 5 / 16
+    mixed = mcnemar([False, False, False, True], [True, True, True, False])
+    assert mixed.p == 2 * 5 / 16 and (mixed.gained, mixed.lost) == (3, 1)
+    assert (test.gained, test.lost) == (5, 0)
+    assert (mcnemar([True], [True]).gained, mcnemar([True], [True]).lost) == (0, 0)
 
 
 def test_randomization_is_reproducible_under_its_seed():

@@ -35,6 +35,7 @@ own parent, or a cycle, is an error naming the span ids). Reading is linear in t
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -234,10 +235,8 @@ def _time(value: Any, place: _Place) -> float | None:
             return float(value)
         raise place.error(f"{_got(value)} is not a count of nanoseconds (0 to 2**64)")
     if isinstance(value, str):
-        try:
+        with contextlib.suppress(ValueError, OverflowError, OSError):  # not a time: said below
             return datetime.fromisoformat(value).timestamp() * 1e9
-        except (ValueError, OverflowError, OSError):
-            pass
     raise place.error(f"{_got(value)} is not an ISO 8601 time nor a count of nanoseconds")
 
 

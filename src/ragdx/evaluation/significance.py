@@ -41,7 +41,9 @@ class PairedTest:
     p: float
     seed: int | None = None
     trials: int | None = None
-    detail: str = ""    # e.g. "b wins 7, a wins 1" for McNemar
+    detail: str = ""    # e.g. "7 queries gained, 1 lost" for McNemar
+    gained: int | None = None  # McNemar: the queries b passes and a fails
+    lost: int | None = None    # McNemar: the queries a passes and b fails
 
 
 def _pairs(a: Sequence[float], b: Sequence[float]) -> np.ndarray:
@@ -115,9 +117,9 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> PairedTest:
     n = len(a)
     delta = (wins - losses) / n if n else 0.0
     if m == 0:
-        return PairedTest("mcnemar (exact)", n, delta, 1.0, detail="no query changed")
+        return PairedTest("mcnemar (exact)", n, delta, 1.0, detail="no query changed", gained=0, lost=0)
     # exact integer arithmetic, one correctly rounded division; a p-value below the smallest
     # positive float (over ~1,075 one-way flips) is reported as that float, never as 0
     p = min(1.0, 2 * sum(math.comb(m, i) for i in range(min(wins, losses) + 1)) / 2 ** m)
     return PairedTest("mcnemar (exact)", n, delta, max(p, math.ulp(0.0)),
-                      detail=f"{wins} queries gained, {losses} lost")
+                      detail=f"{wins} queries gained, {losses} lost", gained=wins, lost=losses)

@@ -130,11 +130,13 @@ class Comparison:
 
 
 def compare(base: Sequence[QueryValues], variant: Sequence[QueryValues], *, seed: int = 0,
-            trials: int = 10_000) -> list[Comparison]:
+            trials: int = 10_000, intervals: bool = False) -> list[Comparison]:
     """Every metric both runs have, with a paired test over the queries where both values apply.
 
     The values shown are over those same queries: means, and for latencies medians (the test
-    and the bootstrap interval are on the mean of the per-query differences).
+    and the bootstrap interval are on the mean of the per-query differences). A bootstrap
+    interval is given for graded measures and latencies, and with ``intervals`` for every metric
+    (a pass/fail one's is of the difference in pass rates).
     """
     by_id = {r.id: r for r in variant}
     if set(by_id) != {r.id for r in base}:
@@ -154,10 +156,11 @@ def compare(base: Sequence[QueryValues], variant: Sequence[QueryValues], *, seed
         a = [x for x, _ in pairs]
         b = [y for _, y in pairs]
         if kind == PASS:
-            test, ci = mcnemar([x > 0.5 for x in a], [y > 0.5 for y in b]), None
+            a, b = [float(x > 0.5) for x in a], [float(y > 0.5) for y in b]
+            test = mcnemar([x > 0.5 for x in a], [y > 0.5 for y in b])
         else:
             test = randomization(a, b, seed=seed, trials=trials)
-            ci = bootstrap_ci(a, b, seed=seed, trials=trials) if kind in (GRADED, LATENCY) else None
+        ci = bootstrap_ci(a, b, seed=seed, trials=trials) if intervals or kind in (GRADED, LATENCY) else None
         # the values shown are over the same paired queries the test saw (medians for latencies)
         va, vb = (percentile(a, 50), percentile(b, 50)) if kind == LATENCY else \
             ((sum(a) / len(a), sum(b) / len(b)) if pairs else (0.0, 0.0))

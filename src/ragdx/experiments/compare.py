@@ -29,13 +29,12 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ragdx.errors import ConfigError, InputError
-from ragdx.evaluation.layered import FUNNEL, PASS, Metrics, QueryValues, layered, metric
-from ragdx.evaluation.significance import bootstrap_ci
+from ragdx.evaluation.layered import FUNNEL, Metrics, QueryValues, layered, metric
 from ragdx.experiments.ablate import ALPHA, Comparison, compare as paired
 from ragdx.queryset import load_queries
 from ragdx.types import Query, StageKind
@@ -342,24 +341,6 @@ class CompareResult:
                 "failed": bool(self.failed)}
 
 
-def _with_intervals(comparisons: Sequence[Comparison], base: Sequence[QueryValues], new: Sequence[QueryValues],
-                    seed: int, trials: int) -> tuple[Comparison, ...]:
-    """Each comparison with a bootstrap interval of its mean difference, pass/fail ones too."""
-    by_id = {r.id: r for r in new}
-    out = []
-    for c in comparisons:
-        if c.ci is None:
-            pairs = [(r.values[c.metric], by_id[r.id].values[c.metric]) for r in base
-                     if r.values.get(c.metric) is not None and by_id[r.id].values.get(c.metric) is not None]
-            kind = metric(c.metric).kind
-            a = [float(x > 0.5) if kind == PASS else x for x, _ in pairs]
-            b = [float(y > 0.5) if kind == PASS else y for _, y in pairs]
-            c = Comparison(c.metric, c.baseline, c.variant, c.delta, c.test, bootstrap_ci(a, b, seed=seed,
-                                                                                          trials=trials))
-        out.append(c)
-    return tuple(out)
-
-
 def _readings(overall: Sequence[Comparison], moved: Sequence[Moved], identical: bool) -> list[str]:
     """In words: where NEW loses or gains evidence, what happened to the answers, where first
     failures moved."""
@@ -408,9 +389,8 @@ def _readings(overall: Sequence[Comparison], moved: Sequence[Moved], identical: 
 
 
 def _flips(c: Comparison) -> tuple[int, int]:
-    """(questions gained, questions lost) of a pass/fail comparison."""
-    m = re.match(r"(\d+) queries gained, (\d+) lost", c.test.detail or "")
-    return (int(m[1]), int(m[2])) if m else (0, 0)
+    """(questions gained, questions lost) of a pass/fail comparison (its McNemar test's counts)."""
+    return c.test.gained or 0, c.test.lost or 0
 
 
 def compare_runs(base: RunData, new: RunData, *, rules: Sequence[Rule] = (), allow_label_change: bool = False,
@@ -439,14 +419,15 @@ def compare_runs(base: RunData, new: RunData, *, rules: Sequence[Rule] = (), all
     a = [r for r in base.rows if r.id in keep]
     b_by = {r.id: r for r in new.rows if r.id in keep}
     b = [b_by[r.id] for r in a]
-    overall = _with_intervals(paired(a, b, seed=seed, trials=trials), a, b, seed, trials)
+    overall = tuple(paired(a, b, seed=seed, trials=trials, intervals=True))
     tags: dict[str, list[str]] = {}
     for r in a:
         for tag in r.tags or ("(untagged)",):
             tags.setdefault(tag, []).append(r.id)
     by_tag = {}
     for tag, ids in sorted(tags.items()):
-        ta = [r for r in a if r.id in set(ids)]
+        held = set(ids)
+        ta = [r for r in a if r.id in held]
         tb = [b_by[r.id] for r in ta]
         wanted = [c for c in paired(ta, tb, seed=seed, trials=trials)
                   if c.metric == "success" or c.metric.startswith("complete@") and metric(c.metric).channel is None]
@@ -460,9 +441,7 @@ def compare_runs(base: RunData, new: RunData, *, rules: Sequence[Rule] = (), all
             raise ConfigError(f"gate rule {rule.text!r}: the runs have no metric {rule.metric!r} in common; "
                               f"these can be gated: {', '.join(by_metric)}")
         checked.append(RuleResult(rule, by_metric[rule.metric], rule.fails(by_metric[rule.metric])))
-    identical = not moved and all(c.delta == 0 for c in overall) and not only_base and not only_new
     result = CompareResult(base, new, tuple(fingerprint_changes(base.manifest, new.manifest)), paired_ids,
-                           only_base, only_new, changed, overall, by_tag, moved,
-                           tuple(_readings(overall, moved, identical)), tuple(checked),
+                           only_base, only_new, changed, overall, by_tag, moved, (), tuple(checked),
                            layered(a), layered(b))
-    return result
+    return replace(result, readings=tuple(_readings(overall, moved, result.identical)))
