@@ -10,7 +10,7 @@ from ragdx.errors import (
 )
 from ragdx.types import (
     Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
-    ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, Flagged, InstructionKind, ParsedDocument,
+    ContextUnit, DocStatus, Document, DropCode, Dropped, EmbeddingSpace, Encoding, Flagged, InstructionKind, ParsedDocument,
     Principal, Provenance,
     Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
     VersionFilter, RewriteKind, MarkerKind, Marker, RewriteDiff, Rewrite, SlotState, Slot, Hop, Rewritten,
@@ -57,7 +57,7 @@ __all__ = [
     "ChatError", "BrowserError",
     # artifacts
     "Alternative", "Answer", "Block", "BlockKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
-    "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "Dropped", "EmbeddingSpace", "Encoding",
+    "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "DropCode", "Dropped", "EmbeddingSpace", "Encoding",
     "Flagged", "InstructionKind",
     "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
     "StageKind", "StoredVersion", "Usage", "Verdict", "Verification", "RewriteKind", "MarkerKind", "Marker",

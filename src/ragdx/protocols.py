@@ -21,15 +21,17 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
-    Section, StageKind, StoredVersion, VectorBatch, Verification, VersionFilter,
+    Answer, Chunk, Context, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
+    Query, Ranked, Rewrite, Rewritten, Section, SpaceState, StageKind, StoredVersion, VectorBatch, Verification,
+    VersionFilter,
 )
 
 __all__ = [
     "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
+    "WritableStore",
     "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
@@ -220,6 +222,70 @@ class VersionedIndexStore(Protocol):
 
     def apply_retention(self, doc_ids: Sequence[str] | None = None) -> list[tuple[str, str]]:
         """Take out of the live index the superseded versions its retention does not keep."""
+        ...
+
+
+@runtime_checkable
+class WritableStore(Store, Protocol):
+    """The write side of a store: what ingest (:class:`~ragdx.ingest.ingestor.Ingestor`), embedding
+    (:class:`~ragdx.ingest.embed.Embedder`) and the embedding-space commands
+    (:mod:`ragdx.index.spaces`) need. Both of ragdx's stores have it (SQLite and PostgreSQL);
+    every write happens inside :meth:`transaction`."""
+
+    def transaction(self) -> ContextManager[None]:
+        """One atomic write: everything inside commits together or not at all; nested calls join."""
+        ...
+
+    def insert_version(self, document: Document, raw_text: str, parsed: ParsedDocument,
+                       sections: tuple[Section, ...], chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+        """Store a new document version with its text, access groups, sections and chunks."""
+        ...
+
+    def replace_chunks(self, document: Document, parsed: ParsedDocument, sections: tuple[Section, ...],
+                       chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+        """Re-chunk a stored version in place (a new chunker configuration)."""
+        ...
+
+    def update_attributes(self, document: Document) -> list[str]:
+        """Update a stored version's acl, status, title, path, metadata and updated_at; what changed."""
+        ...
+
+    def set_status(self, doc_id: str, version: str, status: DocStatus, reason: str) -> None: ...
+
+    def delete_document(self, doc_id: str) -> list[str]:
+        """Delete every version of a document, leaving a tombstone; the versions deleted."""
+        ...
+
+    def chunk_count(self, doc_id: str, version: str) -> int: ...
+
+    def register_space(self, space: EmbeddingSpace, backend: str) -> None:
+        """Record an embedding space (state ``building``) if it is new."""
+        ...
+
+    def spaces(self) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
+        """Every registered space: the space, its backend, its state and its vector count."""
+        ...
+
+    def space_state(self, space_id: str) -> SpaceState | None: ...
+
+    def set_space_state(self, space_id: str, state: SpaceState, reason: str) -> None: ...
+
+    def vectors_by_input(self, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+        """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+        ...
+
+    def write_vectors(self, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+        """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk."""
+        ...
+
+    def chunks_without_vectors(self, space_id: str) -> list[Chunk]: ...
+
+    def fts_problems(self) -> list[str]:
+        """The keyword index's own integrity check against the chunks."""
+        ...
+
+    def audit(self) -> tuple[list[str], list[str]]:
+        """Audit the live index (``ragdx index verify --live``): problems, then notes."""
         ...
 
 
