@@ -38,8 +38,8 @@ from ragdx.binding import bind_evidence, recheck
 from ragdx.pipeline import Pipeline, StageOutput, Trace
 from ragdx.protocols import Cache, Store
 from ragdx.stages.bm25 import query_terms
-from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms, listed_counts
-from ragdx.types import Answer, Context, DropCode, Query, Ranked, Rewritten, StageKind
+from ragdx.store.cache import cache_key, fts5_terms, listed_counts
+from ragdx.types import Answer, CacheKind, Context, Dependencies, DropCode, Query, Ranked, Rewritten, StageKind
 
 __all__ = ["CacheStats", "CachedPipeline", "settings_hash", "dependencies"]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
+    Answer, CacheEntry, CacheKind, Chunk, Context, Dependencies, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
     Query, Ranked, Rewrite, Rewritten, Section, SpaceState, StageKind, StoredVersion, VectorBatch, Verification,
     VersionFilter,
 )
@@ -306,14 +306,14 @@ class Cache(Protocol):
         """Drop the entries the store's changes since the last sync could alter; how many."""
         ...
 
-    def get(self, kind: Any, key: str) -> Any:
+    def get(self, kind: CacheKind, key: str) -> CacheEntry | None:
         """The entry (``payload``, ``made_at``, ``seconds``) under ``key``, or None."""
         ...
 
-    def put(self, kind: Any, key: str, payload: Any, deps: Any, *, question: str, groups: Sequence[str],
-            made_at: int, seconds: float, store: Store) -> bool: ...
+    def put(self, kind: CacheKind, key: str, payload: Any, deps: Dependencies, *, question: str,
+            groups: Sequence[str], made_at: int, seconds: float, store: Store) -> bool: ...
 
-    def discard(self, kind: Any, key: str) -> None: ...
+    def discard(self, kind: CacheKind, key: str) -> None: ...
 
 
 @runtime_checkable
