@@ -261,7 +261,8 @@ class Labeller:
             self._statements[key] = out
         return self._statements[key]
 
-    def _candidates(self, case: EvalCase, claim: str) -> tuple[list[_Statement], list[Place]]:
+    def _candidates(self, case: EvalCase, claim: str, near: Sequence[Place] = ()
+                    ) -> tuple[list[_Statement], list[Place]]:
         """The statements of the chunks the channels find for the question and the claim, and the
         places in those pages that hold the claim's words verbatim (whitespace aside)."""
         search = f"{case.question} {claim}"
@@ -272,11 +273,17 @@ class Labeller:
                 found.setdefault((c.doc_id, c.version), []).append((c.start, c.end))
         out, verbatim = [], []
         probe = _probe(claim)
+        last = near[-1] if near else None
+        for p in near:  # the pages the reference's other claims were found in
+            found.setdefault((p.doc, p.version), [])
         for (doc, version), ranges in found.items():
             text = self.store.texts(doc, version)[1]
             if len(_compact(claim)) >= 12 and probe in text:
+                hits = find_quote(text, claim)
+                if last is not None and (last.doc, last.version) == (doc, version):  # the occurrence nearest the last claim
+                    hits.sort(key=lambda h: abs(h[0] - last.end))
                 verbatim += [Place(doc, version, a, b, text[a:b], self._status.get((doc, version)) is DocStatus.CURRENT)
-                             for a, b in find_quote(text, claim)[:1]]
+                             for a, b in hits[:1]]
             for s in self.statements(doc, version):
                 if any(s.place.start < end and start < s.place.end for start, end in ranges):
                     out.append(s)
@@ -297,16 +304,18 @@ class Labeller:
         q_share = len(asked & s.terms) / len(asked) if asked else share
         return 0.75 * share + 0.25 * q_share, False
 
-    def _best(self, case: EvalCase, claim: str) -> tuple[list[tuple[float, _Statement]], str]:
+    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = ()
+              ) -> tuple[list[tuple[float, _Statement]], str]:
         """The claim's candidate statements scored, best first, with how they were scored."""
         question = _stems(case.question)
         named = VersionFilter.for_question(case.question, current_only=False)
-        candidates, verbatim = self._candidates(case, claim)
+        candidates, verbatim = self._candidates(case, claim, near)
         if named.named:
             pinned = {p.doc for p in verbatim if named.names(p.version)}
             verbatim = [p for p in verbatim if p.doc not in pinned or named.names(p.version)]
         if verbatim:  # the reference quotes the page: the words are the place
-            verbatim.sort(key=lambda p: (not p.current, p.doc, p.version))
+            on = {(p.doc, p.version) for p in near}
+            verbatim.sort(key=lambda p: ((p.doc, p.version) not in on, not p.current, p.doc, p.version))
             return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
         contexts = [_compact(c) for c in case.reference_contexts]
         scored = []
@@ -351,7 +360,7 @@ class Labeller:
         claims: list[Claim] = []
         others: list[list[Place]] = []
         for text in split_claims(case.reference):
-            scored, how = self._best(case, text)
+            scored, how = self._best(case, text, [c.place for c in claims if c.place is not None])
             if not scored or scored[0][0] < self.min_score:
                 best = scored[0][0] if scored else 0.0
                 where = f"; the best place, {scored[0][1].place.doc}@{scored[0][1].place.version}, scores " \
