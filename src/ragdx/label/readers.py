@@ -207,6 +207,7 @@ def _texts(f: Fields, name: str) -> tuple[str, ...]:
 
 
 def _case(obj: dict[str, Any], fmt: DatasetFormat, file: str, line: int, ignore: frozenset[str]) -> EvalCase:
+    obj = {k: v for k, v in obj.items() if v is not None}  # RAGAS and pandas write null for an empty field
     f = Fields(obj, file, line)
     mapping = _MAPS[fmt]
     known = {c for cols in mapping.values() for c in cols} | _OTHER[fmt] | _OURS | ignore
@@ -228,7 +229,7 @@ def _case(obj: dict[str, Any], fmt: DatasetFormat, file: str, line: int, ignore:
             got[ours] = value if value.strip() or ours == "response" else None
     question = got.get("question")
     if question is None:
-        raise InputError(f"the question is missing or empty", file=file, line=line,
+        raise InputError("the question is missing or empty", file=file, line=line,
                          field=mapping["question"][0])
     return EvalCase(id=str(f.get("id", (str, int), default=f"q{line}")), question=question,
                     reference=got.get("reference"), reference_contexts=got.get("reference_contexts", ()),
