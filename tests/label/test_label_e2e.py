@@ -83,3 +83,53 @@ def test_ragas_dataset_diagnosed_directly(labelled, example_store, tmp_path: Pat
     assert found["q3"]["first_failure"] is None
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["system"] == "ragas"
+
+
+def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) -> None:
+    """Accept, reject and download the decisions in headless Chromium, then apply them."""
+    import time
+
+    from ragdx.testing.browser import Browser, find_chromium
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install chromium)")
+    _, proposed, _ = labelled
+    page_path = tmp_path / "review.html"
+    assert main(["label", "--review", "--store", str(example_store.path), "--queries", str(proposed),
+                 "--out", str(page_path)]) == 0
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with Browser() as browser:
+        browser.call("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        page = browser.open(page_path)
+        assert page.evaluate("document.querySelectorAll('.grp').length") == 4
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='1'][data-act='reject']\").click()")
+        page.evaluate("document.querySelector(\"button[data-q='q2'][data-g='0'][data-act='accept']\").click()")
+        assert page.evaluate("document.getElementById('g-q1-1').dataset.status") == "reject"
+        page.evaluate("document.getElementById('download').click()")
+        deadline = time.monotonic() + 15
+        while not (downloads / "decisions.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not page.errors
+    decisions = json.loads((downloads / "decisions.json").read_text())
+    assert decisions["decisions"] == {"q1": {"1": {"status": "reject"}}, "q2": {"0": {"status": "accept"}}}
+    final = tmp_path / "final.jsonl"
+    assert main(["label", "--apply", str(downloads / "decisions.json"), "--queries", str(proposed),
+                 "--out", str(final)]) == 0
+    lines = {q["id"]: q for q in map(json.loads, final.read_text().splitlines())}
+    assert lines["q1"]["required"] == [[{"doc": "policies/refund.md", "version": "2026-03",
+                                         "quote": "Refunds are accepted within 30 days of delivery."}]]
+    assert len(lines["q2"]["required"]) == 1 and len(lines["q3"]["required"]) == 1
+    from ragdx.queryset import load_queries
+    assert [q.id for q in load_queries(final)] == ["q1", "q2", "q3"]
+
+
+def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path) -> None:
+    from ragdx.errors import InputError
+    from ragdx.label.review import apply_decisions
+    _, proposed, _ = labelled
+    bad = write(tmp_path / "d.json", json.dumps({"format": "ragdx-label-decisions",
+                                                 "decisions": {"q2": {"3": {"status": "reject"}}}}))
+    with pytest.raises(InputError) as err:
+        apply_decisions(proposed, bad, tmp_path / "final.jsonl")
+    assert err.value.field == "decisions.q2.3"
+    assert not (tmp_path / "final.jsonl").exists()
