@@ -37,6 +37,8 @@ from ragdx.types import Alternative, DocStatus, Principal, Query, VersionFilter
 __all__ = ["Claim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
 
 _SPACE = re.compile(r"\s+")
+#: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
+VERBATIM_WORDS = 5
 _PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
 
 
@@ -261,13 +263,13 @@ class Labeller:
             self._statements[key] = out
         return self._statements[key]
 
-    def _candidates(self, case: EvalCase, claim: str, near: Sequence[Place] = ()
+    def _candidates(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False
                     ) -> tuple[list[_Statement], list[Place]]:
         """The statements of the chunks the channels find for the question and the claim, and the
         places in those pages that hold the claim's words verbatim (whitespace aside)."""
         search = f"{case.question} {claim}"
         found: dict[tuple[str, str], list[tuple[int, int]]] = {}
-        for channel in self.channels:
+        for channel in () if only_near else self.channels:
             ranked = channel.run(Query(f"{case.id}#label", search, self.everyone))
             for c in ranked.items:
                 found.setdefault((c.doc_id, c.version), []).append((c.start, c.end))
@@ -278,7 +280,7 @@ class Labeller:
             found.setdefault((p.doc, p.version), [])
         for (doc, version), ranges in found.items():
             text = self.store.texts(doc, version)[1]
-            if len(_compact(claim)) >= 12 and probe in text:
+            if len(claim.split()) >= VERBATIM_WORDS and probe in text:
                 hits = find_quote(text, claim)
                 if last is not None and (last.doc, last.version) == (doc, version):  # the occurrence nearest the last claim
                     hits.sort(key=lambda h: abs(h[0] - last.end))
@@ -294,7 +296,7 @@ class Labeller:
         """How much of the claim's words (and, less, the question's) the statement holds; whether it
         holds the claim's words verbatim."""
         c, t = _compact(claim), _compact(s.place.text)
-        if len(c) >= 12 and (c in t or (len(t) >= 24 and t in c)):
+        if len(claim.split()) >= VERBATIM_WORDS and (c in t or (len(t) >= 24 and t in c)):
             return 1.0, True
         terms = _stems(claim)
         if not terms:
@@ -304,15 +306,17 @@ class Labeller:
         q_share = len(asked & s.terms) / len(asked) if asked else share
         return 0.75 * share + 0.25 * q_share, False
 
-    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = ()
+    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False
               ) -> tuple[list[tuple[float, _Statement]], str]:
         """The claim's candidate statements scored, best first, with how they were scored."""
         question = _stems(case.question)
         named = VersionFilter.for_question(case.question, current_only=False)
-        candidates, verbatim = self._candidates(case, claim, near)
+        candidates, verbatim = self._candidates(case, claim, near, only_near)
         if named.named:
             pinned = {p.doc for p in verbatim if named.names(p.version)}
             verbatim = [p for p in verbatim if p.doc not in pinned or named.names(p.version)]
+        if only_near:
+            return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
         if verbatim:  # the reference quotes the page: the words are the place
             on = {(p.doc, p.version) for p in near}
             verbatim.sort(key=lambda p: ((p.doc, p.version) not in on, not p.current, p.doc, p.version))
@@ -383,6 +387,14 @@ class Labeller:
             claims.append(Claim(text, score, top.place, reason, rival, tuple(also)))
             others.append([s.place for _, s in scored[1:6]
                            if _compact(s.place.text) != _compact(top.place.text)])
+        verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
+        for n, text in enumerate(split_claims(case.reference) if verbatim else []):
+            if claims[n].score >= 1.0:
+                continue  # a second look, in the pages the other claims were quoted from
+            scored, _ = self._best(case, text, verbatim, only_near=True)
+            if scored and scored[0][0] >= 1.0:
+                claims[n] = Claim(text, 1.0, scored[0][1].place, "the reference's words, verbatim")
+                others[n] = []
         stated = [(c, o) for c, o in zip(claims, others) if c.place is not None]
         groups, candidates = self._groups(stated, named)
         restricted = bool(groups) and case.principal is not None and not any(
