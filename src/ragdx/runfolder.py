@@ -32,7 +32,7 @@ from ragdx.evaluation.layered import Metrics, QueryValues
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.types import Query
 
-__all__ = ["Executed", "write_json", "manifest", "fingerprint", "write_queries", "write_report", "RUN_DB", "PUBLISHED",
+__all__ = ["Executed", "write_json", "write_lines", "manifest", "fingerprint", "write_queries", "write_report", "RUN_DB", "PUBLISHED",
            "SUMMARY", "append_published", "repair_published"]
 
 RUN_DB = "run.db"
@@ -54,6 +54,11 @@ class Executed:
     rows: tuple[QueryValues, ...]
     views: tuple[TraceView, ...]
     evidence: tuple[QueryEvidence, ...]
+
+
+def write_lines(path: Path, objs: Any) -> None:
+    """Write JSON lines whole or not at all (a temporary file, then an atomic rename)."""
+    _replace(path, "".join(json.dumps(o, ensure_ascii=False, allow_nan=False) + "\n" for o in objs))
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -53,7 +53,8 @@ from ragdx.types import StageKind
 __all__ = ["DEFAULT_STAGES", "FORMATS", "detect_format", "read_spans", "spans_to_traces", "read_any",
            "parse_stage_map", "document_item", "find_claims", "check_parents"]
 
-FORMATS = ("auto", "trace", "openinference", "otlp")
+FORMATS = ("auto", "trace", "openinference", "otlp", "ragas", "deepeval")
+DATASETS = ("ragas", "deepeval")  # evaluation sets whose rows hold a system's output (ragdx.label.readers)
 DEFAULT_STAGES: Mapping[str, str] = {
     "DocumentJoiner": "fusion", "EnsembleRetriever": "fusion",
     "PromptBuilder": "context", "ChatPromptBuilder": "context",
@@ -309,8 +310,12 @@ def _otlp_records(obj: Mapping[str, Any], place: _Place) -> tuple[list[SpanRecor
 
 
 def detect_format(obj: Any) -> str:
-    """``otlp``, ``openinference`` or ``trace``, from one parsed line."""
+    """``otlp``, ``openinference``, ``ragas``, ``deepeval`` or ``trace``, from one parsed line."""
     if isinstance(obj, dict):
+        if "user_input" in obj:
+            return "ragas"
+        if "input" in obj and "actual_output" in obj:
+            return "deepeval"
         if "resourceSpans" in obj:
             return "otlp"
         if "context" in obj and ("span_kind" in obj or "attributes" in obj) or isinstance(obj.get("data"), list):
@@ -679,6 +684,9 @@ def read_any(path: Path, *, format: str = "auto", stage_map: Mapping[str, str] |
     """
     if format not in FORMATS:
         raise InputError(f"--format must be one of {', '.join(FORMATS)}, not {format!r}")
+    if format == "auto" and (Path(path).is_dir() or Path(path).suffix.lower() in (".csv", ".json")) \
+            and not (Path(path).suffix.lower() == ".json" and _spans_json(Path(path))):
+        format = "dataset"  # an evaluation set (CSV, a JSON array, a Hugging Face dataset folder)
     if format == "auto":
         text = read_text(path, what="traces")
         first = next((line for line in text.splitlines() if line.strip()), "")
@@ -686,6 +694,8 @@ def read_any(path: Path, *, format: str = "auto", stage_map: Mapping[str, str] |
             format = detect_format(json.loads(first))
         except (ValueError, RecursionError):  # not JSON (or nested too deeply): read as traces, said there
             format = "trace"
+    if format in DATASETS or format == "dataset":
+        return _dataset_views(Path(path), "auto" if format == "dataset" else format)
     if format == "trace":
         views, bad = read_traces(path)
         return views, bad, next((v.system for _, v in views if v.system), None)
@@ -699,3 +709,28 @@ def read_any(path: Path, *, format: str = "auto", stage_map: Mapping[str, str] |
         except InputError as exc:
             bad.append(f"{exc}; trace skipped")
     return views, bad + unnamed, system
+
+
+def _spans_json(path: Path) -> bool:
+    """Whether a ``.json`` file is a span export (Phoenix's ``{"data": [...]}`` or OTLP) rather
+    than an evaluation set's array."""
+    head = read_text(path, what="traces")[:4096].lstrip()
+    return head.startswith("{") and ('"resourceSpans"' in head or '"span_kind"' in head or '"context"' in head)
+
+
+def _dataset_views(path: Path, format: str) -> tuple[list[tuple[int, TraceView]], list[str], str | None]:
+    """An evaluation set's rows as traces: the retrieved contexts (retrieval, and the context the
+    generator read), then the response (:func:`ragdx.label.readers.case_trace`). A row without
+    output is skipped and said."""
+    from ragdx.label.readers import case_trace, read_eval_set
+    data = read_eval_set(path, format)
+    if {"retrieved_contexts", "response"} <= set(data.missing):
+        data.require("retrieved_contexts", "response", purpose="ragdx diagnose (the system's output is its trace)")
+    views, bad = [], []
+    for case in data.cases:
+        trace = case_trace(case, data.format.value)
+        if trace is None:
+            bad.append(f"{path}:{case.line}: no retrieved contexts and no response; row skipped")
+            continue
+        views.append((case.line, parse_trace(trace, str(path), case.line)))
+    return views, bad, data.format.value

@@ -1,0 +1,497 @@
+"""Proposing a question's required evidence from its reference answer (``ragdx label``).
+
+The reference answer is split into atomic claims (:func:`split_claims`: its sentences, and each
+run of code-like lines as one claim). For each claim, the store's retrieval channels search with
+the question and the claim together, over every version and every access group; the statements
+of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statement_spans`) are
+scored against the claim by the words they share with it and, where a pair scorer is given (the
+packaged cross-encoder), by its relevance of the statement to the question and claim. The best
+statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
+``unsupported_reference``. Claims stated in one paragraph of one page become one group (one span
+over them); the places stating the same words elsewhere (another page, or another version when
+the question names none) are its alternatives, an OR. A group whose score is below
+``review_score``, or whose runner-up from another place scores within ``margin`` of it, is marked
+``needs_review``. The required evidence is an AND of the groups.
+
+Every alternative is written as ``doc``, ``version`` and ``quote`` (the statement's exact words),
+and resolved against the store before it is written: a proposal never names a span that does
+not resolve.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+from ragdx.diagnosis.evidence import RESOLVED, EvidenceResolver
+from ragdx.ingest.quotes import find_quote
+from ragdx.label.readers import EvalCase
+from ragdx.protocols import PairScorer, Retriever, Store
+from ragdx.queryset import parse_query, query_to_dict
+from ragdx.text import content_terms, sentence_spans, statement_spans, stem
+from ragdx.types import Alternative, DocStatus, Principal, Query, VersionFilter
+
+__all__ = ["Claim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
+
+_SPACE = re.compile(r"\s+")
+#: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
+VERBATIM_WORDS = 5
+_PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
+
+
+def _compact(text: str) -> str:
+    return _SPACE.sub("", text)
+
+
+def _probe(text: str) -> str:
+    """The longest run of the text without whitespace: a text lacking it cannot hold the quote."""
+    return max(text.split(), key=len, default="")
+
+
+_CLAUSE = re.compile(r"(?<=[;:])\s+")
+
+
+def _joined(pieces: list[str], least: int = 3) -> list[str]:
+    """Pieces with fewer than ``least`` content words joined to the next ("Yes." or "No:" is no
+    claim of its own; the last joins the one before)."""
+    out: list[str] = []
+    carry = ""
+    for piece in pieces:
+        piece = f"{carry} {piece}".strip() if carry else piece
+        if len(content_terms(piece)) < least:
+            carry = piece
+            continue
+        out.append(piece)
+        carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+def split_claims(reference: str) -> list[str]:
+    """The atomic claims of a reference answer: the sentences of its prose lines, each apart at
+    ``;`` and ``:`` into clauses (a piece with fewer than three content words joins the next), and
+    each run of other lines (code, a command, a table; blank lines inside it kept) as one claim."""
+    claims: list[str] = []
+    block: list[str] = []
+
+    def flush() -> None:
+        text = "\n".join(block).strip()
+        if text and content_terms(text):
+            claims.append(text)
+        block.clear()
+
+    for line in reference.splitlines():
+        stripped = line.strip()
+        prose = bool(stripped) and not line[:1].isspace() and (
+            len(stripped.split()) >= 4 and bool(_PROSE_END.search(stripped)))
+        if prose:
+            flush()
+            pieces = [c for a, b in sentence_spans(stripped) for c in _CLAUSE.split(stripped[a:b])]
+            claims.extend(c for c in _joined(pieces) if content_terms(c))
+        elif stripped or block:
+            block.append(line)
+    flush()
+    return claims
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where a claim is stated: ``[start, end)`` of a document version's parsed text."""
+
+    doc: str
+    version: str
+    start: int
+    end: int
+    text: str
+    current: bool = True
+
+    def alternative(self) -> dict[str, Any]:
+        return {"doc": self.doc, "version": self.version, "quote": self.text}
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim of the reference answer and the best place found stating it (None: none does)."""
+
+    text: str
+    score: float
+    place: Place | None
+    reason: str
+    runner_up: float = 0.0
+    also: tuple[Place, ...] = ()  # other pages stating it, scoring within ``tie`` of the best
+
+
+@dataclass(frozen=True, slots=True)
+class ProposedGroup:
+    """One required group: the claims it stands for, its places (an OR), its score and why."""
+
+    claims: tuple[str, ...]
+    places: tuple[Place, ...]
+    score: float
+    reason: str
+    needs_review: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"claims": list(self.claims), "score": round(self.score, 4), "reason": self.reason,
+                "needs_review": self.needs_review, "alternatives": [p.alternative() for p in self.places]}
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """What ``ragdx label`` proposes for one case: the groups (an AND), the claims no source states,
+    and whether a person should look at it."""
+
+    case: EvalCase
+    groups: tuple[ProposedGroup, ...]
+    unsupported: tuple[Claim, ...] = ()
+    note: str = ""
+    restricted: bool = False
+    candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.groups) and not self.restricted
+
+    @property
+    def needs_review(self) -> bool:
+        return bool(self.unsupported) or any(g.needs_review for g in self.groups) or not self.groups
+
+    def to_line(self, groups: Sequence[ProposedGroup] | None = None) -> dict[str, Any]:
+        """The proposal as a query-set line (docs/formats.md); the scores and reasons in
+        ``metadata.label``."""
+        groups = self.groups if groups is None else groups
+        required = [[p.alternative() for p in g.places] for g in groups]
+        principal = self.case.principal or Principal(user="anonymous", groups=("public",))
+        line: dict[str, Any] = {"id": self.case.id, "question": self.case.question,
+                                "principal": {"user": principal.user, "groups": list(principal.groups)},
+                                "answerable": bool(groups) and not self.restricted,
+                                "required": [] if self.restricted else required}
+        if self.restricted:
+            line["restricted_required"] = required
+        if self.case.reference is not None:
+            line["answer"] = self.case.reference
+        if self.case.tags:
+            line["tags"] = list(self.case.tags)
+        line["metadata"] = {"label": {
+            "needs_review": self.needs_review, "note": self.note,
+            "groups": [g.to_dict() for g in groups],
+            "unsupported_reference": [{"claim": c.text, "score": round(c.score, 4), "reason": c.reason}
+                                      for c in self.unsupported],
+            "candidates": [[p.alternative() for p in c] for c in self.candidates]},
+            "source": {"file": self.case.file, "line": self.case.line}}
+        return line
+
+    def query(self) -> Query:
+        """The proposal as a validated query."""
+        return parse_query(self.to_line(), self.case.file or "proposal", self.case.line or None)
+
+
+@dataclass
+class _Statement:
+    place: Place
+    paragraph: int  # the paragraph's start in the parsed text
+    reads: str = ""  # what it states (a table row read with its header)
+
+    @property
+    def terms(self) -> frozenset[str]:
+        return _stems(self.reads or self.place.text)
+
+
+@functools.lru_cache(maxsize=65536)
+def _stems(text: str) -> frozenset[str]:
+    return frozenset(stem(t) for t in content_terms(text))
+
+
+class Labeller:
+    """Proposes required evidence for evaluation cases against one store.
+
+    Args:
+        store: the store holding the corpus.
+        channels: retrieval channels (ragdx's BM25 and dense retrievers), searched over every
+            version; their ``top_k`` is how deep each looks per claim.
+        scorer: a pair scorer (the cross-encoder), or None for the words alone.
+        min_score: the least score of a place that states a claim.
+        review_score: groups scoring below it are marked ``needs_review``.
+        margin: a runner-up (another place, other words) within it marks the group ``needs_review``.
+        rescore: how many statements per claim, best by words first, the scorer reads.
+        scorer_weight: the scorer's share of a statement's score (the words' share is the rest).
+        tie: another page whose statement scores within it of the best is an alternative too.
+    """
+
+    def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
+                 min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
+                 scorer_weight: float = 0.5, tie: float = 0.05) -> None:
+        self.store, self.channels, self.scorer = store, list(channels), scorer
+        self.min_score, self.review_score, self.margin = min_score, review_score, margin
+        self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
+        self.tie = tie
+        groups = sorted({g for acl in store.acl_table().values() for g in acl})
+        self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
+        self.resolver = EvidenceResolver(store)
+        self._statements: dict[tuple[str, str], list[_Statement]] = {}
+        self._status = {(v.document.doc_id, v.document.version): v.document.status for v in store.versions()}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
+                "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
+                "scorer_weight": self.scorer_weight, "tie": self.tie,
+                "scorer": dict(self.scorer.config) if self.scorer is not None else None}
+
+    # -- the store's statements ------------------------------------------------------------------
+    def statements(self, doc: str, version: str) -> list[_Statement]:
+        key = (doc, version)
+        if key not in self._statements:
+            text = self.store.texts(doc, version)[1]
+            current = self._status.get(key) is DocStatus.CURRENT
+            out = []
+            for s in statement_spans(text):
+                if s.start < 0:
+                    continue
+                paragraph = text.rfind("\n\n", 0, s.start) + 1
+                out.append(_Statement(Place(doc, version, s.start, s.end, text[s.start:s.end], current),
+                                      paragraph, s.text))
+            if len(self._statements) > 256:
+                self._statements.clear()
+            self._statements[key] = out
+        return self._statements[key]
+
+    def _candidates(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False
+                    ) -> tuple[list[_Statement], list[Place]]:
+        """The statements of the chunks the channels find for the question and the claim, and the
+        places in those pages that hold the claim's words verbatim (whitespace aside)."""
+        search = f"{case.question} {claim}"
+        found: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        for channel in () if only_near else self.channels:
+            ranked = channel.run(Query(f"{case.id}#label", search, self.everyone))
+            for c in ranked.items:
+                found.setdefault((c.doc_id, c.version), []).append((c.start, c.end))
+        out, verbatim = [], []
+        probe = _probe(claim)
+        last = near[-1] if near else None
+        for p in near:  # the pages the reference's other claims were found in
+            found.setdefault((p.doc, p.version), [])
+        for (doc, version), ranges in found.items():
+            text = self.store.texts(doc, version)[1]
+            if len(claim.split()) >= VERBATIM_WORDS and probe in text:
+                hits = find_quote(text, claim)
+                if last is not None and (last.doc, last.version) == (doc, version):  # the occurrence nearest the last claim
+                    hits.sort(key=lambda h: abs(h[0] - last.end))
+                verbatim += [Place(doc, version, a, b, text[a:b], self._status.get((doc, version)) is DocStatus.CURRENT)
+                             for a, b in hits[:1]]
+            for s in self.statements(doc, version):
+                if any(s.place.start < end and start < s.place.end for start, end in ranges):
+                    out.append(s)
+        return out, verbatim
+
+    # -- scoring -----------------------------------------------------------------------------------
+    def _words(self, claim: str, question: frozenset[str], s: _Statement) -> tuple[float, bool]:
+        """How much of the claim's words (and, less, the question's) the statement holds; whether it
+        holds the claim's words verbatim."""
+        c, t = _compact(claim), _compact(s.place.text)
+        if len(claim.split()) >= VERBATIM_WORDS and (c in t or (len(t) >= 24 and t in c)):
+            return 1.0, True
+        terms = _stems(claim)
+        if not terms:
+            return 0.0, False
+        share = len(terms & s.terms) / len(terms)
+        asked = question - terms
+        q_share = len(asked & s.terms) / len(asked) if asked else share
+        return 0.75 * share + 0.25 * q_share, False
+
+    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False
+              ) -> tuple[list[tuple[float, _Statement]], str]:
+        """The claim's candidate statements scored, best first, with how they were scored."""
+        question = _stems(case.question)
+        named = VersionFilter.for_question(case.question, current_only=False)
+        candidates, verbatim = self._candidates(case, claim, near, only_near)
+        if named.named:
+            pinned = {p.doc for p in verbatim if named.names(p.version)}
+            verbatim = [p for p in verbatim if p.doc not in pinned or named.names(p.version)]
+        if only_near:
+            return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
+        if verbatim:  # the reference quotes the page: the words are the place
+            on = {(p.doc, p.version) for p in near}
+            verbatim.sort(key=lambda p: ((p.doc, p.version) not in on, not p.current, p.doc, p.version))
+            return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
+        contexts = [_compact(c) for c in case.reference_contexts]
+        scored = []
+        for s in candidates:
+            words, verbatim = self._words(claim, question, s)
+            if contexts and any(_compact(s.place.text) in c for c in contexts):
+                words = min(1.0, words + 0.2)  # the reference's own context states it
+            scored.append((words, verbatim, s))
+        scored.sort(key=lambda x: (-x[0], not x[2].place.current))
+        # a version the question names wins over the others of the same page
+        if named.named:
+            pinned = {s.place.doc for _, _, s in scored if named.names(s.place.version)}
+            scored = [x for x in scored if x[2].place.doc not in pinned or named.names(x[2].place.version)]
+        head = scored[:self.rescore]
+        how = "words"
+        out: list[tuple[float, _Statement]] = []
+        if self.scorer is not None and head:
+            how = "words and cross-encoder"
+            texts = list(dict.fromkeys(s.place.text for _, _, s in head))
+            logits = dict(zip(texts, (float(x) for x in self.scorer.score(f"{case.question} {claim}", texts))))
+            for words, verbatim, s in head:
+                relevance = 1.0 / (1.0 + math.exp(-logits[s.place.text]))
+                score = 1.0 if verbatim else (1 - self.scorer_weight) * words + self.scorer_weight * relevance
+                out.append((score, s))
+        else:
+            out = [(1.0 if verbatim else words, s) for words, verbatim, s in head]
+        out.sort(key=lambda x: (-x[0], not x[1].place.current, x[1].place.doc, x[1].place.start))
+        return out, how
+
+    # -- proposing -----------------------------------------------------------------------------------
+    def run(self, case: EvalCase) -> Proposal:
+        """Propose the case's required evidence.
+
+        Returns:
+            A :class:`Proposal`; with no reference answer, one with no groups (``answerable`` false,
+            marked for review).
+        """
+        if not case.reference or not case.reference.strip():
+            return Proposal(case, (), note="no reference answer: nothing to label; taken as a question "
+                            "the system should abstain on")
+        named = VersionFilter.for_question(case.question, current_only=False)
+        claims: list[Claim] = []
+        others: list[list[Place]] = []
+        for text in split_claims(case.reference):
+            scored, how = self._best(case, text, [c.place for c in claims if c.place is not None])
+            if not scored or scored[0][0] < self.min_score:
+                best = scored[0][0] if scored else 0.0
+                where = f"; the best place, {scored[0][1].place.doc}@{scored[0][1].place.version}, scores " \
+                    f"{best:.2f}" if scored else "; the channels found nothing"
+                claims.append(Claim(text, best, None, f"no statement in the store states it ({how}: below "
+                                    f"{self.min_score}{where})"))
+                others.append([])
+                continue
+            score, top = scored[0]
+            rival = next((sc for sc, s in scored[1:] if _compact(s.place.text) != _compact(top.place.text)), 0.0)
+            verbatim = score >= 1.0
+            reason = ("the reference's words, verbatim" if verbatim else
+                      f"{how}: {score:.2f}; the runner-up elsewhere {rival:.2f}")
+            also = []
+            for sc, s in scored[1:]:
+                if sc < max(self.min_score, score - self.tie) or len(also) >= 2:
+                    break
+                if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
+                    also.append(s.place)
+            claims.append(Claim(text, score, top.place, reason, rival, tuple(also)))
+            others.append([s.place for _, s in scored[1:6]
+                           if _compact(s.place.text) != _compact(top.place.text)])
+        verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
+        for n, text in enumerate(split_claims(case.reference) if verbatim else []):
+            if claims[n].score >= 1.0:
+                continue  # a second look, in the pages the other claims were quoted from
+            scored, _ = self._best(case, text, verbatim, only_near=True)
+            if scored and scored[0][0] >= 1.0:
+                claims[n] = Claim(text, 1.0, scored[0][1].place, "the reference's words, verbatim")
+                others[n] = []
+        stated = [(c, o) for c, o in zip(claims, others) if c.place is not None]
+        groups, candidates = self._groups(stated, named)
+        restricted = bool(groups) and case.principal is not None and not any(
+            self.store.readable(case.principal.groups, p.doc, p.version) for g in groups for p in g.places)
+        note = "" if groups else "no claim of the reference is stated in the store"
+        if restricted:
+            note = "the evidence lies only in documents the principal may not read: answerable false"
+        proposal = Proposal(case, tuple(groups), tuple(c for c in claims if c.place is None), note, restricted,
+                            tuple(candidates))
+        return self._check(proposal)
+
+    def _groups(self, stated: list[tuple[Claim, list[Place]]], named: VersionFilter
+                ) -> tuple[list[ProposedGroup], list[tuple[Place, ...]]]:
+        """Claims stated in one paragraph of one page made one group; each group's alternatives."""
+        runs: list[list[tuple[Claim, list[Place]]]] = []
+        for claim, other in stated:
+            p = claim.place
+            assert p is not None
+            para = self._paragraph(p)
+            run = next((r for r in runs if r[0][0].place.doc == p.doc and r[0][0].place.version == p.version  # type: ignore[union-attr]
+                        and self._paragraph(r[0][0].place) == para), None)  # type: ignore[arg-type]
+            if run is None:
+                runs.append([(claim, other)])
+            else:
+                run.append((claim, other))
+        groups, candidates = [], []
+        for run in runs:
+            places = [c.place for c, _ in run]
+            first = places[0]
+            assert first is not None
+            start, end = min(p.start for p in places), max(p.end for p in places)  # type: ignore[union-attr]
+            text = self.store.texts(first.doc, first.version)[1]
+            main = Place(first.doc, first.version, start, end, text[start:end], first.current)
+            places_out = [main] + self._elsewhere(main, named)
+            if len(run) == 1:  # another page stating the claim about as well: an alternative too
+                places_out += [p for p in run[0][0].also if all(p.doc != q.doc for q in places_out)]
+            score = min(c.score for c, _ in run)
+            rival = max(c.runner_up for c, _ in run)
+            review = score < self.review_score or (score < 1.0 and score - rival < self.margin)
+            reasons = "; ".join(dict.fromkeys(c.reason for c, _ in run))
+            if len(places_out) > 1:
+                reasons += f"; the same words in {len(places_out) - 1} other place(s)"
+            groups.append(ProposedGroup(tuple(c.text for c, _ in run), tuple(places_out), score, reasons, review))
+            seen = {(p.doc, p.version, p.start) for p in places_out}
+            candidates.append(tuple(p for _, o in run for p in o if (p.doc, p.version, p.start) not in seen))
+        return groups, candidates
+
+    def _paragraph(self, place: Place) -> int:
+        for s in self.statements(place.doc, place.version):
+            if s.place.start <= place.start < s.place.end or s.place.start >= place.start:
+                return s.paragraph
+        return -1
+
+    def _elsewhere(self, main: Place, named: VersionFilter) -> list[Place]:
+        """The same words in another version of the page (when the question names none) or on
+        another page whose statements share them (found by the BM25 channel)."""
+        out: list[Place] = []
+        for stored in self.store.versions(main.doc):
+            version = stored.document.version
+            if version == main.version or (named.named and not named.names(version)):
+                continue
+            text = self.store.texts(main.doc, version)[1]
+            hits = find_quote(text, main.text) if _probe(main.text) in text else []
+            if hits:
+                out.append(Place(main.doc, version, hits[0][0], hits[0][1], text[hits[0][0]:hits[0][1]],
+                                 stored.document.status is DocStatus.CURRENT))
+        bm25 = next((c for c in self.channels if c.name == "bm25"), None)
+        if bm25 is not None:
+            for c in bm25.run(Query("label#elsewhere", main.text[:400], self.everyone)).items[:10]:
+                if c.doc_id == main.doc or any(p.doc == c.doc_id for p in out):
+                    continue
+                if named.named and not named.names(c.version) and any(
+                        named.names(v.document.version) for v in self.store.versions(c.doc_id)):
+                    continue
+                text = self.store.texts(c.doc_id, c.version)[1]
+                hits = find_quote(text, main.text) if _probe(main.text) in text else []
+                if hits:
+                    out.append(Place(c.doc_id, c.version, hits[0][0], hits[0][1], text[hits[0][0]:hits[0][1]],
+                                     self._status.get((c.doc_id, c.version)) is DocStatus.CURRENT))
+        return out
+
+    def _check(self, proposal: Proposal) -> Proposal:
+        """The proposal with only the alternatives that resolve to a span of the store (each is
+        the store's own text, so all do; this is the guarantee, checked the way ``ragdx evidence
+        --strict`` checks)."""
+        evidence = self.resolver.run(proposal.query(), restricted=proposal.restricted)
+        bad = {(a.group, a.index) for a in evidence.alternatives if a.status != RESOLVED}
+        if not bad:
+            return proposal
+        groups = []
+        for g, group in enumerate(proposal.groups):
+            places = tuple(p for i, p in enumerate(group.places) if (g, i) not in bad)
+            if places:
+                groups.append(replace(group, places=places))
+        return replace(proposal, groups=tuple(groups))
+
+
+def query_line(query: Query) -> dict[str, Any]:
+    """A query as its query-set line (re-exported for the review's apply step)."""
+    return query_to_dict(query)

@@ -1,0 +1,135 @@
+"""``ragdx label`` and ``ragdx diagnose`` on a RAGAS-format dataset written by hand, end to end on
+the bundled example's store: labels proposed from the reference answers, checked with ``ragdx
+evidence --strict``, and the dataset's own retrieved contexts and responses diagnosed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragdx.cli import main
+from tests.conftest import write
+
+RAGAS = [
+    # the quality exception never reached the retrieved contexts: lost at retrieval
+    {"user_input": "Can I get a refund for a quality problem 35 days after delivery?",
+     "reference": "Refunds are accepted within 30 days of delivery. Quality defects may be refunded within 90 days "
+                  "of delivery.",
+     "retrieved_contexts": ["Refunds are accepted within 30 days of delivery. The delivery date is the date shown in "
+                            "the tracking history of your parcel."],
+     "response": "No. Refunds are accepted within 30 days of delivery."},
+    # the context holds the rule; the response does not use it: lost at generation
+    {"user_input": "Can I get a refund for a gift card I bought?",
+     "reference": "Gift cards are non-refundable.",
+     "retrieved_contexts": ["Gift cards are non-refundable. Store credit never expires."],
+     "response": "Please contact our support team by e-mail."},
+    # found, used, and one claim of the reference that no page states
+    {"user_input": "How long do I have to return an item for a refund?",
+     "reference": "Refunds are accepted within 30 days of delivery. Refunds are always paid out in gold bars "
+                  "by carrier pigeon.",
+     "retrieved_contexts": ["Refunds are accepted within 30 days of delivery."],
+     "response": "Refunds are accepted within 30 days of delivery."},
+]
+
+
+@pytest.fixture()
+def labelled(example_store, tmp_path: Path) -> tuple[Path, Path, list[dict]]:
+    data = write(tmp_path / "ragas.jsonl", "".join(json.dumps(r) + "\n" for r in RAGAS))
+    out = tmp_path / "queries.jsonl"
+    assert main(["label", "--store", str(example_store.path), "--tests", str(data), "--out", str(out),
+                 "--scorer", "words", "-q"]) == 0
+    return data, out, [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_labels_proposed_from_the_reference_answers(labelled) -> None:
+    _, _, lines = labelled
+    assert [line["id"] for line in lines] == ["q1", "q2", "q3"]
+    q1, q2, q3 = lines
+    # two claims, two pages: an AND of two groups; the 30-day rule only in the 2026-03 version
+    assert q1["required"] == [
+        [{"doc": "policies/refund.md", "version": "2026-03", "quote": "Refunds are accepted within 30 days of delivery."}],
+        [{"doc": "policies/quality.md", "version": "2026-03",
+          "quote": "Quality defects may be refunded within 90 days of delivery."}]]
+    assert [g["reason"] for g in q1["metadata"]["label"]["groups"]] == ["the reference's words, verbatim"] * 2
+    assert q2["required"][0][0]["quote"] == "Gift cards are non-refundable."
+    assert q2["required"][0][0]["doc"] == "policies/gift-cards.md"
+    # the made-up claim is listed, not labelled
+    assert len(q3["required"]) == 1
+    unsupported = q3["metadata"]["label"]["unsupported_reference"]
+    assert [u["claim"] for u in unsupported] == ["Refunds are always paid out in gold bars by carrier pigeon."]
+    assert q3["metadata"]["label"]["needs_review"] is True
+    assert q1["metadata"]["label"]["needs_review"] is False
+
+
+def test_proposed_labels_resolve_strictly(labelled, example_store, capsys) -> None:
+    _, out, _ = labelled
+    capsys.readouterr()
+    assert main(["evidence", "--store", str(example_store.path), "--queries", str(out), "--strict", "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["status"] for r in records] == ["resolved"] * 4
+
+
+def test_ragas_dataset_diagnosed_directly(labelled, example_store, tmp_path: Path) -> None:
+    data, out, _ = labelled
+    folder = tmp_path / "diagnosis"
+    assert main(["diagnose", "--traces", str(data), "--queries", str(out), "--store", str(example_store.path),
+                 "--out", str(folder), "-q"]) == 0
+    found = {d["id"]: d for d in map(json.loads, (folder / "diagnosis.jsonl").read_text().splitlines())}
+    assert found["q1"]["first_failure"] == "retrieval"
+    assert [(loss["group"], loss["stage"]) for loss in found["q1"]["lost"]] == [(1, "retrieval")]
+    assert found["q2"]["first_failure"] == "generation"
+    assert found["q3"]["first_failure"] is None
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["system"] == "ragas"
+
+
+def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) -> None:
+    """Accept, reject and download the decisions in headless Chromium, then apply them."""
+    import time
+
+    from ragdx.testing.browser import Browser, find_chromium
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install chromium)")
+    _, proposed, _ = labelled
+    page_path = tmp_path / "review.html"
+    assert main(["label", "--review", "--store", str(example_store.path), "--queries", str(proposed),
+                 "--out", str(page_path)]) == 0
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with Browser() as browser:
+        browser.call("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        page = browser.open(page_path)
+        assert page.evaluate("document.querySelectorAll('.grp').length") == 4
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='1'][data-act='reject']\").click()")
+        page.evaluate("document.querySelector(\"button[data-q='q2'][data-g='0'][data-act='accept']\").click()")
+        assert page.evaluate("document.getElementById('g-q1-1').dataset.status") == "reject"
+        page.evaluate("document.getElementById('download').click()")
+        deadline = time.monotonic() + 15
+        while not (downloads / "decisions.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not page.errors
+    decisions = json.loads((downloads / "decisions.json").read_text())
+    assert decisions["decisions"] == {"q1": {"1": {"status": "reject"}}, "q2": {"0": {"status": "accept"}}}
+    final = tmp_path / "final.jsonl"
+    assert main(["label", "--apply", str(downloads / "decisions.json"), "--queries", str(proposed),
+                 "--out", str(final)]) == 0
+    lines = {q["id"]: q for q in map(json.loads, final.read_text().splitlines())}
+    assert lines["q1"]["required"] == [[{"doc": "policies/refund.md", "version": "2026-03",
+                                         "quote": "Refunds are accepted within 30 days of delivery."}]]
+    assert len(lines["q2"]["required"]) == 1 and len(lines["q3"]["required"]) == 1
+    from ragdx.queryset import load_queries
+    assert [q.id for q in load_queries(final)] == ["q1", "q2", "q3"]
+
+
+def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path) -> None:
+    from ragdx.errors import InputError
+    from ragdx.label.review import apply_decisions
+    _, proposed, _ = labelled
+    bad = write(tmp_path / "d.json", json.dumps({"format": "ragdx-label-decisions",
+                                                 "decisions": {"q2": {"3": {"status": "reject"}}}}))
+    with pytest.raises(InputError) as err:
+        apply_decisions(proposed, bad, tmp_path / "final.jsonl")
+    assert err.value.field == "decisions.q2.3"
+    assert not (tmp_path / "final.jsonl").exists()
