@@ -574,6 +574,45 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from ragdx.diagnosis.imports import read_chunks
+    from ragdx.diagnosis.spans import parse_stage_map
+    from ragdx.experiments.imported import checker_from
+    from ragdx.queryset import load_queries
+    from ragdx.serve.app import LOOPBACK, ServeConfig, build_app
+    from ragdx.serve.receiver import Limits
+    token = args.token or os.environ.get("RAGDX_SERVE_TOKEN") or None
+    if args.host not in LOOPBACK and not token:
+        raise _UsageError(f"--host {args.host}: listening beyond loopback needs --token (or RAGDX_SERVE_TOKEN), "
+                          "which every request must then carry")
+    for name in ("window", "settle", "orphan_after"):
+        if getattr(args, name) <= 0:
+            raise _UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds, "
+                              f"not {getattr(args, name)}")
+    if args.max_request_bytes < 1 or args.max_spans < 1 or args.max_open < 1:
+        raise _UsageError("--max-request-bytes, --max-spans and --max-open must be positive")
+    queries = load_queries(Path(args.queries)) if args.queries else []
+    if args.store:
+        _store(args).close()  # a store that cannot be opened is an error now, not in the first trace
+    config = ServeConfig(
+        Path(args.data), queries, (lambda: _store(args)) if args.store else None,
+        parse_stage_map(args.stage or ()), read_chunks(Path(args.chunks)) if args.chunks else None,
+        args.abstention, checker_from(_settings(args)), _principal(args), token, args.host, args.window,
+        args.settle, args.orphan_after, Limits(args.max_request_bytes, args.max_spans), args.max_open)
+    app, _ = build_app(config)
+    try:
+        import uvicorn
+    except ImportError:
+        from ragdx.errors import MissingExtraError
+        raise MissingExtraError("serve", "ragdx serve") from None
+    log.info("ragdx serve: %d labelled questions, data in %s; listening on http://%s:%d (OTLP/HTTP at /v1/traces)",
+             len(queries), args.data, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
+    return 0
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from ragdx.report.openinference import export_run
     count = 0
@@ -831,6 +870,40 @@ def build_parser() -> argparse.ArgumentParser:
                    "(spans do not say whether the system abstained), e.g. \"^I don't know\"")
     p.add_argument("--chunks", help="the system's chunks (JSONL items: id, doc, text), for traces that do not "
                    "list them (OpenInference spans never do): a quote no chunk holds whole is a parsing loss")
+    configurable(p)
+
+    p = command("serve", cmd_serve, "receive a running system's traces (OTLP/HTTP), diagnose its labelled "
+                "questions live, and browse runs and live windows in a web UI (extra 'serve')")
+    p.add_argument("--data", default="ragdx-serve", help="the server's folder: serve.db (every span received), "
+                   "windows/ (live windows as run folders), runs/ (run folders to list and compare); "
+                   "default ./ragdx-serve")
+    p.add_argument("--queries", help="the labelled questions (a query set, JSONL): a trace naming one's id, or "
+                   "asking its exact text, is diagnosed")
+    p.add_argument("--store", help="a store holding the corpus: resolves quotes, rechecks cited evidence, and "
+                   "decides which documents' text the UI may show")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; any other "
+                   "needs --token)")
+    p.add_argument("--port", type=int, default=6006, help="the port (default 6006)")
+    p.add_argument("--token", help="a secret every request must carry (Authorization: Bearer TOKEN; a browser: "
+                   "?token=TOKEN once); default $RAGDX_SERVE_TOKEN")
+    p.add_argument("--user", default="ragdx-serve", help="the server's principal's user (default ragdx-serve)")
+    p.add_argument("--group", action="append", help="a group of the server's principal, whose access decides "
+                   "which documents' text the UI shows (repeatable; default public)")
+    p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
+                   help="the stage kind of a component's span, as ragdx diagnose takes it (repeatable)")
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention")
+    p.add_argument("--chunks", help="the system's chunks (JSONL), as ragdx diagnose takes them")
+    p.add_argument("--window", type=float, default=3600.0, help="the live windows' length in seconds (default 3600)")
+    p.add_argument("--settle", type=float, default=2.0, help="a trace is diagnosed this many seconds after its "
+                   "root span arrived with nothing more (default 2)")
+    p.add_argument("--orphan-after", type=float, default=60.0, help="a trace whose root span never arrives is "
+                   "diagnosed this many seconds after its last span (default 60)")
+    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024,
+                   help="the largest request body accepted, compressed or not (default 8 MiB; larger: 413)")
+    p.add_argument("--max-spans", type=int, default=20_000, help="the most spans one request may hold (default "
+                   "20000; more: 413)")
+    p.add_argument("--max-open", type=int, default=100_000, help="the most traces waiting for diagnosis; past it "
+                   "requests are answered 503 with Retry-After (default 100000)")
     configurable(p)
 
     p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")
