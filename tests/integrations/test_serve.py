@@ -6,74 +6,18 @@ restart that finds every diagnosis again."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
+from ragdx.testing.otlp import Server, get_json
 from tests.integrations.conftest import QUERIES, diagnose, example, in_memory_provider, require, write_span_files
 
-ROOT = Path(__file__).resolve().parents[2]
+ENV = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
 STAGES = ["--stage", "fusion_cut=fusion", "--stage", "status_filter=governance", "--stage", "context_cut=context",
           "--abstention", "^I don't know"]
 OFF_SET = "Do you sell gift cards for the refund shop?"  # not a labelled question
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def get(url: str, token: str | None = None):
-    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
-
-
-class Server:
-    """``ragdx serve`` as a subprocess, stopped at the end whatever happens."""
-
-    def __init__(self, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-        self.proc = subprocess.Popen([sys.executable, "-m", "ragdx.cli", "serve", "--port", str(self.port), *args],
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                get(self.url + "/api/status")
-                return
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise AssertionError(f"ragdx serve did not start: {self.proc.stderr.read().decode()[-2000:]}")
-                time.sleep(0.2)
-
-    def wait_diagnosed(self, count: int, timeout: float = 60) -> list[dict]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            status = get(self.url + "/api/status")
-            if status["diagnosed"] >= count and status["open"] == 0:
-                return get(self.url + "/api/traces")
-            time.sleep(0.3)
-        raise AssertionError(f"not all traces were diagnosed in {timeout} s: {get(self.url + '/api/status')}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +37,7 @@ def served(tmp_path_factory):
     write_chunks(chunks, out / "chunks.jsonl")
     (out / "data" / "runs").mkdir(parents=True)
     server = Server("--data", str(out / "data"), "--queries", str(QUERIES), "--store", str(out / "store.db"),
-                    "--chunks", str(out / "chunks.jsonl"), "--settle", "0.5", *STAGES)
+                    "--chunks", str(out / "chunks.jsonl"), "--settle", "0.5", *STAGES, env=ENV)
     try:
         provider, memory = in_memory_provider()
         provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=server.url + "/v1/traces")))
@@ -196,8 +140,8 @@ def test_a_restart_keeps_every_diagnosis(served):
     server.stop()
     out = served["out"]
     again = Server("--data", str(out / "data"), "--queries", str(QUERIES), "--store", str(out / "store.db"),
-                   "--chunks", str(out / "chunks.jsonl"), *STAGES)
+                   "--chunks", str(out / "chunks.jsonl"), *STAGES, env=ENV)
     try:
-        assert sorted((r["trace_id"], r["outcome"]) for r in get(again.url + "/api/traces")) == before
+        assert sorted((r["trace_id"], r["outcome"]) for r in get_json(again.url + "/api/traces")) == before
     finally:
         again.stop()

@@ -262,7 +262,7 @@ def build_app(config: ServeConfig):
         e = report._e
         facts = (f'<p class="muted">seen {e(_when(row["seen"]))} · system {e(row["system"] or "–")} · '
                  f'{"labelled: " + e(row["query_id"]) if row["labelled"] else "unlabelled"} · abstained '
-                 f'{e(row["abstained"])} · claims supported {row["claims_supported"]}/{row["claims"]} · '
+                 f'{e({None: "–", 0: "no", 1: "yes"}[row["abstained"]])} · claims supported {row["claims_supported"]}/{row["claims"]} · '
                  f'retrieval score {e(row["retrieval_score"])} · cited evidence '
                  f'{e({None: "not rechecked", 0: "valid", 1: "changed"}[row["evidence_changed"]])}</p>')
         if row["error"]:
@@ -318,7 +318,8 @@ def build_app(config: ServeConfig):
     routes = [Route("/v1/traces", traces, methods=["POST"]), Route("/api/status", status),
               Route("/api/traces", api_traces), Route("/", index), Route("/window/{start:float}", window),
               Route("/window/{start:float}/report", window_report), Route("/trace/{trace_id}", trace),
-              Route("/runs/{name}/report", run_report), Route("/compare", compare)]
+              Route("/runs/{name}/report", run_report), Route("/compare", compare),
+              Route("/favicon.ico", lambda request: Response(status_code=204))]
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
