@@ -577,11 +577,9 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
-    from ragdx.diagnosis.imports import read_chunks
     from ragdx.diagnosis.spans import parse_stage_map
-    from ragdx.experiments.imported import checker_from
-    from ragdx.queryset import load_queries
     from ragdx.serve.app import LOOPBACK, ServeConfig, build_app
+    from ragdx.serve.live import LiveSpec
     from ragdx.serve.receiver import Limits
     token = args.token or os.environ.get("RAGDX_SERVE_TOKEN") or None
     if args.host not in LOOPBACK and not token:
@@ -593,22 +591,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
                               f"not {getattr(args, name)}")
     if args.max_request_bytes < 1 or args.max_spans < 1 or args.max_open < 1:
         raise _UsageError("--max-request-bytes, --max-spans and --max-open must be positive")
-    queries = load_queries(Path(args.queries)) if args.queries else []
+    spec = LiveSpec(Path(args.data), Path(args.queries) if args.queries else None, args.store,
+                    tuple(parse_stage_map(args.stage or ()).items()), Path(args.chunks) if args.chunks else None,
+                    args.abstention, args.config, tuple(args.set or ()), args.settle, args.orphan_after)
     if args.store:
-        _store(args).close()  # a store that cannot be opened is an error now, not in the first trace
-    config = ServeConfig(
-        Path(args.data), queries, (lambda: _store(args)) if args.store else None,
-        parse_stage_map(args.stage or ()), read_chunks(Path(args.chunks)) if args.chunks else None,
-        args.abstention, checker_from(_settings(args)), _principal(args), token, args.host, args.window,
-        args.settle, args.orphan_after, Limits(args.max_request_bytes, args.max_spans), args.max_open)
+        spec.open_store().close()  # a store that cannot be opened is an error now, not in the first trace
+    config = ServeConfig(spec, _principal(args), token, args.host, args.window,
+                         Limits(args.max_request_bytes, args.max_spans), args.max_open, process=True)
     app, _ = build_app(config)
     try:
         import uvicorn
     except ImportError:
         from ragdx.errors import MissingExtraError
         raise MissingExtraError("serve", "ragdx serve") from None
-    log.info("ragdx serve: %d labelled questions, data in %s; listening on http://%s:%d (OTLP/HTTP at /v1/traces)",
-             len(queries), args.data, args.host, args.port)
+    log.info("ragdx serve: data in %s; listening on http://%s:%d (OTLP/HTTP at /v1/traces)",
+             args.data, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 

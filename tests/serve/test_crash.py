@@ -32,6 +32,8 @@ def test_kill_9_under_load_loses_no_acknowledged_trace(tmp_path):
         while len(load.acknowledged) < 150 and time.monotonic() < deadline:
             time.sleep(0.05)
         server.kill()  # SIGKILL: no shutdown, no flush
+        time.sleep(0.2)  # the senders meet the dead server
+        load.stop()
         sender.join(30)
     finally:
         load.stop()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import gzip
-import io
 import json
 import time
 from pathlib import Path
@@ -19,25 +18,25 @@ pytest.importorskip("opentelemetry.proto")
 
 from ragdx.cli import main  # noqa: E402
 from ragdx.examples import example_dir  # noqa: E402
-from ragdx.queryset import load_queries  # noqa: E402
 from ragdx.serve.app import ServeConfig, build_app  # noqa: E402
+from ragdx.serve.live import LiveSpec  # noqa: E402
 from ragdx.serve.receiver import Limits  # noqa: E402
 from ragdx.serve.spool import Spool  # noqa: E402
 from ragdx.stages.verify import LexicalChecker  # noqa: E402
 from ragdx.testing.otlp import request, trace, trace_id  # noqa: E402
 from ragdx.types import Principal  # noqa: E402
 
-QUERIES = load_queries(example_dir() / "queries.jsonl")
 LABELS = [json.loads(line) for line in (example_dir() / "queries.jsonl").read_text().splitlines() if line]
 BY_ID = {q["id"]: q for q in LABELS}
 JSON_TYPE = {"Content-Type": "application/json"}
 
 
 @contextlib.contextmanager
-def client(tmp_path: Path, **config):
+def client(tmp_path: Path, store: Path | None = None, **config):
     from starlette.testclient import TestClient
-    app, live = build_app(ServeConfig(tmp_path / "data", **({"queries": QUERIES, "settle": 0.05,
-                                                            "abstention": "^I don't know"} | config)))
+    spec = LiveSpec(tmp_path / "data", example_dir() / "queries.jsonl", str(store) if store else None,
+                    abstention="^I don't know", settle=0.05)
+    app, live = build_app(ServeConfig(spec, **config))
     with TestClient(app, base_url="http://127.0.0.1:6006") as c:
         c.live = live
         yield c
@@ -179,14 +178,12 @@ def test_listening_beyond_loopback_needs_a_token(tmp_path, capsys, monkeypatch):
 
 
 def test_the_ui_shows_a_restricted_text_only_with_the_servers_access(tmp_path, example_store):
-    from ragdx.store.sqlite import SQLiteStore
     staff = BY_ID["q-manual-refund-approval-staff"]  # its principal is staff: the trace may hold the runbook
     quote = staff["required"][0][0]["quote"]
     assert staff["required"][0][0]["doc"] == "internal/refund-runbook.md"
     pages = {}
     for groups in (("public",), ("public", "staff")):
-        with client(tmp_path / groups[-1], open_store=lambda: SQLiteStore(example_store.path),
-                    principal=Principal("ragdx-serve", groups)) as c:
+        with client(tmp_path / groups[-1], store=example_store.path, principal=Principal("ragdx-serve", groups)) as c:
             c.post("/v1/traces", content=json.dumps(request(trace(staff, 1))).encode(), headers=JSON_TYPE)
             (row,) = wait(c, 1)
             assert row["outcome"] == "supported"  # the staff principal may read it: no leak

@@ -18,18 +18,16 @@ import contextlib
 import hmac
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ragdx.diagnosis.imports import parse_trace
-from ragdx.diagnosis.locate import ItemView
 from ragdx.errors import InputError, MissingExtraError, RagdxError
-from ragdx.serve.live import UNLABELLED, LiveDiagnoser, displayed
+from ragdx.serve.live import UNLABELLED, LiveSpec, displayed, run_process
 from ragdx.serve.receiver import PROTOBUF, Limits, Refused, decode_request
-from ragdx.serve.spool import Spool
-from ragdx.types import Principal, Query, StageKind
+from ragdx.types import Principal, StageKind
 
 __all__ = ["ServeConfig", "build_app", "LOOPBACK"]
 
@@ -41,21 +39,14 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 class ServeConfig:
     """What ``ragdx serve`` was started with (the CLI's flags)."""
 
-    data: Path
-    queries: Sequence[Query] = ()
-    open_store: Callable[[], Any] | None = None
-    stage_map: dict[str, str] = field(default_factory=dict)
-    chunks: Sequence[ItemView] | None = None
-    abstention: str | None = None
-    checker: Any = None
+    spec: LiveSpec
     principal: Principal = Principal()
     token: str | None = None
     host: str = "127.0.0.1"
     window: float = 3600.0
-    settle: float = 2.0
-    orphan_after: float = 60.0
     limits: Limits = Limits()
     max_open: int = 100_000
+    process: bool = False  # diagnose in a process of its own (ragdx serve), else in a thread
 
 
 def _when(t: float) -> str:
@@ -72,22 +63,20 @@ def build_app(config: ServeConfig):
         from starlette.applications import Starlette
         from starlette.concurrency import run_in_threadpool
         from starlette.requests import Request
-        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+        from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
         from starlette.routing import Route
     except ImportError:
         raise MissingExtraError("serve", "ragdx serve") from None
     from ragdx.report import html as report
 
-    spool = Spool(config.data / "serve.db")
-    live = LiveDiagnoser(spool, config.queries, config.open_store, stage_map=config.stage_map,
-                         chunks=config.chunks, abstention=config.abstention, checker=config.checker,
-                         settle=config.settle, orphan_after=config.orphan_after)
+    live = config.spec.diagnoser()
+    spool, data, queries = live.spool, config.spec.data, live.queries
     counter = {"n": 0}
     counter_lock = threading.Lock()
 
     @contextlib.contextmanager
     def store():
-        s = config.open_store() if config.open_store is not None else None
+        s = config.spec.open_store()
         try:
             yield s
         finally:
@@ -149,9 +138,16 @@ def build_app(config: ServeConfig):
         return JSONResponse(await run_in_threadpool(spool.counts))
 
     async def api_traces(request: Request) -> Response:
-        labelled = request.query_params.get("labelled")
-        where, params = ("labelled = ?", [int(labelled == "1")]) if labelled in ("0", "1") else ("1", [])
-        rows = await run_in_threadpool(spool.results, where, params)
+        params = request.query_params
+        labelled = params.get("labelled")
+        where, args = ("labelled = ?", [int(labelled == "1")]) if labelled in ("0", "1") else ("1", [])
+        try:
+            limit, offset = int(params.get("limit", 1000)), int(params.get("offset", 0))
+        except ValueError:
+            return PlainTextResponse("limit and offset must be integers", 400)
+        if not 1 <= limit <= 10_000 or offset < 0:
+            return PlainTextResponse(f"limit must be 1 to 10000 and offset at least 0, not {limit} and {offset}", 400)
+        rows = await run_in_threadpool(spool.results, where, args, limit, offset)
         return JSONResponse([{k: r[k] for k in ("trace_id", "seen", "query_id", "labelled", "question", "outcome",
                                                  "first_failure", "system", "diagnosis", "abstained", "claims",
                                                  "claims_supported", "retrieval_score", "evidence_changed", "error")}
@@ -160,7 +156,7 @@ def build_app(config: ServeConfig):
     # ---- the UI ----
 
     def runs() -> list[str]:
-        folder = config.data / "runs"
+        folder = data / "runs"
         return sorted(p.name for p in folder.iterdir() if (p / "diagnosis.jsonl").is_file()) \
             if folder.is_dir() else []
 
@@ -190,13 +186,13 @@ def build_app(config: ServeConfig):
         run_list = "".join(f'<li><a class="run-link" href="/runs/{e(r)}/report">{e(r)}</a></li>' for r in runs()) \
             or '<li class="muted">No run folders under DATA/runs.</li>'
         return (f'<p class="muted">{counts["requests"]} requests, {counts["spans"]} spans, {counts["traces"]} traces '
-                f'({counts["open"]} waiting, {counts["diagnosed"]} diagnosed); {len(config.queries)} labelled '
+                f'({counts["open"]} waiting, {counts["diagnosed"]} diagnosed); {len(queries)} labelled '
                 f"questions; windows of {config.window:g} s</p>"
                 f'<section id="windows"><h2>Live windows</h2>'
                 + report._table(["window", "traces", "labelled", "supported", "abstained", "claims supported",
                                  "retrieval score", "drift", "evidence changed", "unreadable"], rows,
                                 (1, 2, 3, 4, 5, 6, 7)) + "</section>"
-                f'<section id="failures"><h2>First failures over time</h2>'
+                '<section id="failures"><h2>First failures over time</h2>'
                 + (report._table(["window", *stages], fail_rows, tuple(range(1, len(stages) + 1))) if fail_rows
                    else '<p class="muted">No labelled trace has failed.</p>') + "</section>"
                 f'<section id="runs"><h2>Runs</h2><ul>{run_list}</ul></section>'
@@ -240,14 +236,14 @@ def build_app(config: ServeConfig):
                 latest[r["query_id"]] = r
         if not latest:
             raise InputError(f"window {start:.0f} has no labelled trace")
-        queries = [q for q in config.queries if q.id in latest]
-        views = [(n, parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n)) for n, q in enumerate(queries, 1)]
+        asked = [q for q in queries if q.id in latest]
+        views = [(n, parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n)) for n, q in enumerate(asked, 1)]
         system = next((r["system"] for r in latest.values() if r["system"]), None) or "imported system"
-        out = config.data / "windows" / f"{start:.0f}"
+        out = data / "windows" / f"{start:.0f}"
         with store() as s:
-            write_imported(views, queries, out, s, source=f"window {_when(start)}", system=system,
-                           checker=config.checker, chunks=config.chunks, abstention=config.abstention)
-        write_queries(out, queries)
+            write_imported(views, asked, out, s, source=f"window {_when(start)}", system=system,
+                           checker=live.checker, chunks=live.chunks, abstention=live.abstention)
+        write_queries(out, asked)
         return out
 
     async def window_report(request: Request) -> Response:
@@ -288,13 +284,13 @@ def build_app(config: ServeConfig):
     async def run_report(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in runs():
-            return PlainTextResponse(f"no run folder {name!r} under {config.data / 'runs'}", 404)
-        return HTMLResponse((config.data / "runs" / name / "report.html").read_text(encoding="utf-8"))
+            return PlainTextResponse(f"no run folder {name!r} under {data / 'runs'}", 404)
+        return HTMLResponse((data / "runs" / name / "report.html").read_text(encoding="utf-8"))
 
     def folder_of(choice: str) -> Path:
         kind, _, name = choice.partition(":")
         if kind == "run" and name in runs():
-            return config.data / "runs" / name
+            return data / "runs" / name
         if kind == "window":
             try:
                 return window_folder(float(name))
@@ -305,8 +301,8 @@ def build_app(config: ServeConfig):
     def compare_page(base: str, new: str) -> str:
         from ragdx.experiments.compare import compare_runs, load_run
         from ragdx.report.compare import render_html
-        queries = None
-        return render_html(compare_runs(load_run(folder_of(base), queries), load_run(folder_of(new), queries)))
+        given = config.spec.queries  # for a run folder without its own queries.jsonl
+        return render_html(compare_runs(load_run(folder_of(base), given), load_run(folder_of(new), given)))
 
     async def compare(request: Request) -> Response:
         base, new = request.query_params.get("base", ""), request.query_params.get("new", "")
@@ -323,11 +319,24 @@ def build_app(config: ServeConfig):
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
-        live.start()
+        if config.process:
+            import multiprocessing
+            import os
+            context = multiprocessing.get_context("spawn")
+            stop = context.Event()
+            child = context.Process(target=run_process, args=(config.spec, stop, os.getpid()), name="ragdx-live",
+                                    daemon=True)
+            child.start()
+        else:
+            live.start()
         try:
             yield
         finally:
-            live.stop()
+            if config.process:
+                stop.set()
+                child.join(30)
+            else:
+                live.stop()
 
     app = Starlette(routes=routes, lifespan=lifespan)
     wrapped = _Guard(app, config.token, config.host in LOOPBACK)

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ragdx.binding import CitedSpan, EvidenceBinding, recheck, span_hash
@@ -30,7 +33,7 @@ from ragdx.serve.spool import Spool
 from ragdx.text import statements
 from ragdx.types import DocStatus, Principal, Query, StageKind
 
-__all__ = ["LiveDiagnoser", "signals", "displayed", "window_of", "UNLABELLED"]
+__all__ = ["LiveDiagnoser", "LiveSpec", "run_process", "signals", "displayed", "UNLABELLED"]
 
 log = logging.getLogger("ragdx.serve")
 UNLABELLED = "trace:"  # an unlabelled trace's query id: this prefix and its trace id
@@ -103,6 +106,48 @@ def _binding(view: TraceView, principal: Principal) -> EvidenceBinding | None:
     return EvidenceBinding(0, principal, tuple(spans)) if spans else None
 
 
+@dataclass(frozen=True)
+class LiveSpec:
+    """What the live diagnosis is made from, as plain values (it may be built in another process):
+    the server's folder, and the flags ``ragdx diagnose`` takes."""
+
+    data: Path
+    queries: Path | None = None
+    store: str | None = None
+    stage_map: tuple[tuple[str, str], ...] = ()
+    chunks: Path | None = None
+    abstention: str | None = None
+    config: str | None = None
+    sets: tuple[str, ...] = ()
+    settle: float = 2.0
+    orphan_after: float = 60.0
+
+    def open_store(self) -> Any:
+        from ragdx.build import open_store
+        return open_store(self.store, "read") if self.store else None
+
+    def diagnoser(self) -> "LiveDiagnoser":
+        from ragdx.config import load_settings
+        from ragdx.diagnosis.imports import read_chunks
+        from ragdx.experiments.imported import checker_from
+        from ragdx.queryset import load_queries
+        return LiveDiagnoser(Spool(self.data / "serve.db"), load_queries(self.queries) if self.queries else [],
+                             self.open_store if self.store else None, stage_map=dict(self.stage_map),
+                             chunks=read_chunks(self.chunks) if self.chunks else None, abstention=self.abstention,
+                             checker=checker_from(load_settings(self.config, list(self.sets))),
+                             settle=self.settle, orphan_after=self.orphan_after)
+
+
+def run_process(spec: LiveSpec, stop: Any, parent: int) -> None:
+    """The live diagnosis in a process of its own (``ragdx serve`` starts it: diagnosing then
+    runs beside the receiver, on another core); it ends when ``stop`` is set or its parent is
+    gone (a server killed with ``kill -9`` leaves no diagnoser behind)."""
+    live = spec.diagnoser()
+    live._stop = stop
+    live.parent = parent
+    live._run()
+
+
 class LiveDiagnoser:
     """Diagnoses the spool's ready traces, one at a time, with one store connection.
 
@@ -125,8 +170,9 @@ class LiveDiagnoser:
         self.checker = checker or LexicalChecker()
         self.settle, self.orphan_after = settle, orphan_after
         self._store: Any = None
-        self._stop = threading.Event()
+        self._stop: Any = threading.Event()
         self._thread: threading.Thread | None = None
+        self.parent: int | None = None  # in a process of its own: the server's pid, to end with it
 
     @property
     def store(self) -> Any:
@@ -176,8 +222,9 @@ class LiveDiagnoser:
         return result
 
     def step(self, limit: int = 200) -> int:
-        """Diagnose the traces ready now; returns how many were saved."""
-        done = 0
+        """Diagnose the traces ready now (at most ``limit``, saved in one transaction); returns how
+        many were saved."""
+        results = []
         for trace_id, count, system, seen in self.spool.ready(self.settle, self.orphan_after, limit):
             spans = self.spool.spans(trace_id)
             try:
@@ -186,11 +233,11 @@ class LiveDiagnoser:
                 log.exception("diagnosing trace %s failed", trace_id)
                 result = {"query_id": UNLABELLED + trace_id, "labelled": 0, "error": f"internal error: {exc!r}"}
             result["seen"] = seen
-            done += self.spool.save(trace_id, count, result)
-        return done
+            results.append((trace_id, count, result))
+        return self.spool.save_many(results) if results else 0
 
     def loop(self, tick: float = 0.2) -> None:
-        while not self._stop.is_set():
+        while not self._stop.is_set() and (self.parent is None or os.getppid() == self.parent):
             try:
                 if not self.step():
                     self._stop.wait(tick)
@@ -246,8 +293,3 @@ def displayed(view: TraceView, principal: Principal, store: Any) -> TraceView:
     return dataclasses.replace(view, stages=tuple(dataclasses.replace(
         s, items=tuple(hide(i) for i in s.items),
         dropped=tuple(dataclasses.replace(d, item=hide(d.item)) for d in s.dropped)) for s in view.stages))
-
-
-def window_of(seen: float, width: float) -> float:
-    """The start of the window (``width`` seconds) a time falls in."""
-    return (seen // width) * width

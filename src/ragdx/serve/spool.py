@@ -49,60 +49,115 @@ def _record_json(span: SpanRecord) -> str:
                        span.attributes], separators=(",", ":"), default=str)
 
 
+class _Ticket:
+    """One request waiting for its group commit."""
+
+    __slots__ = ("spans", "system", "size", "number", "done", "error")
+
+    def __init__(self, spans: Sequence[SpanRecord], system: str | None, size: int) -> None:
+        self.spans, self.system, self.size = spans, system, size
+        self.number, self.done, self.error = 0, False, None
+
+
 class Spool:
     """The server's SQLite file; safe to use from several threads (a connection per thread)."""
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._local = threading.local()
+        self._turn = threading.Condition()
+        self._pending: list[_Ticket] = []
+        self._writing = False
+        self._writer: sqlite3.Connection | None = None
         try:
             self._conn().executescript(_SCHEMA)
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"{self.path}: not a ragdx serve database ({exc})") from None
 
+    def _connect(self, **kwargs: Any) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, **kwargs)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        return conn
+
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            self._local.conn = conn
+            conn = self._local.conn = self._connect()
         return conn
 
     def close(self) -> None:
+        """Close this thread's connection (and the writer's, if this thread leads no commit)."""
+        with self._turn:
+            if self._writer is not None and not self._writing:
+                self._writer.close()
+                self._writer = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
 
     def add(self, spans: Sequence[SpanRecord], system: str | None, size: int) -> int:
-        """Store one request's spans in one transaction, committed to disk before returning; each
-        trace they touch is (re)opened for diagnosis. Returns the request's number."""
+        """Store one request's spans, committed to disk before returning; each trace they touch is
+        (re)opened for diagnosis. Returns the request's number.
+
+        Requests that arrive together are written in one transaction (group commit): the first
+        writes every request waiting, the others wait for its commit, so one disk sync serves
+        them all. A failed transaction fails every request in it (none is acknowledged).
+        """
+        ticket = _Ticket(spans, system, size)
+        with self._turn:
+            self._pending.append(ticket)
+            while not ticket.done:
+                if self._writing:
+                    self._turn.wait()
+                    continue
+                self._writing = True
+                batch, self._pending = self._pending, []
+                self._turn.release()
+                try:
+                    self._write(batch)
+                except BaseException as exc:  # every request of the batch is refused
+                    for t in batch:
+                        t.error = exc
+                finally:
+                    self._turn.acquire()
+                    self._writing = False
+                    for t in batch:
+                        t.done = True
+                    self._turn.notify_all()
+        if ticket.error is not None:
+            raise ticket.error
+        return ticket.number
+
+    def _write(self, batch: Sequence["_Ticket"]) -> None:
         now = time.time()
-        conn = self._conn()
+        if self._writer is None:  # one connection for every group commit, whichever thread leads it
+            self._writer = self._connect(check_same_thread=False)
+        conn = self._writer
         conn.execute("BEGIN IMMEDIATE")
         try:
-            number = conn.execute("INSERT INTO requests (received, bytes, spans) VALUES (?, ?, ?)",
-                                  (now, size, len(spans))).lastrowid
-            conn.executemany("INSERT INTO spans (request, trace_id, record) VALUES (?, ?, ?)",
-                             [(number, s.trace_id, _record_json(s)) for s in spans])
-            touched: dict[str, list[int]] = {}
-            for s in spans:
-                t = touched.setdefault(s.trace_id, [0, 0])
-                t[0] += 1
-                t[1] |= s.parent_id is None
+            touched: dict[str, list[Any]] = {}
+            for ticket in batch:
+                ticket.number = conn.execute("INSERT INTO requests (received, bytes, spans) VALUES (?, ?, ?)",
+                                             (now, ticket.size, len(ticket.spans))).lastrowid
+                conn.executemany("INSERT INTO spans (request, trace_id, record) VALUES (?, ?, ?)",
+                                 [(ticket.number, s.trace_id, _record_json(s)) for s in ticket.spans])
+                for s in ticket.spans:
+                    t = touched.setdefault(s.trace_id, [0, 0, ticket.system])
+                    t[0] += 1
+                    t[1] |= s.parent_id is None
             conn.executemany(
                 "INSERT INTO traces (trace_id, first_seen, last_seen, root, spans, state, system) "
                 "VALUES (?, ?, ?, ?, ?, 'open', ?) ON CONFLICT (trace_id) DO UPDATE SET last_seen = excluded.last_seen, "
                 "root = max(root, excluded.root), spans = spans + excluded.spans, state = 'open', "
                 "system = coalesce(system, excluded.system)",
-                [(tid, now, now, root, n, system) for tid, (n, root) in touched.items()])
+                [(tid, now, now, root, n, system) for tid, (n, root, system) in touched.items()])
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return number
 
     def open_traces(self) -> int:
         return self._conn().execute("SELECT count(*) FROM traces WHERE state = 'open'").fetchone()[0]
@@ -130,30 +185,40 @@ class Spool:
     def save(self, trace_id: str, spans: int, result: dict[str, Any]) -> bool:
         """Store a trace's result and close it, unless spans arrived since it was read (then it
         stays open and is diagnosed again). Returns whether it was saved."""
-        row = {c: result.get(c) for c in RESULT_COLUMNS}
-        row["trace_id"], row["done_at"] = trace_id, time.time()
-        for c in _JSON_COLUMNS:
-            if row[c] is not None:
-                row[c] = json.dumps(row[c], default=str)
+        return self.save_many([(trace_id, spans, result)]) == 1
+
+    def save_many(self, results: Sequence[tuple[str, int, dict[str, Any]]]) -> int:
+        """:meth:`save` for several traces in one transaction; returns how many were saved."""
+        now, rows = time.time(), []
+        for trace_id, spans, result in results:
+            row = {c: result.get(c) for c in RESULT_COLUMNS}
+            row["trace_id"], row["done_at"] = trace_id, now
+            for c in _JSON_COLUMNS:
+                if row[c] is not None:
+                    row[c] = json.dumps(row[c], default=str)
+            rows.append((trace_id, spans, [row[c] for c in RESULT_COLUMNS]))
         conn = self._conn()
+        saved = 0
         conn.execute("BEGIN IMMEDIATE")
         try:
-            closed = conn.execute("UPDATE traces SET state = 'done' WHERE trace_id = ? AND spans = ? AND "
-                                  "state = 'open'", (trace_id, spans)).rowcount
-            if closed:
-                conn.execute(f"INSERT OR REPLACE INTO results ({', '.join(RESULT_COLUMNS)}) VALUES "
-                             f"({', '.join('?' * len(RESULT_COLUMNS))})", [row[c] for c in RESULT_COLUMNS])
+            for trace_id, spans, values in rows:
+                if conn.execute("UPDATE traces SET state = 'done' WHERE trace_id = ? AND spans = ? AND "
+                                "state = 'open'", (trace_id, spans)).rowcount:
+                    conn.execute(f"INSERT OR REPLACE INTO results ({', '.join(RESULT_COLUMNS)}) VALUES "
+                                 f"({', '.join('?' * len(RESULT_COLUMNS))})", values)
+                    saved += 1
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
-        return bool(closed)
+        return saved
 
-    def results(self, where: str = "1", params: Iterable[Any] = (), limit: int | None = None) -> list[dict[str, Any]]:
-        """Result rows (JSON columns read), oldest first."""
+    def results(self, where: str = "1", params: Iterable[Any] = (), limit: int | None = None,
+                offset: int = 0) -> list[dict[str, Any]]:
+        """Result rows (JSON columns read), oldest first; ``limit`` of them from ``offset``."""
         sql = f"SELECT {', '.join(RESULT_COLUMNS)} FROM results WHERE {where} ORDER BY seen, trace_id"
         if limit is not None:
-            sql += f" LIMIT {int(limit)}"
+            sql += f" LIMIT {int(limit)} OFFSET {int(offset)}"
         out = []
         for values in self._conn().execute(sql, tuple(params)):
             row = dict(zip(RESULT_COLUMNS, values))

@@ -207,9 +207,18 @@ class Server:
         while time.monotonic() < deadline:
             status = self.status()
             if status["diagnosed"] >= count and status["open"] == 0:
-                return get_json(self.url + "/api/traces")
+                return self.results()
             time.sleep(0.3)
         raise AssertionError(f"not all traces were diagnosed in {timeout} s: {self.status()}")
+
+    def results(self) -> list[dict]:
+        """Every result (``/api/traces``, page by page)."""
+        out: list[dict] = []
+        while True:
+            page = get_json(f"{self.url}/api/traces?limit=10000&offset={len(out)}")
+            out += page
+            if len(page) < 10000:
+                return out
 
     def kill(self) -> None:
         self.proc.kill()
