@@ -632,6 +632,39 @@ def _label_propose(args: argparse.Namespace, out: Path) -> int:
     print(f"{out}: {len(lines)} questions, {groups} required groups proposed; {review} need review; "
           f"{unsupported} reference claims no source states (unsupported_reference)"
           + (f"; traces of the system's output: {args.traces}" if args.traces else ""))
+def cmd_serve(args: argparse.Namespace) -> int:
+    import os
+
+    from ragdx.diagnosis.spans import parse_stage_map
+    from ragdx.serve.app import LOOPBACK, ServeConfig, build_app
+    from ragdx.serve.live import LiveSpec
+    from ragdx.serve.receiver import Limits
+    token = args.token or os.environ.get("RAGDX_SERVE_TOKEN") or None
+    if args.host not in LOOPBACK and not token:
+        raise _UsageError(f"--host {args.host}: listening beyond loopback needs --token (or RAGDX_SERVE_TOKEN), "
+                          "which every request must then carry")
+    for name in ("window", "settle", "orphan_after"):
+        if getattr(args, name) <= 0:
+            raise _UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds, "
+                              f"not {getattr(args, name)}")
+    if args.max_request_bytes < 1 or args.max_spans < 1 or args.max_open < 1:
+        raise _UsageError("--max-request-bytes, --max-spans and --max-open must be positive")
+    spec = LiveSpec(Path(args.data), Path(args.queries) if args.queries else None, args.store,
+                    tuple(parse_stage_map(args.stage or ()).items()), Path(args.chunks) if args.chunks else None,
+                    args.abstention, args.config, tuple(args.set or ()), args.settle, args.orphan_after)
+    if args.store:
+        spec.open_store().close()  # a store that cannot be opened is an error now, not in the first trace
+    config = ServeConfig(spec, _principal(args), token, args.host, args.window,
+                         Limits(args.max_request_bytes, args.max_spans), args.max_open, process=True)
+    app, _ = build_app(config)
+    try:
+        import uvicorn
+    except ImportError:
+        from ragdx.errors import MissingExtraError
+        raise MissingExtraError("serve", "ragdx serve") from None
+    log.info("ragdx serve: data in %s; listening on http://%s:%d (OTLP/HTTP at /v1/traces)",
+             args.data, args.host, args.port)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", access_log=False)
     return 0
 
 
@@ -914,6 +947,40 @@ def build_parser() -> argparse.ArgumentParser:
                    "'models' extra is installed, else the words)")
     p.add_argument("--traces", metavar="T.jsonl", help="also write the dataset's retrieved contexts and responses "
                    "as imported traces, for 'ragdx diagnose'")
+    configurable(p)
+
+    p = command("serve", cmd_serve, "receive a running system's traces (OTLP/HTTP), diagnose its labelled "
+                "questions live, and browse runs and live windows in a web UI (extra 'serve')")
+    p.add_argument("--data", default="ragdx-serve", help="the server's folder: serve.db (every span received), "
+                   "windows/ (live windows as run folders), runs/ (run folders to list and compare); "
+                   "default ./ragdx-serve")
+    p.add_argument("--queries", help="the labelled questions (a query set, JSONL): a trace naming one's id, or "
+                   "asking its exact text, is diagnosed")
+    p.add_argument("--store", help="a store holding the corpus: resolves quotes, rechecks cited evidence, and "
+                   "decides which documents' text the UI may show")
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; any other "
+                   "needs --token)")
+    p.add_argument("--port", type=int, default=6006, help="the port (default 6006)")
+    p.add_argument("--token", help="a secret every request must carry (Authorization: Bearer TOKEN; a browser: "
+                   "?token=TOKEN once); default $RAGDX_SERVE_TOKEN")
+    p.add_argument("--user", default="ragdx-serve", help="the server's principal's user (default ragdx-serve)")
+    p.add_argument("--group", action="append", help="a group of the server's principal, whose access decides "
+                   "which documents' text the UI shows (repeatable; default public)")
+    p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
+                   help="the stage kind of a component's span, as ragdx diagnose takes it (repeatable)")
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention")
+    p.add_argument("--chunks", help="the system's chunks (JSONL), as ragdx diagnose takes them")
+    p.add_argument("--window", type=float, default=3600.0, help="the live windows' length in seconds (default 3600)")
+    p.add_argument("--settle", type=float, default=2.0, help="a trace is diagnosed this many seconds after its "
+                   "root span arrived with nothing more (default 2)")
+    p.add_argument("--orphan-after", type=float, default=60.0, help="a trace whose root span never arrives is "
+                   "diagnosed this many seconds after its last span (default 60)")
+    p.add_argument("--max-request-bytes", type=int, default=8 * 1024 * 1024,
+                   help="the largest request body accepted, compressed or not (default 8 MiB; larger: 413)")
+    p.add_argument("--max-spans", type=int, default=20_000, help="the most spans one request may hold (default "
+                   "20000; more: 413)")
+    p.add_argument("--max-open", type=int, default=100_000, help="the most traces waiting for diagnosis; past it "
+                   "requests are answered 503 with Retry-After (default 100000)")
     configurable(p)
 
     p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")

@@ -58,15 +58,7 @@ def spans():
 def otlp(records):
     """The same spans as one OTLP/JSON line (attributes as key/value lists, flat keys)."""
     from ragdx.diagnosis.spans import _flatten
-
-    def value(v):
-        if isinstance(v, bool):
-            return {"boolValue": v}
-        if isinstance(v, int):
-            return {"intValue": str(v)}
-        if isinstance(v, float):
-            return {"doubleValue": v}
-        return {"stringValue": str(v)}
+    from ragdx.testing.otlp import any_value as value
     out = []
     for r in records:
         start = 1_700_000_000_000_000_000 + int(float(r["start_time"][17:23]) * 1e9)

@@ -50,8 +50,9 @@ from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
 from ragdx.types import StageKind
 
-__all__ = ["DEFAULT_STAGES", "FORMATS", "detect_format", "read_spans", "spans_to_traces", "read_any",
-           "parse_stage_map", "document_item", "find_claims", "check_parents"]
+__all__ = ["DEFAULT_STAGES", "FORMATS", "SpanRecord", "detect_format", "read_spans", "otlp_spans", "spans_to_traces",
+           "read_any", "parse_stage_map", "document_item", "find_claims", "check_parents", "query_id_of",
+           "find_question"]
 
 FORMATS = ("auto", "trace", "openinference", "otlp", "ragas", "deepeval")
 DATASETS = ("ragas", "deepeval")  # evaluation sets whose rows hold a system's output (ragdx.label.readers)
@@ -309,6 +310,20 @@ def _otlp_records(obj: Mapping[str, Any], place: _Place) -> tuple[list[SpanRecor
     return out, system
 
 
+def otlp_spans(obj: Any, source: str, number: int = 1) -> tuple[list[SpanRecord], str | None]:
+    """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` (an object, as a collector file
+    line or an OTLP/HTTP request body holds it), checked as a span file's line is, and the
+    system it names.
+
+    Raises:
+        InputError: naming ``source``, ``number`` (as the line) and the path of the bad value.
+    """
+    place = _Place(source, number)
+    if not isinstance(obj, dict) or "resourceSpans" not in obj:
+        raise InputError("not an OTLP/JSON trace request: no 'resourceSpans'", file=source, line=number)
+    return _otlp_records(obj, place)
+
+
 def detect_format(obj: Any) -> str:
     """``otlp``, ``openinference``, ``ragas``, ``deepeval`` or ``trace``, from one parsed line."""
     if isinstance(obj, dict):
@@ -407,6 +422,34 @@ def _metadata(attrs: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(meta) if isinstance(meta, dict) else {}
     out.update({k[len("metadata."):]: v for k, v in attrs.items() if k.startswith("metadata.")})
     return out
+
+
+def query_id_of(spans: Iterable[SpanRecord]) -> str | None:
+    """The query id the spans name (``ragdx.query_id``, or ``query_id`` in span metadata), if any."""
+    return _query_id(sorted(spans, key=lambda s: (s.parent_id is not None, s.line)))
+
+
+def _strings(value: Any, depth: int = 0) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif depth < 8 and isinstance(value, Mapping):
+        for v in value.values():
+            yield from _strings(v, depth + 1)
+    elif depth < 8 and isinstance(value, list):
+        for v in value:
+            yield from _strings(v, depth + 1)
+
+
+def find_question(spans: Iterable[SpanRecord], questions: Mapping[str, str]) -> str | None:
+    """The key of the first question (``questions``: exact text -> key) that a span's input
+    (``input.value``, or a string in its JSON) carries whole, ignoring surrounding whitespace;
+    root spans first."""
+    for span in sorted(spans, key=lambda s: (s.parent_id is not None, s.start or 0.0, s.line)):
+        for text in _strings(span.attributes.get("input.value")):
+            found = questions.get(text.strip())
+            if found is not None:
+                return found
+    return None
 
 
 def _query_id(spans: list[SpanRecord]) -> str | None:

@@ -32,7 +32,7 @@ from ragdx.protocols import Store
 from ragdx.runfolder import Executed, fingerprint, write_json, write_report
 from ragdx.types import DocStatus, Query, StageKind
 
-__all__ = ["ImportedRun", "diagnose_views", "diagnose_imported", "checker_from"]
+__all__ = ["ImportedRun", "diagnose_views", "diagnose_imported", "checker_from", "prepare_views", "write_imported"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,9 +245,25 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
         first = f"; the first: {malformed[0]}" if malformed else ""
         raise InputError(f"no trace could be read: {len(malformed)} malformed line"
                          f"{'s' if len(malformed) != 1 else ''}{first}", file=source)
-    system = system or named or "imported system"
+    chunk_items = read_chunks(chunks) if chunks is not None else None
+    return write_imported(views, queries, out, store, source=source, system=system or named or "imported system",
+                          checker=checker, chunks=chunk_items, abstention=abstention, malformed=malformed,
+                          digest=_file_digest(Path(traces_path)))
+
+
+def prepare_views(views: Sequence[tuple[int, TraceView]], queries: Sequence[Query], store: Store | None, *,
+                  source: str, chunks: Sequence[ItemView] | None = None, abstention: str | None = None
+                  ) -> tuple[list[tuple[int, TraceView]], list[str]]:
+    """Imported trace views as ``ragdx diagnose`` diagnoses them: the system's chunks as each
+    trace's parsing stage, answers the abstention pattern finds marked, item spans checked
+    against the store's text and what the store says the principal may not read.
+
+    Returns:
+        The views, and one message per item span that does not line up (a count first).
+    """
+    views = list(views)
     if chunks is not None:
-        views = _with_chunks(views, read_chunks(chunks))
+        views = _with_chunks(views, chunks)
     if abstention is not None:
         views = _abstentions(views, abstention)
     misaligned: list[str] = []
@@ -259,6 +275,21 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
         by_id = {q.id: q for q in queries}  # what the store says the principal may not read
         views = [(line, with_access(view, by_id[view.query_id], store) if view.query_id in by_id else view)
                  for line, view in views]
+    return views, misaligned
+
+
+def write_imported(views: Sequence[tuple[int, TraceView]], queries: Sequence[Query], out: Path,
+                   store: Store | None = None, *, source: str, system: str = "imported system",
+                   checker: Any = None, chunks: Sequence[ItemView] | None = None, abstention: str | None = None,
+                   malformed: Sequence[str] = (), digest: str | None = None) -> ImportedRun:
+    """Diagnose every query from the trace views read from ``source`` and write ``out``'s run
+    folder (the second half of :func:`diagnose_imported`; ``ragdx serve`` writes a live window
+    with it).
+
+    Raises:
+        InputError: no trace names a query of the query set.
+    """
+    views, misaligned = prepare_views(views, queries, store, source=source, chunks=chunks, abstention=abstention)
     resolver = EvidenceResolver(store) if store is not None else None
     diagnoses, unmatched, untraced, evidence = diagnose_views(
         queries, views, resolver, source=source, diagnoser=Diagnoser(checker, system=system), store=store)
@@ -278,11 +309,11 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
     write_json(out / "metrics.json", metrics.to_dict())
     from ragdx import __version__
     info = {"ragdx_version": __version__, "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "system": system, "traces": str(traces_path),
+            "system": system, "traces": source,
             "stage_kinds": _stage_kinds([v for v in view_list if v is not None])}
     if store is not None:
         info |= {"store": str(getattr(store, "path", "")), "index_version": store.index_version}
-    info["fingerprint"] = fingerprint(store, None, None) | {"traces": _file_digest(Path(traces_path))}
+    info["fingerprint"] = fingerprint(store, None, None) | {"traces": digest}
     write_json(out / "manifest.json", info)
     done = Executed((), tuple(diagnoses), tuple(rows), tuple(view_list), tuple(evidence))  # type: ignore[arg-type]
     write_report(out, info, queries, done, metrics, store)

@@ -56,6 +56,41 @@ class Page:
             raise BrowserError(f"evaluating {expression!r} threw: {result['exceptionDetails'].get('text')}")
         return result["result"].get("value")
 
+    def click(self, selector: str, *, navigates: bool = False) -> None:
+        """Click the first element ``selector`` matches, as a user's mouse does (scrolled into view,
+        pressed and released at its centre); with ``navigates``, wait for the page it opens.
+
+        Raises:
+            BrowserError: no element matches, or the new page did not load in time.
+        """
+        centre = self.evaluate(f"""(() => {{const e = document.querySelector({json.dumps(selector)});
+            if (!e) return null; e.scrollIntoView({{block: 'center'}}); const r = e.getBoundingClientRect();
+            return [r.x + r.width / 2, r.y + r.height / 2];}})()""")
+        if centre is None:
+            raise BrowserError(f"no element matches {selector!r}")
+        if navigates:
+            self._browser._events = [e for e in self._browser._events if e.get("sessionId") != self.session]
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", {"type": kind, "x": centre[0], "y": centre[1], "button": "left",
+                                                   "clickCount": 1})
+        if navigates:
+            self._browser._wait_for("Page.loadEventFired", self.session)
+
+    def wait(self, expression: str, timeout: float = 30.0) -> Any:
+        """Wait until a JavaScript expression is truthy; returns its value.
+
+        Raises:
+            BrowserError: it was not within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise BrowserError(f"{expression!r} was still false after {timeout:g} s")
+            time.sleep(0.05)
+
     def screenshot(self, path: Path, max_height: int = 8000) -> Path:
         """A PNG of the page, down to ``max_height`` CSS pixels: Chromium refuses a capture taller
         than its largest texture ("Page is too large"), which a report with every drill-down open
