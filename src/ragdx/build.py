@@ -8,11 +8,13 @@ default ones with :func:`default_stages` and change the list.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ragdx.config import DenseSettings, Settings
 from ragdx.errors import ConfigError
+from ragdx.executors import Executor, ParallelEncoder
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
@@ -114,17 +116,31 @@ def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerCon
 
 
 def build_ingestor(store: WritableStore, settings: Settings, encoder: Encoder | None = None, *,
-                   workers: int = 1) -> Ingestor:
+                   workers: int = 1, executor: Executor | None = None,
+                   encoder_factory: Callable[[], Encoder] | None = None) -> Ingestor:
     """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say,
-    parsing on ``workers`` processes."""
+    parsing on ``workers`` processes.
+
+    Args:
+        executor: embed on its workers (:class:`~ragdx.executors.ParallelEncoder`); each builds
+            the encoder once, from ``encoder_factory`` (default: the settings' encoder).
+        encoder_factory: a picklable callable returning the encoder (with ``executor``).
+    """
     dense = settings.retrieval.dense
+    if encoder is None and encoder_factory is not None:
+        encoder = encoder_factory()
     backend = type(encoder).__name__ if encoder is not None else dense.backend
     if dense.enabled and encoder is None:
         encoder = build_encoder(dense)
     if not dense.enabled:
         encoder = None
     config, counter = chunker_for(settings, encoder)
+    if encoder is not None and executor is not None:
+        encoder = ParallelEncoder(executor, encoder_factory or functools.partial(build_encoder, dense),
+                                  local=encoder)
     embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
+    if isinstance(encoder, ParallelEncoder):  # a call fills every worker a few times over
+        embedder.batch = max(embedder.batch, 4 * encoder.batch * max(1, executor.workers))
     return Ingestor(store, config, counter, embedder, workers=workers)
 
 

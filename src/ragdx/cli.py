@@ -15,7 +15,7 @@ import os
 import shutil
 import sqlite3
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -74,6 +74,29 @@ def _with_cache(args: argparse.Namespace, pipeline, settings) -> Iterator[tuple]
     cache.close()
 
 
+@contextmanager
+def _executor(args: argparse.Namespace) -> Iterator:
+    """The executor ``--executor`` names (None without it), closed at the end whatever happens: a
+    local cluster it started is stopped; a cluster given by address is left running."""
+    if not getattr(args, "executor", None):
+        yield None
+        return
+    from ragdx.executors import executor_for
+    executor = executor_for(args.executor)
+    try:
+        yield executor
+    finally:
+        executor.close()
+
+
+def _remote(args: argparse.Namespace, executor):
+    """The pipelines run on the executor's workers, which open the store where this process does."""
+    if executor is None:
+        return None
+    from ragdx.executors import RemotePipelines
+    return RemotePipelines(executor, _absolute(args.store))
+
+
 def _purge_cache(args: argparse.Namespace, store, settings=None) -> None:
     """Bring the store's result cache, if there is one, up to date with a change just made, so
     nothing of a deleted document or a revoked access stays in it."""
@@ -95,9 +118,9 @@ def _purge_cache(args: argparse.Namespace, store, settings=None) -> None:
 def cmd_ingest(args: argparse.Namespace) -> int:
     from ragdx.build import build_ingestor
     settings = _settings(args)
-    with _store(args, "create") as store:
-        report = build_ingestor(store, settings, workers=args.workers).run(Path(args.path),
-                                                                           allow_outside=args.allow_outside)
+    with _executor(args) as executor, _store(args, "create") as store:
+        report = build_ingestor(store, settings, workers=args.workers, executor=executor).run(
+            Path(args.path), allow_outside=args.allow_outside)
         _purge_cache(args, store, settings)
     if args.json:
         print(json.dumps({
@@ -425,14 +448,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     invocation = {"store": _absolute(args.store), "queries": _absolute(args.queries), "config":
                   _absolute(args.config) if args.config else None, "set": list(args.set or ()),
                   "strict": args.strict, "oracle": args.oracle}
-    with _store(args) as store:
-        with _with_cache(args, build_pipeline(store, settings), settings) as (pipeline, cache):
+    with _executor(args) as executor, _store(args) as store:
+        remote = _remote(args, executor)
+        plain = build_pipeline(store, settings)
+        # the workers answer without this process's result cache
+        with (_with_cache(args, plain, settings) if remote is None else nullcontext((plain, None))) \
+                as (pipeline, cache):
             worked = durable.run_durable(
                 pipeline, queries, Path(args.out), queries_path=Path(args.queries),
                 lease_seconds=300.0 if args.lease_seconds is None else args.lease_seconds,
                 retry_failed=args.retry_failed, oracle=args.oracle,
                 fault=durable.Fault.parse(args.fault, what="--fault") if args.fault else None,
-                invocation=invocation)
+                invocation=invocation, remote=remote)
     cached = f"\n{pipeline.stats.describe()}" if cache is not None else ""
     for what in worked.repaired:
         log.warning("%s", what)
@@ -505,9 +532,10 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     from ragdx.report.summary import ablation_summary
     settings = _settings(args)
     queries = _queries(args)
-    with _store(args) as store:
+    with _executor(args) as executor, _store(args) as store:
         result = ablate(store, settings, queries, args.variant or [], Path(args.out), force=args.force,
-                        queries_path=Path(args.queries), latency_budget_ms=args.latency_budget_ms)
+                        queries_path=Path(args.queries), latency_budget_ms=args.latency_budget_ms,
+                        remote=_remote(args, executor))
     print(ablation_summary(result))
     print(f"\nablation folder: {result.folder} ({len(queries)} queries x {1 + len(result.variants)} "
           f"configurations, {result.seconds:.1f} s); open {result.folder / 'report.html'}")
@@ -632,6 +660,9 @@ def _label_propose(args: argparse.Namespace, out: Path) -> int:
     print(f"{out}: {len(lines)} questions, {groups} required groups proposed; {review} need review; "
           f"{unsupported} reference claims no source states (unsupported_reference)"
           + (f"; traces of the system's output: {args.traces}" if args.traces else ""))
+    return 0
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
@@ -791,6 +822,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--set", action="append", metavar="KEY=VALUE",
                        help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
 
+    def distributable(p: argparse.ArgumentParser, what: str) -> None:
+        p.add_argument("--executor", metavar="SPEC", help=f"{what} on worker processes: local:N (a process "
+                       "pool), dask (a local Dask cluster of two workers), dask:N, or dask:tcp://HOST:PORT "
+                       "(a running scheduler; its workers must reach the store at the same path); "
+                       "default: in this process")
+
     p = command("ingest", cmd_ingest, "ingest a manifest (.jsonl) or a folder into the store")
     p.add_argument("--store", required=True, help="the store file (created when missing)")
     p.add_argument("path", help="a manifest JSONL file or a folder")
@@ -799,6 +836,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "folder (../, absolute paths; refused by default)")
     p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
                    help="processes that parse documents (default: one per core); one process writes")
+    distributable(p, "embed the chunks")
     configurable(p)
 
     p = command("ask", cmd_ask, "run the pipeline for one question and show what it found")
@@ -869,6 +907,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault", choices=["after_draft", "before_publish"], help="stop this worker as a crash "
                    f"would (exit {_FAULT_EXIT}): right after its first draft, or after appending its first "
                    "publication but before committing it")
+    distributable(p, "answer the questions")
     configurable(p)
 
     p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store, every span "
@@ -890,6 +929,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
     p.add_argument("--latency-budget-ms", type=float, help="the mean latency a configuration may take; "
                    "above it, a better variant is proposed for routing only")
+    distributable(p, "run the baseline and the variants")
     configurable(p)
 
     p = command("compare", cmd_compare, "compare two run folders question by question, stage by stage; "

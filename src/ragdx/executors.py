@@ -19,15 +19,18 @@ from __future__ import annotations
 import os
 import pickle
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar, runtime_checkable
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import Encoder, TextKind
-from ragdx.types import EmbeddingSpace, Encoding, Query
+from ragdx.types import EmbeddingSpace, Encoding, Query, StageKind
 
-__all__ = ["Executor", "LocalExecutor", "DaskExecutor", "executor_for", "ParallelEncoder",
-           "run_queries", "run_grid"]
+if TYPE_CHECKING:
+    from ragdx.config import Settings
+    from ragdx.pipeline import Trace
+
+__all__ = ["Executor", "LocalExecutor", "DaskExecutor", "executor_for", "ParallelEncoder", "RemotePipelines"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -36,6 +39,9 @@ R = TypeVar("R")
 @runtime_checkable
 class Executor(Protocol):
     """Maps a picklable function over items, results in the items' order."""
+
+    @property
+    def workers(self) -> int: ...
 
     def map(self, fn: Callable[[T], R], items: Sequence[T]) -> list[R]: ...
 
@@ -72,9 +78,13 @@ class DaskExecutor:
     Args:
         address: a running scheduler (``tcp://host:8786``), or None for a local cluster.
         workers: the local cluster's worker processes (one thread each).
+        timeout: seconds to wait for the scheduler at ``address``.
+
+    Raises:
+        ConfigError: no scheduler answers at ``address``.
     """
 
-    def __init__(self, address: str | None = None, *, workers: int = 2) -> None:
+    def __init__(self, address: str | None = None, *, workers: int = 2, timeout: float = 10.0) -> None:
         try:
             from dask.distributed import Client, LocalCluster
         except ImportError:
@@ -85,7 +95,11 @@ class DaskExecutor:
             self.client = Client(self._cluster)
         else:
             self._cluster = None
-            self.client = Client(address)
+            try:
+                self.client = Client(address, timeout=timeout)
+            except (OSError, TimeoutError) as exc:
+                raise ConfigError(f"--executor dask:{address}: no Dask scheduler answers there within "
+                                  f"{timeout:g} s ({exc})") from None
 
     @property
     def workers(self) -> int:
@@ -152,12 +166,15 @@ class ParallelEncoder:
         executor: where batches run.
         factory: a picklable callable returning the encoder (``functools.partial(build_encoder,
             settings.retrieval.dense)``, say).
-        batch: texts per task.
+        batch: the most texts per task (fewer when that leaves a worker idle).
+        local: the encoder ``factory`` builds, already built here (default: built now), for the
+            space, the token counts and small inputs.
     """
 
-    def __init__(self, executor: Executor, factory: Callable[[], Encoder], *, batch: int = 256) -> None:
+    def __init__(self, executor: Executor, factory: Callable[[], Encoder], *, batch: int = 256,
+                 local: Encoder | None = None) -> None:
         self.executor, self.factory, self.batch = executor, factory, batch
-        self._local = factory()
+        self._local = local if local is not None else factory()
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -173,66 +190,94 @@ class ParallelEncoder:
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
         import numpy as np
         texts = list(texts)
-        if len(texts) <= self.batch:
+        if len(texts) <= 1:  # one text (a query) is not worth a round trip
             return self._local.encode(texts, kind=kind)
-        parts = self.executor.map(_encode_batch, [(self.factory, texts[i:i + self.batch], kind)
-                                                  for i in range(0, len(texts), self.batch)])
+        size = min(self.batch, -(-len(texts) // max(1, self.executor.workers)))  # every worker has a part
+        parts = self.executor.map(_encode_batch, [(self.factory, texts[i:i + size], kind)
+                                                  for i in range(0, len(texts), size)])
         return Encoding(self.space, np.concatenate([p.vectors for p in parts]),
                         tuple(end for p in parts for end in p.window_ends))
 
 
-# -- query sets and ablation grids ------------------------------------------------------------
+# -- query sets and ablation variants --------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class _Job:
+class _Task:
     store: str
-    overrides: tuple[str, ...]
+    settings: Settings
     encoder: Callable[[], Encoder] | None
-    queries: tuple[Query, ...]
+    start: StageKind | None  # None: run each query; else resume each base trace from this kind on
+    items: tuple[Any, ...]   # queries, or base traces
 
 
-def _pipeline(store: str, overrides: tuple[str, ...], encoder: Callable[[], Encoder] | None) -> Any:
+def _pipeline(store: str, settings: Settings, encoder: Callable[[], Encoder] | None) -> Any:
     from ragdx.build import build_pipeline, open_store
-    from ragdx.config import load_settings
-    opened = _kept(("store", store), lambda: open_store(store, "read"))
-    return _kept(("pipeline", store, overrides, encoder), lambda: build_pipeline(
-        opened, load_settings(overrides=list(overrides)), encoder=encoder() if encoder else None))
+
+    def build() -> Any:
+        pipeline = build_pipeline(_kept(("store", store), lambda: open_store(store, "read")), settings,
+                                  encoder=encoder() if encoder else None)
+        pipeline.warm_up()  # no query's latency includes a model load
+        return pipeline
+    return _kept(("pipeline", store, settings, encoder), build)
 
 
-def _run_job(job: _Job) -> list[Any]:
-    pipeline = _pipeline(job.store, job.overrides, job.encoder)
-    return [pipeline.run(query) for query in job.queries]
-
-
-def run_grid(executor: Executor, store: str, variants: Mapping[str, Sequence[str]],
-             queries: Sequence[Query], *, encoder: Callable[[], Encoder] | None = None,
-             per_task: int = 16) -> dict[str, list[Any]]:
-    """Every query through every variant's pipeline, spread over the executor.
-
-    Args:
-        executor: where the work runs.
-        store: the store's location (a file every worker sees, or a ``postgresql://`` DSN).
-        variants: name -> settings overrides (``key=value``; ``[]`` is the default settings).
-        queries: the query set.
-        encoder: a picklable factory of the dense encoder (default: the settings' encoder).
-        per_task: queries per task.
-
-    Returns:
-        Each variant's traces, in the queries' order.
-    """
-    jobs = [(name, _Job(str(store), tuple(overrides), encoder, tuple(queries[i:i + per_task])))
-            for name, overrides in variants.items() for i in range(0, len(queries), per_task)]
-    done = executor.map(_run_job, [job for _, job in jobs])
-    out: dict[str, list[Any]] = {name: [] for name in variants}
-    for (name, _), traces in zip(jobs, done):
-        out[name].extend(traces)
+def _run_task(task: _Task) -> list[tuple[Trace, tuple[str, ...]]]:
+    """Each item's trace, with the names of the stages whose output a resumed trace took from its
+    base (the coordinator puts the base's own objects back in their place)."""
+    pipeline = _pipeline(task.store, task.settings, task.encoder)
+    if task.start is None:
+        return [(pipeline.run(query), ()) for query in task.items]
+    out = []
+    for base in task.items:
+        trace = pipeline.resume(base, task.start)
+        out.append((trace, tuple(s.stage for s in trace.stages if any(s is b for b in base.stages))))
     return out
 
 
-def run_queries(executor: Executor, store: str, queries: Sequence[Query], *,
-                overrides: Sequence[str] = (), encoder: Callable[[], Encoder] | None = None,
-                per_task: int = 16) -> list[Any]:
-    """Every query through the pipeline the overrides describe, spread over the executor; the
-    traces, in the queries' order (diagnose them with :func:`ragdx.run_pipeline`'s machinery or
-    write them with :mod:`ragdx.tracefile`)."""
-    return run_grid(executor, store, {"run": overrides}, queries, encoder=encoder, per_task=per_task)["run"]
+@dataclass(frozen=True, slots=True)
+class RemotePipelines:
+    """ragdx's own pipelines run on an executor's workers; what they return is the coordinator's
+    to diagnose and write (a worker writes nothing).
 
+    Each worker opens the store at ``store`` read-only and builds each pipeline once from its
+    settings (and ``encoder``, a picklable factory, when given), then keeps both.
+
+    Args:
+        executor: where the pipelines run.
+        store: the store's location as every worker reaches it (an absolute file path on a disk
+            they all see, or a ``postgresql://`` DSN).
+        encoder: a picklable factory of the dense encoder (default: the settings' encoder).
+        per_task: queries per task (default: about four tasks per worker, at most 16 queries each).
+    """
+
+    executor: Executor
+    store: str
+    encoder: Callable[[], Encoder] | None = None
+    per_task: int | None = None
+
+    def _size(self, n: int) -> int:
+        if self.per_task is not None:
+            return self.per_task
+        return max(1, min(16, -(-n // (4 * max(1, self.executor.workers)))))
+
+    def run(self, settings: Settings, queries: Sequence[Query]) -> list[Trace]:
+        """Each query's trace through the pipeline ``settings`` describe, in the queries' order."""
+        size = self._size(len(queries))
+        tasks = [_Task(self.store, settings, self.encoder, None, tuple(queries[i:i + size]))
+                 for i in range(0, len(queries), size)]
+        return [trace for done in self.executor.map(_run_task, tasks) for trace, _ in done]
+
+    def resume(self, variants: Sequence[tuple[Settings, StageKind]], bases: Sequence[Trace]) -> list[list[Trace]]:
+        """Each variant's traces, resumed from each base trace at the variant's start kind (as
+        :meth:`ragdx.pipeline.Pipeline.resume` does), all variants at once; a reused stage output
+        is the base's own object, as in a local resume."""
+        size = self._size(len(bases) * max(1, len(variants)))
+        tasks = [(v, _Task(self.store, settings, self.encoder, start, tuple(bases[i:i + size])))
+                 for v, (settings, start) in enumerate(variants) for i in range(0, len(bases), size)]
+        done = self.executor.map(_run_task, [task for _, task in tasks])
+        out: list[list[Trace]] = [[] for _ in variants]
+        for (v, task), results in zip(tasks, done):
+            for base, (trace, reused) in zip(task.items, results):
+                own = {s.stage: s for s in base.stages}
+                out[v].append(replace(trace, stages=tuple(own[s.stage] if s.stage in reused else s
+                                                          for s in trace.stages)))
+        return out

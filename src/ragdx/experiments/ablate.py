@@ -20,9 +20,9 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ragdx.build import build_pipeline
 from ragdx.config import Settings, parse_override, with_overrides
@@ -30,8 +30,9 @@ from ragdx.errors import ConfigError, StoreError
 from ragdx.evaluation.layered import GRADED, LATENCY, PASS, Metrics, QueryValues, layered, metric, percentile
 from ragdx.evaluation.significance import PairedTest, bootstrap_ci, mcnemar, randomization
 from ragdx.experiments.routing import routing_table
+from ragdx.executors import RemotePipelines
 from ragdx.experiments.run import execute
-from ragdx.pipeline import Pipeline
+from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import Store
 from ragdx.runfolder import Executed, manifest, write_json, write_report
 from ragdx.types import Query, StageKind
@@ -319,7 +320,9 @@ class AblationResult:
 
 def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipeline]], queries: Sequence[Query],
                      out: Path, *, queries_path: Path | None = None, progress: bool = True,
-                     latency_budget_ms: float | None = None, seed: int = 0) -> AblationResult:
+                     latency_budget_ms: float | None = None, seed: int = 0,
+                     made: Mapping[str, Sequence[Trace]] | None = None,
+                     made_at: int | None = None) -> AblationResult:
     """Run the baseline pipeline and each variant pipeline on the same queries and index version,
     and compare them. Each variant resumes the baseline's traces from its ``start`` stage kind.
 
@@ -328,6 +331,10 @@ def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipel
 
     ``out/baseline/`` and ``out/<variant>/`` are run folders; ``out/`` holds the manifest, the
     metrics with every comparison, and the report.
+
+    ``made``: the traces already made elsewhere (:class:`ragdx.executors.RemotePipelines`), by
+    ``"baseline"`` and variant name, in the queries' order, when the index version was
+    ``made_at``; this process then diagnoses and writes them, and runs nothing.
 
     Raises:
         ConfigError: no variant, or two with one name (before anything runs).
@@ -340,8 +347,13 @@ def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipel
         raise ConfigError(f"variant names must differ: {', '.join(n for n in names if names.count(n) > 1)}")
     started = time.perf_counter()
     store = baseline.store
-    index_version = store.index_version
-    base = execute(baseline, queries, out / "baseline", baseline.run, progress=progress, label="baseline")
+    index_version = store.index_version if made is None else made_at
+    handed = {name: {t.query.id: t for t in traces} for name, traces in (made or {}).items()}
+
+    def produce(name: str, local: Callable[[Query], Trace]) -> Callable[[Query], Trace]:
+        return local if made is None else lambda q: handed[name][q.id]
+    base = execute(baseline, queries, out / "baseline", produce("baseline", baseline.run), progress=progress,
+                   label="baseline", index_version=made_at if made is not None else None)
     base_metrics = layered(base.rows)
     info = manifest(baseline, queries_path)
     write_json(out / "baseline" / "manifest.json", info)
@@ -351,8 +363,9 @@ def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipel
     results = []
     for variant, pipeline in variants:
         done = execute(pipeline, queries, out / variant.name,
-                       lambda q, p=pipeline, v=variant: p.resume(traces[q.id], v.start),
-                       progress=progress, label=variant.name, evidence=base.evidence)
+                       produce(variant.name, lambda q, p=pipeline, v=variant: p.resume(traces[q.id], v.start)),
+                       progress=progress, label=variant.name, evidence=base.evidence,
+                       index_version=made_at if made is not None else None)
         metrics = layered(done.rows)
         vinfo = manifest(pipeline, queries_path) | {"variant": list(variant.overrides)}
         write_json(out / variant.name / "manifest.json", vinfo)
@@ -380,9 +393,13 @@ def ablate_pipelines(baseline: Pipeline, variants: Sequence[tuple[Variant, Pipel
 
 def ablate(store: Store, settings: Settings, queries: Sequence[Query], variants: Sequence[str],
            out: Path, *, force: bool = False, queries_path: Path | None = None, progress: bool = True,
-           latency_budget_ms: float | None = None, encoder: Any = None) -> AblationResult:
+           latency_budget_ms: float | None = None, encoder: Any = None,
+           remote: RemotePipelines | None = None) -> AblationResult:
     """``ragdx ablate``: variants given as ``NAME:key=value[,key=value]`` settings changes of
     ragdx's own pipeline (:func:`ablate_pipelines` does the rest).
+
+    With ``remote``, the baseline and then every variant at once run on its executor's workers;
+    this process diagnoses and writes the results, the same as a local ablation's.
 
     Raises:
         ConfigError: a malformed, empty, duplicated or multi-stage variant (before anything runs).
@@ -404,5 +421,12 @@ def ablate(store: Store, settings: Settings, queries: Sequence[Query], variants:
             vsettings.context.tokenizer == settings.context.tokenizer else None
         pipelines.append((variant, build_pipeline(store, vsettings, context_counter=counter,
                                                   encoder=baseline.encoder if same_encoder else encoder)))
-    return ablate_pipelines(baseline, pipelines, queries, out, queries_path=queries_path, progress=progress,
-                            latency_budget_ms=latency_budget_ms, seed=settings.seed)
+    made, made_at, started = None, None, time.perf_counter()
+    if remote is not None:
+        made_at = store.index_version
+        base = remote.run(settings, queries)
+        made = dict(zip(["baseline", *names], [base, *remote.resume(
+            [(vsettings, variant.start) for variant, vsettings in parsed], base)]))
+    result = ablate_pipelines(baseline, pipelines, queries, out, queries_path=queries_path, progress=progress,
+                              latency_budget_ms=latency_budget_ms, seed=settings.seed, made=made, made_at=made_at)
+    return replace(result, seconds=time.perf_counter() - started)

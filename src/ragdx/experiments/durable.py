@@ -35,6 +35,7 @@ from ragdx.binding import EvidenceBinding, recheck
 from ragdx.diagnosis.evidence import EvidenceResolver
 from ragdx.errors import EXIT_FAULT, InputError, StoreError
 from ragdx.evaluation.layered import layered
+from ragdx.executors import RemotePipelines
 from ragdx.experiments.run import Answered, RunResult, answer_one
 from ragdx.experiments.runstate import (Claim, Draft, ItemRecord, ItemState, RunState, _DamagedCheckpoint,
                                         damaged, worker_id)
@@ -110,7 +111,8 @@ def _join(state: RunState, pipeline: Pipeline, queries: Sequence[Query], invocat
 def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, queries_path: Path | None = None,
                 lease_seconds: float = 300.0, fault: Fault | None = None, retry_failed: bool = False,
                 oracle: str | None = None, progress: bool = True,
-                invocation: Mapping[str, Any] | None = None) -> DurableRun:
+                invocation: Mapping[str, Any] | None = None,
+                remote: RemotePipelines | None = None) -> DurableRun:
     """Work on the durable run in ``out`` (submitting it first if new) until no item is left.
 
     Args:
@@ -118,6 +120,9 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
         fault: stop the process (exit :data:`FAULT_EXIT`) at that point of the first item.
         retry_failed: queue the failed items again first.
         invocation: how to start the run again (``ragdx run --resume`` reads it), kept in ``run.db``.
+        remote: run the queries on an executor's workers (``pipeline`` must be ragdx's own, built
+            from ``pipeline.settings``): this worker claims a batch of items, the workers answer
+            them, and this worker diagnoses, drafts, rechecks and publishes each, as alone.
 
     Raises:
         InputError: ``out`` holds a run of another store, other settings or other queries.
@@ -133,31 +138,41 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
         _join(state, pipeline, queries, {**(invocation or {}), "lease_seconds": lease_seconds}, out)
         if retry_failed:
             state.retry_failed(worker)
-        pipeline.warm_up()
+        if remote is None:
+            pipeline.warm_up()
         resolver = EvidenceResolver(pipeline.store)
         total = len(queries)
         bar = Progress("ragdx run", total, unit="queries") if progress else None
+        batch = 1 if remote is None else 4 * max(1, remote.executor.workers) * (remote.per_task or 4)
         while True:
-            claim = state.claim(worker, lease_seconds)
-            if claim is None:
+            claims = _claim(state, worker, lease_seconds, batch)
+            if not claims:
                 held, wait = state.wait_hint()
                 if held == 0:
                     break
                 time.sleep(min(max(wait or 0.0, 0.05), 0.5))  # another worker holds the rest
                 continue
-            draft, binding = _recovered(state, claim, worker) if claim.recover else (None, None)
-            if draft is None:
-                claim = replace(claim, recover=False)
-                one = answer_one(pipeline, queries[claim.n], pipeline.run, resolver, oracle=oracle)
-                draft, binding = _keep_draft(state, claim, worker, one), one.binding
+            recovered = {c.n: _recovered(state, c, worker) if c.recover else (None, None) for c in claims}
+            todo = [c for c in claims if recovered[c.n][0] is None]
+            index_version = pipeline.store.index_version  # before the answers: a change shows in the recheck
+            made = dict(zip((c.n for c in todo), remote.run(pipeline.settings, [queries[c.n] for c in todo])
+                            if remote is not None and todo else ()))
+            for claim in claims:
+                draft, binding = recovered[claim.n]
                 if draft is None:
-                    continue
-                if fault is Fault.AFTER_DRAFT:
-                    _crash(fault, f"after drafting item {claim.query_id!r}", out)
-            _settle(state, pipeline, out, claim, draft, worker, fault, binding)
-            if bar is not None:
-                counts = state.counts()
-                bar.set(counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], claim.query_id[:40])
+                    claim = replace(claim, recover=False)
+                    produce = (lambda q, n=claim.n: made[n]) if claim.n in made else pipeline.run
+                    one = answer_one(pipeline, queries[claim.n], produce, resolver, oracle=oracle,
+                                     index_version=index_version if claim.n in made else None)
+                    draft, binding = _keep_draft(state, claim, worker, one), one.binding
+                    if draft is None:
+                        continue
+                    if fault is Fault.AFTER_DRAFT:
+                        _crash(fault, f"after drafting item {claim.query_id!r}", out)
+                _settle(state, pipeline, out, claim, draft, worker, fault, binding)
+                if bar is not None:
+                    counts = state.counts()
+                    bar.set(counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], claim.query_id[:40])
         if bar is not None:
             bar.close()
         with state.transaction():  # one worker at a time writes the folder's summary files, once
@@ -168,6 +183,17 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
             if result is not None:
                 state.note_summarised(worker)
         return DurableRun(out, state.counts(), _failed(state), tuple(state.index_versions()), result, repaired)
+
+
+def _claim(state: RunState, worker: str, lease_seconds: float, most: int) -> list[Claim]:
+    """Up to ``most`` items claimed, in the queue's order."""
+    claims: list[Claim] = []
+    while len(claims) < most:
+        claim = state.claim(worker, lease_seconds)
+        if claim is None:
+            break
+        claims.append(claim)
+    return claims
 
 
 def _recovered(state: RunState, claim: Claim, worker: str) -> tuple[Draft | None, EvidenceBinding | None]:

@@ -58,10 +58,13 @@ class Answered:
 
 
 def answer_one(pipeline: Pipeline, query: Query, produce: Callable[[Query], Trace], resolver: EvidenceResolver,
-               *, oracle: str | None = None, evidence: QueryEvidence | None = None) -> Answered:
+               *, oracle: str | None = None, evidence: QueryEvidence | None = None,
+               index_version: int | None = None) -> Answered:
     """Produce one query's trace, bind its answer to the evidence it cites, diagnose it and
-    compute its metric values."""
-    index_version = pipeline.store.index_version  # before the answer: a change while it runs shows in a recheck
+    compute its metric values. ``index_version``: the store's, read before the trace was made
+    (a trace made elsewhere, earlier); by default it is read now, before ``produce``."""
+    if index_version is None:  # before the answer: a change while it runs shows in a recheck
+        index_version = pipeline.store.index_version
     trace = produce(query)
     binding = bind_evidence(pipeline.store, query.principal, trace.context, trace.answer, index_version)
     resolved = evidence if evidence is not None else resolver.run(query)
@@ -74,12 +77,15 @@ def answer_one(pipeline: Pipeline, query: Query, produce: Callable[[Query], Trac
 
 def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Callable[[Query], Trace],
             *, oracle: str | None = None, progress: bool = True, label: str = "ragdx run",
-            evidence: Sequence[QueryEvidence] | None = None) -> Executed:
+            evidence: Sequence[QueryEvidence] | None = None, index_version: int | None = None) -> Executed:
     """Produce each query's trace, diagnose it and compute its metric values, writing
     ``traces.jsonl`` and ``diagnosis.jsonl`` to ``out`` as it goes. ``evidence``: the queries'
-    evidence already resolved against this store (an ablation resolves it once for every run)."""
+    evidence already resolved against this store (an ablation resolves it once for every run).
+    ``index_version``: the traces were made elsewhere (``produce`` hands them over) when the store
+    had this index version; the pipeline's models are not loaded here."""
     out.mkdir(parents=True, exist_ok=True)
-    pipeline.warm_up()
+    if index_version is None:
+        pipeline.warm_up()
     resolver = EvidenceResolver(pipeline.store)
     done: list[Answered] = []
     shown = Progress(label, len(queries), unit="queries") if progress else nullcontext(None)
@@ -87,7 +93,8 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
             open(out / "diagnosis.jsonl", "w", encoding="utf-8") as diag, shown as bar:
         for n, query in enumerate(queries, start=1):
             one = answer_one(pipeline, query, produce, resolver, oracle=oracle,
-                             evidence=evidence[n - 1] if evidence is not None else None)
+                             evidence=evidence[n - 1] if evidence is not None else None,
+                             index_version=index_version)
             trace_file.write(json.dumps(one.trace_json()) + "\n")
             diag.write(json.dumps(one.diagnosis.to_dict()) + "\n")
             done.append(one)
