@@ -45,7 +45,7 @@ While Who Whom Whose Why Will With Would Yes No""".split())
 
 
 #: a file name's extension: a page describes the module ``math`` without naming ``math.py``
-_FILE = re.compile(r"\.(?:py[cdiwz]?|txt|c|h|db|cfg|ini|toml|json|csv|html?|so|dll|exe|zip|sh|bat)$")
+_FILE = re.compile(r"\.(?:py[cdiwz]?|txt|md|rst|c|h|db|cfg|ini|toml|json|csv|html?|so|dll|exe|zip|sh|bat)$")
 
 
 @dataclass(frozen=True, slots=True)
