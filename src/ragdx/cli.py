@@ -391,7 +391,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
                                        max_hallucination=args.max_hallucination)
             fit.save_abstention(found, out)
             print(f"min_coverage {found.min_coverage:.6g}: success {found.success:.3f}, hallucination "
-                  f"{found.hallucination:.3f} on {found.queries} queries; written to {out} "
+                  f"{found.hallucination:.3f} ({found.hallucinated} of {found.negatives} to abstain on), "
+                  f"wrong abstention {found.wrong_abstention:.3f} on {found.queries} queries; written to {out} "
                   f"(use --set generation.min_coverage={found.min_coverage:.6g})")
             return 0
         run = fit.collect(pipeline, queries)

@@ -196,6 +196,33 @@ def test_a_hallucination_limit_is_kept_before_success(small):
     assert "hallucination on negatives <= 0" in limited.fitted_on
 
 
+def test_a_question_the_name_check_abstains_on_does_not_bind_the_threshold(small):
+    store, encoder, settings = small
+    from ragdx.config import load_settings
+    lexical = load_settings(overrides=["rerank.method=none", "chunking.tokenizer=regex",
+                                       "generation.semantic_weight=0"])
+    pipeline = build_pipeline(store, lexical, encoder=encoder)
+    shipping = Query("s", "How many business days until parcels are delivered to customers abroad?", required=(
+        (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),))
+    refund = Query("r", "How many days after delivery are refunds accepted for gifts bought abroad?", required=(
+        (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),))
+    u = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    # zx81 is held by no page: abstained on whatever the threshold. Its terms: error, rfd, 4021 (2),
+    # mean, refund, zx81 (2) -> 8; "Error RFD-4021 means the refund window expired." holds 6 of them
+    w = Query("w", "What does error RFD-4021 mean for a refund on a zx81?", answerable=False)
+    found = fit.fit_abstention(pipeline, [shipping, refund, QUERIES[1], u, w])
+    rows = {qid: (score, answered, abstained) for qid, score, answered, abstained in found.rows}
+    assert rows["w"] == (pytest.approx(6 / 8), "correct_abstention", "correct_abstention")
+    # answering the rest: s, r, q2 supported, u hallucinated, w abstained -> 4 of 5; any threshold
+    # above u's 4/6 gives up s and r (4/7) for u: 3 of 5
+    assert (found.min_coverage, found.success, found.hallucination) == (0.0, 0.8, 0.2)
+    assert (found.hallucinated, found.negatives, found.wrong_abstention) == (1, 2, 0.0)
+    # no hallucination: the lowest candidate above u's 4/6 is w's own score, 6/8
+    limited = fit.fit_abstention(pipeline, [shipping, refund, QUERIES[1], u, w], max_hallucination=0.0)
+    assert limited.min_coverage == pytest.approx(0.75) and (limited.success, limited.wrong_abstention) == (0.6, 0.4)
+    assert limited.to_dict()["hallucinated"] == "0/2"
+
+
 @pytest.mark.parity
 def test_the_fitted_reranker_is_scikit_learns_balanced_logistic_regression(small):
     linear_model = pytest.importorskip("sklearn.linear_model")

@@ -92,3 +92,54 @@ def test_the_settings_build_the_reader_and_the_name_check(small):
     assert (read.reader.model, read.reader.max_tokens, read.reader_weight, read.reader_depth) == \
         (DEFAULT_CROSS_ENCODER, 128, 0.5, 12)
     assert read.names is None
+
+
+class Vocabulary:
+    """A general vocabulary's tokenizer: a word it holds is one piece, any other word three."""
+
+    name = "test-vocabulary"
+
+    def __init__(self, words):
+        self.words = set(words)
+
+    def count(self, text):
+        return sum(1 if w in self.words else 3 for w in text.split())
+
+
+def test_an_uncommon_word_no_source_holds_is_a_name(small):
+    store, _, _ = small
+    question = "Are refunds via pydantic accepted for parcels sent abroad?"
+    # refunds, accepted, parcels: in the corpus; via, sent, abroad: common words the corpus lacks;
+    # pydantic: neither in the corpus nor whole in the vocabulary
+    common = {"via", "sent", "abroad"}
+    assert NameCoverage(store, Vocabulary(common)).absent(question, ("public",)) == ("pydantic",)
+    assert NameCoverage(store, Vocabulary(common | {"pydantic"})).absent(question, ("public",)) == ()
+    # without a vocabulary only a word with a digit can be a name; a number is an amount
+    assert NameCoverage(store).absent("Are refunds accepted 45 days after delivery via zx81?", ("public",)) == ("zx81",)
+
+
+def test_a_tool_no_source_mentions_is_abstained_on_by_name_and_a_present_one_answers(small):
+    store, _, _ = small
+    text = "Refunds are accepted within 30 days of delivery."
+    ctx = Context("context", (ContextUnit("S1", "refund.md", "v", 0, len(text), text, "Refund policy", (),
+                                          ("c1",), 1, 9),), (), 1200, 9, "words")
+    gen = ExtractiveGenerator(min_coverage=0.3, store=store)
+    answer = gen.run(Query("q", "Within how many days are refunds accepted after delivery through zx81?",
+                           Principal("u", ("public",))), ctx)
+    assert answer.abstained and answer.missing == ("zx81",)
+    assert answer.text == "I cannot answer this from the sources: no source the asker may read mentions zx81."
+    # RFD-4021 and the words are all in the corpus: answered
+    present = gen.run(Query("q", "Within how many days are refunds accepted after delivery, unless RFD-4021?",
+                            Principal("u", ("public",))), ctx)
+    assert not present.abstained and [c.text for c in present.claims] == [text]
+
+
+def test_joined_names_are_held_as_written_quoted_terms_and_files_by_their_parts(small):
+    store, _, _ = small
+    names = NameCoverage(store)
+    # "payment provider" is prose in errors.md; payment_provider is held nowhere as written
+    assert names.absent("What does payment_provider return?", ("public",)) == ("payment_provider",)
+    # a quoted phrase no page holds, whose words are all held; a file named by its module's stem
+    assert names.absent('When does "the delivery window" close?', ("public",)) == ()
+    assert names.absent("Where is the refund.md file?", ("public",)) == ()
+    assert names.absent("Where is the warranty.md file?", ("public",)) == ("warranty.md",)

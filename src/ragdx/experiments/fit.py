@@ -156,10 +156,15 @@ class AbstentionFit:
     queries: int
     fitted_on: str
     rows: tuple[tuple[str, float, str, str], ...]  # (query id, best score, answered, abstained)
+    wrong_abstention: float = 0.0  # the share of all queries abstained on though answerable
+    negatives: int = 0  # the queries to abstain on (unanswerable or restricted)
+    hallucinated: int = 0  # of those, answered at the fitted threshold
 
     def to_dict(self) -> dict:
         return {"method": "extractive", "min_coverage": self.min_coverage, "success": self.success,
-                "hallucination": self.hallucination, "queries": self.queries, "fitted_on": self.fitted_on}
+                "hallucination": self.hallucination, "wrong_abstention": self.wrong_abstention,
+                "hallucinated": f"{self.hallucinated}/{self.negatives}", "queries": self.queries,
+                "fitted_on": self.fitted_on}
 
 
 def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: str = "",
@@ -175,7 +180,9 @@ def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: s
 
     Each query runs once up to the context; its answer is diagnosed twice, as given (the
     generator answering whatever its best score) and abstained, so every threshold's outcome is
-    known exactly without running the pipeline again.
+    known exactly without running the pipeline again. The generator's other abstentions (a name
+    the sources never mention: :class:`ragdx.stages.answerable.Answerability`) hold at every
+    threshold, so the threshold is fitted on the questions they let through.
 
     Raises:
         ConfigError: the pipeline's generator has no ``best_score`` (not the extractive one).
@@ -213,13 +220,16 @@ def fit_abstention(pipeline: Pipeline, queries: Sequence[Query], *, fitted_on: s
         within = max_hallucination is None or rate <= max_hallucination
         key = (within, success if within else -rate, -hallucination)
         if best_key is None or key > best_key:
-            best_key, best, best_success = key, threshold, success
+            best_key, best, best_success, best_chosen = key, threshold, success, chosen
     assert best_key is not None
     limit = "" if max_hallucination is None else f"; hallucination on negatives <= {max_hallucination:g}" + (
         "" if best_key[0] else " (not reachable: the lowest rate chosen)")
     note = f"{fitted_on}; {len(rows)} queries; success {best_success:.4f}{limit}"
+    wrong = sum(o is Outcome.WRONG_ABSTENTION for o in best_chosen) / len(rows)
     return AbstentionFit(best, best_success, -best_key[2], len(rows), note,
-                         tuple((q, s, str(a), str(b)) for q, s, a, b in rows))
+                         tuple((q, s, str(a), str(b)) for q, s, a, b in rows), wrong,
+                         sum(not q.answerable for q in queries),
+                         sum(o is Outcome.HALLUCINATION for o in best_chosen))
 
 
 def _with_threshold(generator: Any, threshold: float) -> Any:

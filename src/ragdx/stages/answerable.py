@@ -16,9 +16,12 @@ systems (Rajpurkar et al., "Know What You Don't Know: Unanswerable Questions for
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Sequence
 
-from ragdx.protocols import Store
+from ragdx.protocols import Store, TokenCounter
+from ragdx.text import content_terms, stem
+from ragdx.types import Context, Query
 
 _VERSION = r"\d+(?:\.\d+)+"
 #: the name shapes, longest first so that ``os.urandom()`` is one name, not ``os`` and ``urandom``
@@ -41,16 +44,26 @@ If In Is It May Must On Or Should Since The Then There These This Those To Under
 While Who Whom Whose Why Will With Would Yes No""".split())
 
 
-def distinctive_names(question: str) -> tuple[str, ...]:
-    """The question's distinctive names, in order, each once (without quotes, a possessive or a
-    trailing ``()``).
+#: a file name's extension: a page describes the module ``math`` without naming ``math.py``
+_FILE = re.compile(r"\.(?:py[cdiwz]?|txt|md|rst|c|h|db|cfg|ini|toml|json|csv|html?|so|dll|exe|zip|sh|bat)$")
 
-    >>> distinctive_names("How many bytes does uuid.uuid4() read from os.urandom()?")
-    ('uuid.uuid4', 'os.urandom')
-    """
-    names: dict[str, None] = {}
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    """A distinctive name of a question and its shape: ``quoted``, ``option``, ``dotted``,
+    ``called``, ``slashed``, ``snake``, ``version``, ``camel``, ``caps``, ``capital``, or ``file``
+    (a dotted name ending in a file extension)."""
+
+    text: str
+    kind: str
+
+
+def question_names(question: str) -> tuple[Name, ...]:
+    """The question's distinctive names with their shapes, in order, each once (without quotes,
+    a possessive or a trailing ``()``)."""
+    names: dict[str, Name] = {}
     for match in _NAME.finditer(question):
-        kind, text = match.lastgroup, match.group()
+        kind, text = match.lastgroup or "", match.group()
         if kind == "capital" and (match.start() == 0 or text in STOP_CAPITALS):
             continue
         if kind == "dotted" and all(len(part) == 1 for part in text.split(".")):
@@ -58,9 +71,20 @@ def distinctive_names(question: str) -> tuple[str, ...]:
         text = text.strip("\"\u201c\u201d")
         text = re.sub(r"\(\)$", "", text)
         text = re.sub(r"['\u2019]s$", "", text)
+        if kind == "dotted" and _FILE.search(text):
+            kind = "file"
         if re.search(r"[^\W_]", text):  # punctuation alone ("?:") has no word to look up
-            names.setdefault(text, None)
-    return tuple(names)
+            names.setdefault(text, Name(text, kind))
+    return tuple(names.values())
+
+
+def distinctive_names(question: str) -> tuple[str, ...]:
+    """The question's distinctive names, in order, each once (:func:`question_names`).
+
+    >>> distinctive_names("How many bytes does uuid.uuid4() read from os.urandom()?")
+    ('uuid.uuid4', 'os.urandom')
+    """
+    return tuple(n.text for n in question_names(question))
 
 
 def is_version(name: str) -> bool:
@@ -68,15 +92,26 @@ def is_version(name: str) -> bool:
     return re.fullmatch(_VERSION, name) is not None
 
 
+#: how many chunks holding a joined code name's phrase are searched for the name as written
+EXACT_DEPTH = 50
+_NUMBER = re.compile(r"\d+(?:\.\d+)*")
+_JOINED = re.compile(r"[^\W_][._][^\W_]")
+
+
 class NameCoverage:
     """Which of a question's distinctive names nothing the asker may read mentions.
 
     Args:
         store: the store, read through its keyword index with the asker's groups.
+        vocabulary: a general vocabulary's tokenizer (the dense encoder's WordPiece): a word the
+            sources never hold is a name when it splits into several pieces (``pydantic``,
+            ``httpx``), not when it is a common word the sources happen to lack (``abroad``).
+            None: only a word with a digit (``vec0``) can be such a name.
     """
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, vocabulary: TokenCounter | None = None) -> None:
         self.store = store
+        self.vocabulary = vocabulary
         self._labels: tuple[int, frozenset[str]] | None = None
 
     def _version_labels(self) -> frozenset[str]:
@@ -88,12 +123,106 @@ class NameCoverage:
 
     def covered(self, name: str, groups: tuple[str, ...]) -> bool:
         """Whether some chunk these groups may read holds ``name`` as a phrase (or, for a version
-        number, some document version is labelled with it)."""
-        if is_version(name) and any(label == name or label.startswith(name + ".")
-                                    for label in self._version_labels()):
-            return True
+        number, some document version is labelled with it). A code name joined by ``.`` or ``_``
+        must be held as written (case aside): the keyword index reads ``PYTHON_GIL`` as the
+        phrase "python gil", which prose holds; the best :data:`EXACT_DEPTH` chunks holding the
+        phrase are searched for it."""
+        if is_version(name):
+            if any(label == name or label.startswith(name + ".") for label in self._version_labels()):
+                return True
+        elif _JOINED.search(name):
+            wanted = name.lower()
+            return any(wanted in chunk.text.lower()
+                       for chunk, _ in self.store.bm25([name], groups, EXACT_DEPTH, versions=None))
         return bool(self.store.bm25([name], groups, 1, versions=None))
 
     def uncovered(self, names: Sequence[str], groups: tuple[str, ...]) -> tuple[str, ...]:
         """The names that nothing these groups may read mentions, in the question's order."""
         return tuple(n for n in names if not self.covered(n, groups))
+
+    def absent(self, question: str, groups: tuple[str, ...]) -> tuple[str, ...]:
+        """What the question names that nothing these groups may read mentions: its distinctive
+        names, then its words.
+
+        Two shapes are weaker evidence than a code name, and are checked by their parts: a quoted
+        term is the asker's own phrase ("incomplete input"), absent only when one of its words is;
+        a file name (``math.py``) is covered by its stem too, since a page describes the module
+        without naming its file. An uncommon lower-case word no readable chunk holds
+        (``pydantic``, ``httpx``, ``vec0``: see ``vocabulary``) names a tool or a product as
+        surely as a capitalised one; words of
+        the names already checked are not looked up again, and numbers are amounts the question
+        asks about ("35 days after delivery"), not names.
+        """
+        names = question_names(question)
+        missing = [n.text for n in names if n.kind not in ("quoted", "file") and not self.covered(n.text, groups)]
+        missing += [n.text for n in names if n.kind == "file" and not self.covered(n.text, groups)
+                    and not self.covered(_FILE.sub("", n.text), groups)]
+        named = {w for n in names if n.kind != "quoted" for w in content_terms(n.text)}
+        missing += [w for w in content_terms(question)
+                    if w not in named and self._uncommon(w) and not self.covered(w, groups)]
+        return tuple(missing)
+
+    def _uncommon(self, word: str) -> bool:
+        """Whether a word could name something: not a number, and with a digit or, given a
+        vocabulary, not one of its pieces."""
+        if _NUMBER.fullmatch(word):
+            return False
+        if any(ch.isdigit() for ch in word):
+            return True
+        return self.vocabulary is not None and self.vocabulary.count(word) > 1
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether to answer; when not, why, and the names or words the sources do not cover."""
+
+    answer: bool
+    why: str = ""
+    missing: tuple[str, ...] = ()
+
+
+class Answerability:
+    """The decision to answer at all, made before any sentence is chosen.
+
+    Two signals, in order:
+
+    1. **Names** (with ``names``): what the question names that nothing the asker may read
+       mentions (:meth:`NameCoverage.absent`). A question about a tool, an extension or a
+       function no source names is not answered, however well sentences on nearby subjects score;
+       the abstention names it.
+    2. **Scores**: the best sentence's score (the generator's blend of word coverage, meaning and,
+       with a reader, the cross-encoder) must reach ``min_coverage``, the threshold that ``ragdx
+       fit generation`` fits on a validation set under a hallucination limit; the abstention
+       names the question's words the best sentence does not state.
+
+    Args:
+        names: the store's name coverage (None: no name check).
+    """
+
+    def __init__(self, names: NameCoverage | None) -> None:
+        self.names = names
+
+    def run(self, query: Query, context: Context, best: float | None, covered: frozenset[str],
+            min_coverage: float) -> Verdict:
+        """Whether to answer ``query`` from ``context``, given the best sentence's score and the
+        question's (stemmed) terms it covers.
+
+        Args:
+            query: the question and its asker.
+            context: the context the answer would come from.
+            best: the best sentence's score (None: the context has no sentence that could answer).
+            covered: the stemmed question terms the best sentence states.
+            min_coverage: the least score that answers.
+        """
+        if self.names is not None:
+            absent = self.names.absent(query.question, query.principal.groups)
+            if absent:
+                return Verdict(False, "no source the asker may read mentions " + ", ".join(absent), absent)
+        if not context.units:
+            missing = tuple(content_terms(query.question))
+            return Verdict(False, "no source the asker may read was found", missing or ("any source on the question",))
+        if best is None or best < min_coverage:
+            missing = tuple(t for t in content_terms(query.question) if stem(t) not in covered)
+            return Verdict(False, "the sources found do not cover: " + ", ".join(missing),
+                           missing or ("any source on the question",))
+        return Verdict(True)

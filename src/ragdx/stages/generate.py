@@ -28,7 +28,7 @@ from typing import Any
 from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
-from ragdx.stages.answerable import NameCoverage, distinctive_names
+from ragdx.stages.answerable import Answerability, NameCoverage
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
@@ -106,9 +106,9 @@ class ExtractiveGenerator:
             Re-ranking with BERT", 2019). It reads the ``reader_depth`` best sentences by the
             blend above, and its score, ``sigmoid(logit / reader_scale)``, is ``reader_weight``
             of theirs (the others count it 0); abstention compares this combined score.
-        store: given, the generator first abstains when one of the question's distinctive names
-            (a function, an extension, a product, a version) occurs nowhere the asker may read,
-            naming it (:mod:`ragdx.stages.answerable`); None: no such check.
+        store: given, the generator abstains when one of the question's distinctive names (a
+            function, an extension, a product, a version) or words occurs nowhere the asker may
+            read, naming it (:class:`ragdx.stages.answerable.Answerability`); None: no such check.
     """
 
     kind = StageKind.GENERATION
@@ -123,7 +123,8 @@ class ExtractiveGenerator:
         self.reader, self.reader_depth, self.reader_scale = reader, reader_depth, reader_scale
         self.reader_weight = reader_weight if reader is not None else 0.0
         self.store = store
-        self.names = NameCoverage(store) if store is not None else None
+        self.names = NameCoverage(store, encoder) if store is not None else None
+        self.answerability = Answerability(self.names)
         self.encoder = encoder
         self.semantic_weight = semantic_weight if encoder is not None else 0.0
         self.name = name
@@ -255,19 +256,12 @@ class ExtractiveGenerator:
 
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
-        if self.names is not None:
-            absent = self.names.uncovered(distinctive_names(query.question), query.principal.groups)
-            if absent:
-                return self._abstain("no source the asker may read mentions " + ", ".join(absent), absent, started)
-        weights = question_weights(query.question)
         found = self._candidates(query.question, context)
-        if not found or max(c.content for c in found) < self.min_coverage:
-            best = max(found, key=lambda c: c.content).covered if found else frozenset()
-            missing = tuple(t for t in content_terms(query.question)
-                            if stem(t) in weights and stem(t) not in best)
-            why = ("no source the asker may read was found" if not context.units else
-                   "the sources found do not cover: " + ", ".join(missing))
-            return self._abstain(why, missing or ("any source on the question",), started)
+        top = max(found, key=lambda c: c.content, default=None)
+        verdict = self.answerability.run(query, context, top.content if top else None, top.covered if top else frozenset(),
+                                         self.min_coverage)
+        if not verdict.answer:
+            return self._abstain(verdict.why, verdict.missing, started)
         chosen = [found[0]]
         units_used = {found[0].unit.id}
         told = set(found[0].covered)
