@@ -68,7 +68,7 @@ def test_stages_import_protocols_not_the_sqlite_store():
 
 
 def test_lower_layers_never_import_upper_ones():
-    upper = {"ragdx.diagnosis", "ragdx.evaluation", "ragdx.experiments", "ragdx.report", "ragdx.cli",
+    upper = {"ragdx.diagnosis", "ragdx.traces", "ragdx.evaluation", "ragdx.experiments", "ragdx.report", "ragdx.cli",
              "ragdx.runfolder", "ragdx.build"}
     checked = 0
     for folder in ("stages", "store", "ingest"):
@@ -76,6 +76,10 @@ def test_lower_layers_never_import_upper_ones():
             checked += 1
             bad = [m for m in _imports(path) if any(m == u or m.startswith(u + ".") for u in upper)]
             assert bad == [], f"{path.relative_to(SRC)} imports {bad}"
+    for path in (SRC / "diagnosis").glob("*.py"):  # the diagnosis: below the trace formats that feed it
+        checked += 1
+        bad = [m for m in _imports(path) if any(m == u or m.startswith(u + ".") for u in upper - {"ragdx.diagnosis"})]
+        assert bad == [], f"{path.relative_to(SRC)} imports {bad}"
     for path in (SRC / "index").glob("*.py"):  # the index use cases: above diagnosis, below the rest
         checked += 1
         bad = [m for m in _imports(path) if any(m == u or m.startswith(u + ".") for u in upper - {"ragdx.diagnosis"})]

@@ -576,7 +576,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from ragdx.diagnosis.spans import parse_stage_map
+    from ragdx.traces.openinference import parse_stage_map
     from ragdx.experiments.imported import checker_from, diagnose_imported
     from ragdx.queryset import load_queries
     from ragdx.report.summary import summary
@@ -667,7 +667,7 @@ def _label_propose(args: argparse.Namespace, out: Path) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
-    from ragdx.diagnosis.spans import parse_stage_map
+    from ragdx.traces.openinference import parse_stage_map
     from ragdx.serve.app import LOOPBACK, ServeConfig, build_app
     from ragdx.serve.live import LiveSpec
     from ragdx.serve.receiver import Limits
@@ -701,7 +701,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ragdx.report.openinference import export_run
+    from ragdx.traces.export import export_run
     count = 0
     out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
     try:

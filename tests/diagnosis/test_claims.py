@@ -4,7 +4,7 @@ holds the required sentence is not enough when every claim rests on other senten
 import pytest
 
 from ragdx.diagnosis.evidence import RESOLVED, QueryEvidence, ResolvedAlternative
-from ragdx.diagnosis.imports import parse_trace, resolve_offline
+from ragdx.traces.jsonl import parse_trace, resolve_offline
 from ragdx.diagnosis.locate import STATED_NOT, UNCITED, AnswerView, ClaimView, Diagnoser, ItemView, StageView, TraceView
 from ragdx.errors import InputError
 from ragdx.types import Alternative, Principal, Query, Span, StageKind, Verdict

@@ -2,7 +2,7 @@
 version wildcard, and hypotheses in the imported system's own words."""
 
 from ragdx.diagnosis.evidence import RESOLVED, QueryEvidence, ResolvedAlternative
-from ragdx.diagnosis.imports import BY_TEXT, parse_trace, resolve_offline
+from ragdx.traces.jsonl import BY_TEXT, parse_trace, resolve_offline
 from ragdx.diagnosis.locate import Diagnoser, ItemView, part_of
 from ragdx.types import Alternative, Principal, Query, Span
 

@@ -7,7 +7,7 @@ import pytest
 from ragdx.config import load_settings
 from ragdx.build import build_ingestor
 from ragdx.queryset import parse_query
-from ragdx.report.openinference import spans
+from ragdx.traces.export import spans
 from ragdx.experiments.run import run
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder

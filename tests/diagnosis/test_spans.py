@@ -7,7 +7,7 @@ import json
 import pytest
 
 from ragdx.cli import main
-from ragdx.diagnosis.spans import read_any
+from ragdx.traces.openinference import read_any
 from tests.conftest import write
 
 RULE = "Refunds are accepted within 30 days of delivery."
@@ -57,7 +57,7 @@ def spans():
 
 def otlp(records):
     """The same spans as one OTLP/JSON line (attributes as key/value lists, flat keys)."""
-    from ragdx.diagnosis.spans import _flatten
+    from ragdx.traces.openinference import _flatten
     from ragdx.testing.otlp import any_value as value
     out = []
     for r in records:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import ragdx
-from ragdx.diagnosis.spans import read_any
+from ragdx.traces.openinference import read_any
 from ragdx.errors import InputError
 from tests.hardening.bounds import bounded
 from tests.hardening.test_fuzz import attempt

@@ -142,7 +142,7 @@ def test_a_span_arriving_after_the_diagnosis_reopens_the_trace(tmp_path):
 
 
 def test_saving_a_result_is_refused_when_spans_arrived_meanwhile(tmp_path):
-    from ragdx.diagnosis.spans import otlp_spans
+    from ragdx.traces.openinference import otlp_spans
     spool = Spool(tmp_path / "serve.db")
     records, _ = otlp_spans(request(trace(BY_ID["q-warranty-length"], 1)), "test")
     spool.add(records[:2], None, 10)

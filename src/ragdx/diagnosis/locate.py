@@ -3,7 +3,7 @@ first stage where it disappeared, why, and the one change that would test it.
 
 It works on a neutral view of a trace (:class:`TraceView`): ordered stages whose items identify
 their evidence by id, by span, or by text; the context; and the answer with its claims. ragdx's
-own traces and imported traces (:mod:`ragdx.diagnosis.imports`) both become this view.
+own traces and imported traces (:mod:`ragdx.traces.jsonl`) both become this view.
 
 A group (an OR of alternatives) is present at a stage when its items hold one alternative whole:
 by id, by spans that together cover the alternative's span, or by a text containing its quote

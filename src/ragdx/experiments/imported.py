@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import LOST_IN_PARSING, EvidenceResolver, QueryEvidence
-from ragdx.diagnosis.imports import BY_TEXT, read_chunks, resolve_offline, with_access
+from ragdx.traces.jsonl import BY_TEXT, read_chunks, resolve_offline, with_access
 from ragdx.diagnosis.locate import ANY_VERSION, Diagnoser, ItemView, StageView, TraceView
 from ragdx.diagnosis.records import Diagnosis, Outcome
 from ragdx.errors import InputError
@@ -238,7 +238,7 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
     Raises:
         InputError: no line could be read as a trace, or no trace names a query of the query set.
     """
-    from ragdx.diagnosis.spans import read_any
+    from ragdx.traces.openinference import read_any
     views, malformed, named = read_any(traces_path, format=format, stage_map=stage_map)
     source = str(traces_path)
     if not views:

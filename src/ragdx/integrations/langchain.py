@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ragdx.diagnosis.spans import find_claims
+from ragdx.traces.openinference import find_claims
 from ragdx.errors import MissingExtraError
 from ragdx.integrations import _recorder
 from ragdx.integrations._recorder import TraceRecorder, item_of, kinds, ranked

@@ -23,7 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ragdx.diagnosis.imports import parse_trace
+from ragdx.traces.jsonl import parse_trace
 from ragdx.errors import InputError, MissingExtraError, RagdxError
 from ragdx.serve.live import UNLABELLED, LiveSpec, displayed, run_process
 from ragdx.serve.receiver import PROTOBUF, Limits, Refused, decode_request

@@ -2,7 +2,7 @@
 
 A trace is ready when its root span arrived and nothing more came for ``settle`` seconds (a
 trace whose root never arrives: after ``orphan_after``). Its spans become an imported trace
-through :func:`ragdx.diagnosis.spans.spans_to_traces`, the reader of ``ragdx diagnose``, and:
+through :func:`ragdx.traces.openinference.spans_to_traces`, the reader of ``ragdx diagnose``, and:
 
 - **labelled** (its spans name a query id of the query set, ``ragdx.query_id`` or span metadata
   ``query_id``; else a span's input carries a question's exact text): diagnosed by the engine of
@@ -24,9 +24,9 @@ from typing import Any, Mapping, Sequence
 
 from ragdx.binding import CitedSpan, EvidenceBinding, recheck, span_hash
 from ragdx.diagnosis.evidence import EvidenceResolver
-from ragdx.diagnosis.imports import parse_trace, with_access
+from ragdx.traces.jsonl import parse_trace, with_access
 from ragdx.diagnosis.locate import ANY_VERSION, Diagnoser, ItemView, TraceView
-from ragdx.diagnosis.spans import SpanRecord, find_question, query_id_of, spans_to_traces
+from ragdx.traces.openinference import SpanRecord, find_question, query_id_of, spans_to_traces
 from ragdx.errors import InputError
 from ragdx.experiments.imported import diagnose_views, prepare_views
 from ragdx.serve.spool import Spool
@@ -128,7 +128,7 @@ class LiveSpec:
 
     def diagnoser(self) -> "LiveDiagnoser":
         from ragdx.config import load_settings
-        from ragdx.diagnosis.imports import read_chunks
+        from ragdx.traces.jsonl import read_chunks
         from ragdx.experiments.imported import checker_from
         from ragdx.queryset import load_queries
         return LiveDiagnoser(Spool(self.data / "serve.db"), load_queries(self.queries) if self.queries else [],

@@ -1,10 +1,10 @@
 """The OTLP/HTTP trace receiver's decoding: a request body as the OpenTelemetry exporters send it
 (``application/x-protobuf`` or ``application/json``, optionally gzip-compressed) turned into the
-span records :mod:`ragdx.diagnosis.spans` reads, within limits.
+span records :mod:`ragdx.traces.openinference` reads, within limits.
 
 Protobuf is read with opentelemetry-proto and turned into OTLP/JSON (ids as hex, as the OTLP/JSON
 encoding spells them), so both encodings go through the one OTLP reader of ragdx
-(:func:`ragdx.diagnosis.spans.otlp_spans`) and are checked alike. Every refusal is a
+(:func:`ragdx.traces.openinference.otlp_spans`) and are checked alike. Every refusal is a
 :class:`Refused` with the HTTP status to answer and a message naming what is wrong.
 
 Spec: https://opentelemetry.io/docs/specs/otlp/#otlphttp
@@ -19,7 +19,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from ragdx.diagnosis.spans import SpanRecord, otlp_spans
+from ragdx.traces.openinference import SpanRecord, otlp_spans
 from ragdx.errors import InputError, MissingExtraError
 
 __all__ = ["Limits", "Refused", "decode_request", "PROTOBUF", "JSON"]

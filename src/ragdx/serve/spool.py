@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ragdx.diagnosis.spans import SpanRecord
+from ragdx.traces.openinference import SpanRecord
 from ragdx.errors import StoreError
 
 __all__ = ["Spool", "RESULT_COLUMNS"]

@@ -6,7 +6,7 @@ metadata}``), a RERANKER span per fusion, rerank and governance stage
 (``reranker.input_documents`` / ``reranker.output_documents``, ``reranker.query``,
 ``reranker.top_k``), a RETRIEVER span for the assembled context, an LLM span for the answer (``llm.model_name``,
 ``llm.token_count.*``) and an EVALUATOR span for the claims' verdicts. ``ragdx diagnose`` reads
-these spans back (:mod:`ragdx.diagnosis.spans`) to the same diagnoses. ragdx's own facts go under
+these spans back (:mod:`ragdx.traces.openinference`) to the same diagnoses. ragdx's own facts go under
 ``ragdx.``: the query id, each stage's name, kind and seconds, the answer's claims, the channel,
 each document's rank at earlier stages, whether it holds a required evidence group, whether it
 was truncated, the index version, the diagnosis.

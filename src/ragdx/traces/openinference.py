@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ragdx._jsonl import loads_embedded, read_text
-from ragdx.diagnosis.imports import json_objects, parse_trace, read_traces
+from ragdx.traces.jsonl import json_objects, parse_trace, read_traces
 from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
 from ragdx.types import StageKind
