@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ragdx.cli import example_dir
+from ragdx.examples import example_dir
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.store.sqlite import SQLiteStore
 

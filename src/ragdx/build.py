@@ -115,6 +115,14 @@ def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerCon
     return config, counter
 
 
+def build_embedder(dense: DenseSettings, encoder: Encoder | None = None, *,
+                   backend: str | None = None) -> Embedder:
+    """The embedder of the dense settings: their encoder (built when not given), passage prefix
+    and backend name, as ingest and the index commands embed."""
+    return Embedder(encoder if encoder is not None else build_encoder(dense), with_prefix=dense.with_prefix,
+                    backend=backend or dense.backend)
+
+
 def build_ingestor(store: WritableStore, settings: Settings, encoder: Encoder | None = None, *,
                    workers: int = 1, executor: Executor | None = None,
                    encoder_factory: Callable[[], Encoder] | None = None) -> Ingestor:
@@ -138,7 +146,7 @@ def build_ingestor(store: WritableStore, settings: Settings, encoder: Encoder | 
     if encoder is not None and executor is not None:
         encoder = ParallelEncoder(executor, encoder_factory or functools.partial(build_encoder, dense),
                                   local=encoder)
-    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=backend) if encoder else None
+    embedder = build_embedder(dense, encoder, backend=backend) if encoder else None
     if isinstance(encoder, ParallelEncoder):  # a call fills every worker a few times over
         embedder.batch = max(embedder.batch, 4 * encoder.batch * max(1, executor.workers))
     return Ingestor(store, config, counter, embedder, workers=workers)

@@ -12,7 +12,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sqlite3
 import sys
 from contextlib import contextmanager, nullcontext
@@ -20,7 +19,6 @@ from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 from ragdx.errors import EXIT_FAULT, EXIT_ITEMS_FAILED, EXIT_RECHECK_CHANGED
-from ragdx.examples import example_dir
 
 log = logging.getLogger("ragdx")
 
@@ -237,11 +235,8 @@ def cmd_index(args: argparse.Namespace) -> int:
                   + ("sound" if not problems else f"{len(problems)} problem(s)"))
             return 0 if not problems else 1
         if args.action in ("build", "verify"):
-            from ragdx.ingest.embed import Embedder
-            from ragdx.build import build_encoder
-            settings = _settings(args)
-            dense = settings.retrieval.dense
-            embedder = Embedder(build_encoder(dense), with_prefix=dense.with_prefix, backend=dense.backend)
+            from ragdx.build import build_embedder
+            embedder = build_embedder(_settings(args).retrieval.dense)
             if args.action == "build":
                 stats = index.build_space(store, embedder)
                 print(f"space {embedder.space.id}: {stats.encoded} encoded, {stats.reused} reused, "
@@ -283,8 +278,7 @@ def _index_versions(args: argparse.Namespace, store) -> int:
     """``ragdx index build --chunks``, ``verify/switch/drop --index ID``, ``rollback --chunks``."""
     from ragdx.index import versions as indexing
     from ragdx.types import SpaceState
-    from ragdx.build import build_encoder, chunker_for
-    from ragdx.ingest.embed import Embedder
+    from ragdx.build import build_embedder, build_encoder, chunker_for
     if args.action in ("verify", "switch", "drop") and not args.index:
         raise _UsageError(f"index {args.action} of an index version needs --index ID (see 'ragdx index status')")
     if args.action == "build" and args.index:
@@ -299,7 +293,7 @@ def _index_versions(args: argparse.Namespace, store) -> int:
     target = {"build": None, "switch": args.index}.get(args.action) if args.action != "rollback" \
         else indexing.rollback_target(store)
     encoder = build_encoder(dense) if dense.enabled and indexing.needs_embedder(store, target) else None
-    embedder = Embedder(encoder, with_prefix=dense.with_prefix, backend=dense.backend) if encoder else None
+    embedder = build_embedder(dense, encoder) if encoder else None
     config, counter = chunker_for(settings, encoder)
     if args.action == "build":
         built = indexing.build_index(store, config, counter, embedder=embedder, retain_all=args.retain == "all",
@@ -734,48 +728,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _demo_settings():
-    """Every channel the installed extras allow: without 'dense', the demo runs lexical only."""
-    from importlib.util import find_spec
-
-    from ragdx.config import load_settings
-    if find_spec("sentence_transformers") is None:
-        log.warning("the 'dense' extra is not installed: the demo runs without the dense channel "
-                    "(pip install 'ragdx[dense]' for both)")
-        return load_settings(overrides=["retrieval.dense.enabled=false"])
-    return load_settings()
-
-
 def cmd_demo(args: argparse.Namespace) -> int:
-    from ragdx.diagnosis.evidence import evidence_records
-    from ragdx.build import build_ingestor
-    from ragdx.queryset import load_queries
-    from ragdx.store.sqlite import SQLiteStore
-    out = Path(args.out)
-    example = example_dir()
-    if out.exists():
-        if not (out / "store.db").exists() and any(out.iterdir()):
-            raise _UsageError(f"--out {out} exists and is not a ragdx demo folder; choose another")
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    log.info("ingesting the bundled example %s", example)
-    settings = _demo_settings()
-    with SQLiteStore(out / "store.db") as store:
-        report = build_ingestor(store, settings).run(example / "manifest.jsonl")
-        print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
-              f"{out / 'store.db'}: {report.chunks} chunks, index version {report.index_version}.")
-        queries = load_queries(example / "queries.jsonl")
-        records = evidence_records(store, queries, strict=False)
-        from ragdx.experiments.run import run
-        from ragdx.report.summary import summary
-        result = run(store, settings, queries, out / "run", example / "queries.jsonl")
-    with open(out / "evidence.jsonl", "w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record) + "\n")
+    from ragdx.experiments.demo import demo
+    from ragdx.report.summary import summary
+    done = demo(Path(args.out))
+    report, records, result = done.ingest, done.evidence, done.result
+    print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
+          f"{done.store}: {report.chunks} chunks, index version {report.index_version}.")
     whole = sum(1 for r in records if r["coverage"] == "full")
     print(f"{whole} of {len(records)} required quotes lie whole inside one chunk "
-          f"(details: {out / 'evidence.jsonl'}).\n")
-    print(f"Ran {len(queries)} questions through the pipeline and diagnosed each:\n")
+          f"(details: {done.evidence_file}).\n")
+    print(f"Ran {done.questions} questions through the pipeline and diagnosed each:\n")
     print(summary(result.diagnoses, result.metrics))
     print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl, metrics.json)")
     print(f"Open the report: {(result.folder / 'report.html').resolve().as_uri()}")

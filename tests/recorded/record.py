@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ragdx.build import build_ingestor
-from ragdx.cli import example_dir
+from ragdx.examples import example_dir
 from ragdx.config import load_settings
 from ragdx.experiments.run import run
 from ragdx.queryset import load_queries
