@@ -26,7 +26,7 @@ from typing import Any
 from ragdx.diagnosis.imports import parse_trace
 from ragdx.errors import InputError, MissingExtraError, RagdxError
 from ragdx.serve.live import UNLABELLED, LiveSpec, displayed, run_process
-from ragdx.serve.receiver import PROTOBUF, Limits, Refused, decode_request
+from ragdx.serve.receiver import PROTOBUF, Limits, _Refused, decode_request
 from ragdx.types import Principal, StageKind
 
 __all__ = ["ServeConfig", "build_app", "LOOPBACK"]
@@ -118,7 +118,7 @@ def build_app(config: ServeConfig):
             spans, system = await run_in_threadpool(decode_request, bytes(body), ctype,
                                                     request.headers.get("content-encoding"), config.limits,
                                                     "OTLP request", number)
-        except Refused as exc:
+        except _Refused as exc:
             log.warning("refused a trace request (%d): %s", exc.status, exc)
             return refusal(exc.status, str(exc), protobuf)
         if spool.open_traces() >= config.max_open:
