@@ -25,7 +25,7 @@ def served(tmp_path_factory):
     """The LangChain app's 18 questions (ids in span metadata), 2 of them again without an id, and
     one question outside the query set, sent to ragdx serve; the same spans kept in memory."""
     require("langchain_core", "langchain_classic", "openinference.instrumentation.langchain", "opentelemetry.sdk",
-            "opentelemetry.exporter.otlp.proto.http", "starlette", "uvicorn")
+            "opentelemetry.exporter.otlp.proto.http", "starlette", "uvicorn", extras="serve,langchain,openinference")
     from openinference.instrumentation.langchain import LangChainInstrumentor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor

@@ -9,13 +9,9 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
 
-pytest.importorskip("starlette")
-pytest.importorskip("uvicorn")
-
-from ragdx.examples import example_dir  # noqa: E402
-from ragdx.testing.otlp import Load, Server  # noqa: E402
+from ragdx.examples import example_dir
+from ragdx.testing.otlp import Load, Server
 
 ENV = {"PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
 LABELS = [json.loads(line) for line in (example_dir() / "queries.jsonl").read_text().splitlines() if line]

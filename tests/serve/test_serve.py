@@ -11,20 +11,16 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 
-pytest.importorskip("starlette")
-pytest.importorskip("opentelemetry.proto")
-
-from ragdx.cli import main  # noqa: E402
-from ragdx.examples import example_dir  # noqa: E402
-from ragdx.serve.app import ServeConfig, build_app  # noqa: E402
-from ragdx.serve.live import LiveSpec  # noqa: E402
-from ragdx.serve.receiver import Limits  # noqa: E402
-from ragdx.serve.spool import Spool  # noqa: E402
-from ragdx.stages.verify import LexicalChecker  # noqa: E402
-from ragdx.testing.otlp import request, trace, trace_id  # noqa: E402
-from ragdx.types import Principal  # noqa: E402
+from ragdx.cli import main
+from ragdx.examples import example_dir
+from ragdx.serve.app import ServeConfig, build_app
+from ragdx.serve.live import LiveSpec
+from ragdx.serve.receiver import Limits
+from ragdx.serve.spool import Spool
+from ragdx.stages.verify import LexicalChecker
+from ragdx.testing.otlp import request, trace, trace_id
+from ragdx.types import Principal
 
 LABELS = [json.loads(line) for line in (example_dir() / "queries.jsonl").read_text().splitlines() if line]
 BY_ID = {q["id"]: q for q in LABELS}
