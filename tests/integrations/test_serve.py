@@ -114,6 +114,11 @@ def test_the_ui_opens_a_trace_and_a_compare_view(served, tmp_path):
         page.click("a.window-link", navigates=True)
         page.wait("document.querySelectorAll('a.trace-link').length > 0")
         assert page.evaluate("document.querySelectorAll('a.trace-link').length") == len(served["questions"]) + 3
+        window_page = page.evaluate("location.href")
+        page.click("#window-report", navigates=True)  # the window as a run report: each question's latest trace
+        assert page.evaluate("document.title") == "langchain: ragdx diagnosis of imported traces"
+        assert page.evaluate("document.querySelectorAll('details.q').length") == len(served["questions"])
+        page = browser.open(window_page)
         href = page.evaluate(f"[...document.querySelectorAll('tr')].find(r => r.textContent.includes('{qid}'))"
                              ".querySelector('a.trace-link').getAttribute('href')")
         page.click(f"a.trace-link[href='{href}']", navigates=True)

@@ -15,6 +15,7 @@ sets a cookie. On loopback the ``Host`` header must name loopback too (no DNS re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import logging
 import threading
@@ -25,7 +26,7 @@ from typing import Any
 
 from ragdx.diagnosis.imports import parse_trace
 from ragdx.errors import InputError, MissingExtraError, RagdxError
-from ragdx.serve.live import UNLABELLED, LiveSpec, displayed, run_process
+from ragdx.serve.live import UNLABELLED, LiveSpec, checked_claims, displayed, run_process
 from ragdx.serve.receiver import PROTOBUF, Limits, _Refused, decode_request
 from ragdx.types import Principal, StageKind
 
@@ -271,6 +272,9 @@ def build_app(config: ServeConfig):
         else:
             from ragdx.diagnosis.evidence import QueryEvidence
             none = QueryEvidence(UNLABELLED + trace_id, ())
+            if view.answer is not None:  # the claims as ragdx's own checker judged them
+                view = dataclasses.replace(view, answer=dataclasses.replace(
+                    view.answer, claims=tuple(checked_claims(view, live.checker))))
             body = (f"<p><b>Question</b> {e(row['question'] or '–')}</p>"
                     + "".join(report._stage_list(st, none, {}, []) for st in view.stages) + report._answer(view))
         return f"Trace {trace_id}", facts + f'<section id="trace">{body}</section>'
