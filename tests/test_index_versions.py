@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ragdx.index import versions as indexing
+from ragdx.index import checks, versions as indexing
 from ragdx.build import build_ingestor, build_pipeline
 from ragdx.caching import CachedPipeline
 from ragdx.cli import main
@@ -429,13 +429,13 @@ def test_a_failed_verify_takes_back_verified(store, tmp_path):
 
 def test_a_verify_does_not_promote_a_version_rebuilt_meanwhile(store, monkeypatch):
     index_id = build(store)
-    probes = indexing._permission_probes
+    probes = checks.permission_probes
 
     def rebuilt_meanwhile(live, new, n, notes):  # another process starts a build of it
         with other_writer(store) as other, other.transaction():
             other.set_index_state(index_id, SpaceState.BUILDING)
         return probes(live, new, n, notes)
-    monkeypatch.setattr(indexing, "_permission_probes", rebuilt_meanwhile)
+    monkeypatch.setattr(checks, "permission_probes", rebuilt_meanwhile)
     check = indexing.verify_index(store, index_id)
     assert check.problems == () and check.state is SpaceState.BUILDING
     with pytest.raises(InputError, match="being built"):

@@ -9,8 +9,8 @@ from ragdx.errors import (
     StoreError,
 )
 from ragdx.types import (
-    Alternative, Answer, Block, BlockKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
-    ContextUnit, DocStatus, Document, Dropped, EmbeddingSpace, Encoding, Flagged, InstructionKind, ParsedDocument,
+    Alternative, Answer, Block, BlockKind, CacheEntry, CacheKind, Candidate, Chunk, ChunkKind, Claim, ClaimCheck, Conflict, Context,
+    ContextUnit, Dependencies, DocStatus, Document, DropCode, Dropped, EmbeddingSpace, Encoding, Flagged, InstructionKind, ParsedDocument,
     Principal, Provenance,
     Query, Ranked, Section, Span, SpaceState, StageKind, StoredVersion, Usage, Verdict, Verification,
     VersionFilter, RewriteKind, MarkerKind, Marker, RewriteDiff, Rewrite, SlotState, Slot, Hop, Rewritten,
@@ -56,8 +56,8 @@ __all__ = [
     "RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError", "StoreError",
     "ChatError", "BrowserError",
     # artifacts
-    "Alternative", "Answer", "Block", "BlockKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
-    "Conflict", "Context", "ContextUnit", "DocStatus", "Document", "Dropped", "EmbeddingSpace", "Encoding",
+    "Alternative", "Answer", "Block", "BlockKind", "CacheEntry", "CacheKind", "Candidate", "Chunk", "ChunkKind", "Claim", "ClaimCheck",
+    "Conflict", "Context", "ContextUnit", "Dependencies", "DocStatus", "Document", "DropCode", "Dropped", "EmbeddingSpace", "Encoding",
     "Flagged", "InstructionKind",
     "ParsedDocument", "Principal", "Provenance", "Query", "Ranked", "Section", "Span", "SpaceState",
     "StageKind", "StoredVersion", "Usage", "Verdict", "Verification", "RewriteKind", "MarkerKind", "Marker",

@@ -17,7 +17,7 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.pipeline import Pipeline
-from ragdx.protocols import Cache, Encoder, Store, TokenCounter
+from ragdx.protocols import Cache, Encoder, Stage, Store, TokenCounter, WritableStore
 from ragdx.stages.assemble import ContextAssembler
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
@@ -113,7 +113,7 @@ def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerCon
     return config, counter
 
 
-def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = None, *,
+def build_ingestor(store: WritableStore, settings: Settings, encoder: Encoder | None = None, *,
                    workers: int = 1) -> Ingestor:
     """An ingestor that chunks (and, with the dense channel on, embeds) as the settings say,
     parsing on ``workers`` processes."""
@@ -129,7 +129,7 @@ def build_ingestor(store: Any, settings: Settings, encoder: Encoder | None = Non
 
 
 def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None = None,
-                   context_counter: TokenCounter | None = None) -> list[Any]:
+                   context_counter: TokenCounter | None = None) -> list[Stage]:
     """ragdx's own stages, in pipeline order, as the settings describe them.
 
     Args:
@@ -142,7 +142,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     r = settings.retrieval
     # versions are checked inside retrieval, as access is, and again by governance
     current_only = r.versions == "current" and not settings.governance.allow_superseded
-    stages: list[Any] = []
+    stages: list[Stage] = []
     if r.bm25.enabled:
         stages.append(BM25Retriever(store, top_k=r.bm25.top_k, prefix_weight=r.bm25.prefix_weight,
                                     text_weight=r.bm25.text_weight, current_only=current_only))

@@ -38,9 +38,8 @@ from ragdx.binding import bind_evidence, recheck
 from ragdx.pipeline import Pipeline, StageOutput, Trace
 from ragdx.protocols import Cache, Store
 from ragdx.stages.bm25 import query_terms
-from ragdx.stages.govern import WITHHELD
-from ragdx.store.cache import CacheKind, Dependencies, cache_key, fts5_terms, listed_counts
-from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind
+from ragdx.store.cache import cache_key, fts5_terms, listed_counts
+from ragdx.types import Answer, CacheKind, Context, Dependencies, DropCode, Query, Ranked, Rewritten, StageKind
 
 __all__ = ["CacheStats", "CachedPipeline", "settings_hash", "dependencies"]
 
@@ -157,7 +156,7 @@ def dependencies(pipeline: Pipeline, query: Query, outputs: Sequence[StageOutput
         else:
             is_open = True
     withheld = any(isinstance(o, Ranked) and o.kind is StageKind.GOVERNANCE
-                   and any(d.reason == WITHHELD for d in o.dropped) for o in outputs)
+                   and any(d.code is DropCode.WITHHELD for d in o.dropped) for o in outputs)
     # a rewritten or multi-hop question searched texts besides its own and read what its hops
     # found (and a rewriter may read the corpus's headings): any change may alter it
     rewritten = any(isinstance(o, Rewritten) and (o.rewrites or o.hops) for o in outputs)

@@ -125,8 +125,8 @@ class Pipeline:
     """
 
     def __init__(self, stages: Sequence[Stage], *, store: Store, encoder: Encoder | None = None,
-                 settings: Any = None) -> None:
-        self.stages: tuple[Any, ...] = tuple(stages)
+                 settings: Any = None) -> None:  # ragdx.config.Settings (a lower layer never imports config)
+        self.stages: tuple[Stage, ...] = tuple(stages)
         self.store = store
         self.encoder = encoder
         self.settings = settings

@@ -21,15 +21,17 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, Chunk, Context, EmbeddingSpace, Encoding, IndexVersion, LogEntry, Query, Ranked, Rewrite, Rewritten,
-    Section, StageKind, StoredVersion, VectorBatch, Verification, VersionFilter,
+    Answer, CacheEntry, CacheKind, Chunk, Context, Dependencies, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
+    Query, Ranked, Rewrite, Rewritten, Section, SpaceState, StageKind, StoredVersion, VectorBatch, Verification,
+    VersionFilter,
 )
 
 __all__ = [
     "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
+    "WritableStore",
     "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
@@ -224,6 +226,70 @@ class VersionedIndexStore(Protocol):
 
 
 @runtime_checkable
+class WritableStore(Store, Protocol):
+    """The write side of a store: what ingest (:class:`~ragdx.ingest.ingestor.Ingestor`), embedding
+    (:class:`~ragdx.ingest.embed.Embedder`) and the embedding-space commands
+    (:mod:`ragdx.index.spaces`) need. Both of ragdx's stores have it (SQLite and PostgreSQL);
+    every write happens inside :meth:`transaction`."""
+
+    def transaction(self) -> ContextManager[None]:
+        """One atomic write: everything inside commits together or not at all; nested calls join."""
+        ...
+
+    def insert_version(self, document: Document, raw_text: str, parsed: ParsedDocument,
+                       sections: tuple[Section, ...], chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+        """Store a new document version with its text, access groups, sections and chunks."""
+        ...
+
+    def replace_chunks(self, document: Document, parsed: ParsedDocument, sections: tuple[Section, ...],
+                       chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+        """Re-chunk a stored version in place (a new chunker configuration)."""
+        ...
+
+    def update_attributes(self, document: Document) -> list[str]:
+        """Update a stored version's acl, status, title, path, metadata and updated_at; what changed."""
+        ...
+
+    def set_status(self, doc_id: str, version: str, status: DocStatus, reason: str) -> None: ...
+
+    def delete_document(self, doc_id: str) -> list[str]:
+        """Delete every version of a document, leaving a tombstone; the versions deleted."""
+        ...
+
+    def chunk_count(self, doc_id: str, version: str) -> int: ...
+
+    def register_space(self, space: EmbeddingSpace, backend: str) -> None:
+        """Record an embedding space (state ``building``) if it is new."""
+        ...
+
+    def spaces(self) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
+        """Every registered space: the space, its backend, its state and its vector count."""
+        ...
+
+    def space_state(self, space_id: str) -> SpaceState | None: ...
+
+    def set_space_state(self, space_id: str, state: SpaceState, reason: str) -> None: ...
+
+    def vectors_by_input(self, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+        """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+        ...
+
+    def write_vectors(self, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+        """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk."""
+        ...
+
+    def chunks_without_vectors(self, space_id: str) -> list[Chunk]: ...
+
+    def fts_problems(self) -> list[str]:
+        """The keyword index's own integrity check against the chunks."""
+        ...
+
+    def audit(self) -> tuple[list[str], list[str]]:
+        """Audit the live index (``ragdx index verify --live``): problems, then notes."""
+        ...
+
+
+@runtime_checkable
 class Cache(Protocol):
     """Where a cached pipeline keeps results (:class:`~ragdx.store.cache.SQLiteCache`): entries
     under a kind and a key, each with what it depends on, valid at ``synced_version``.
@@ -240,14 +306,14 @@ class Cache(Protocol):
         """Drop the entries the store's changes since the last sync could alter; how many."""
         ...
 
-    def get(self, kind: Any, key: str) -> Any:
+    def get(self, kind: CacheKind, key: str) -> CacheEntry | None:
         """The entry (``payload``, ``made_at``, ``seconds``) under ``key``, or None."""
         ...
 
-    def put(self, kind: Any, key: str, payload: Any, deps: Any, *, question: str, groups: Sequence[str],
-            made_at: int, seconds: float, store: Store) -> bool: ...
+    def put(self, kind: CacheKind, key: str, payload: Any, deps: Dependencies, *, question: str,
+            groups: Sequence[str], made_at: int, seconds: float, store: Store) -> bool: ...
 
-    def discard(self, kind: Any, key: str) -> None: ...
+    def discard(self, kind: CacheKind, key: str) -> None: ...
 
 
 @runtime_checkable

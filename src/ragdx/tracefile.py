@@ -19,7 +19,7 @@ def _item(c: Candidate) -> dict[str, Any]:
 
 def _dropped(d: Dropped) -> dict[str, Any]:
     return {"id": d.chunk_id, "doc": d.doc_id, "version": d.version, "start": d.start, "end": d.end,
-            "rank": d.rank, "reason": d.reason}
+            "rank": d.rank, "reason": d.reason, "code": d.code.value}
 
 
 def stage_to_dict(stage: StageOutput) -> dict[str, Any]:

@@ -22,10 +22,10 @@ from ragdx.errors import InputError
 __all__ = [
     "ChoiceEnum", "DocStatus", "BlockKind", "ChunkKind", "Span", "Principal", "Document",
     "Block", "ParsedDocument", "Section", "Chunk", "Alternative", "Query", "VectorBatch", "EmbeddingSpace",
-    "Encoding", "StageKind", "Provenance", "Candidate", "Dropped", "Ranked", "Conflict", "InstructionKind",
+    "Encoding", "StageKind", "Provenance", "Candidate", "DropCode", "Dropped", "Ranked", "Conflict", "InstructionKind",
     "Flagged", "ContextUnit", "Context", "Claim", "Usage", "Answer", "Verdict", "ClaimCheck", "Verification",
     "StoredVersion", "LogEntry", "SpaceState", "VersionFilter", "RewriteKind", "MarkerKind", "Marker",
-    "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten",
+    "RewriteDiff", "Rewrite", "SlotState", "Slot", "Hop", "Rewritten", "CacheKind", "Dependencies", "CacheEntry",
 ]
 
 
@@ -497,9 +497,57 @@ class Candidate:
         return next((p for p in self.history if p.stage == stage), None)
 
 
+class DropCode(ChoiceEnum):
+    """Why a stage removed an item, as a code that code may act on; :attr:`Dropped.reason` keeps
+    the words for people. ``other``: a reason no code names (an imported system's own words)."""
+
+    CUT = "cut"                  # below a stage's cut: fusion.top_k, rerank.top_n, a channel's top_k
+    NOT_SCORED = "not_scored"    # below rerank.depth: never scored
+    BUDGET = "budget"            # cut by the context's token budget
+    TRUNCATED = "truncated"      # kept in part by the token budget
+    DUPLICATE = "duplicate"      # inside a unit already in the context
+    ACL = "acl"                  # the principal may not read it
+    SUPERSEDED = "superseded"    # a version no longer in force
+    EXPIRED = "expired"          # a version past its end
+    DELETED = "deleted"          # the document or version is gone
+    WITHHELD = "withheld"        # the question is withheld: its best matches are unreadable
+    OTHER = "other"
+
+    @property
+    def judged(self) -> bool:
+        """A governance decision the diagnosis judges right or wrong (not a ranking cut)."""
+        return self in (DropCode.ACL, DropCode.SUPERSEDED, DropCode.EXPIRED, DropCode.DELETED)
+
+    @classmethod
+    def of_reason(cls, reason: str) -> "DropCode":
+        """The code of a reason in words that carries none (an imported trace, a custom stage):
+        from the words it starts with, as ragdx's own stages and the common tools phrase them."""
+        text = reason.strip().lower()
+        for code, starts in _REASON_STARTS:
+            if text.startswith(starts):
+                return code
+        return cls.OTHER
+
+
+#: the words a reason without a code starts with, per code (DropCode.of_reason), first match wins
+_REASON_STARTS: tuple[tuple[DropCode, tuple[str, ...]], ...] = (
+    (DropCode.NOT_SCORED, ("not scored",)),
+    (DropCode.TRUNCATED, ("truncated",)),
+    (DropCode.BUDGET, ("cut by the token budget", "token budget", "budget")),
+    (DropCode.DUPLICATE, ("duplicate",)),
+    (DropCode.WITHHELD, ("withheld",)),
+    (DropCode.ACL, ("filtered: acl", "acl", "unreadable", "permission", "forbidden", "access")),
+    (DropCode.SUPERSEDED, ("superseded",)),
+    (DropCode.EXPIRED, ("expired",)),
+    (DropCode.DELETED, ("deleted",)),
+    (DropCode.CUT, ("below", "fused rank", "cut", "top_k", "top_n")),
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Dropped:
-    """An item a stage removed, with its rank when removed and the reason, in words."""
+    """An item a stage removed, with its rank when removed, the reason in words and its code
+    (derived from the words when a stage gives none: :meth:`DropCode.of_reason`)."""
 
     chunk_id: str
     doc_id: str
@@ -508,6 +556,11 @@ class Dropped:
     end: int
     reason: str
     rank: int | None = None
+    code: DropCode | None = None
+
+    def __post_init__(self) -> None:
+        if self.code is None:
+            object.__setattr__(self, "code", DropCode.of_reason(self.reason))
 
     @property
     def span(self) -> Span:
@@ -837,3 +890,44 @@ class VersionFilter:
 
     def allows(self, version: str, status: DocStatus | str) -> bool:
         return not self.current_only or status == DocStatus.CURRENT or self.names(version)
+
+
+class CacheKind(ChoiceEnum):
+    """What an entry holds: the ranked lists up to governance, or the whole trace with its binding."""
+
+    RETRIEVAL = "retrieval"
+    ANSWER = "answer"
+
+
+@dataclass(frozen=True, slots=True)
+class Dependencies:
+    """What a cached result depends on (:mod:`ragdx.store.cache`, docs/formats.md "The result cache").
+
+    Args:
+        docs: the documents it read.
+        terms: the question's terms as FTS5 indexes them (its keyword channels match on them).
+        keyword: for a keyword channel whose list was full: its lowest score, its column weights
+            (prefix, text), the question's phrases as FTS5 tokens, and each listed chunk's counts
+            of those phrases per column with its length (:func:`ragdx.store.cache.listed_counts`): a chunk that
+            scores below every listed chunk cannot enter the list.
+        dense: per dense channel with a full list: (space id, lowest score, question vector).
+        open: any new content invalidates it (a dense list that was not full, a channel of unknown kind).
+        any_change: any change invalidates it (a withheld question).
+    """
+
+    docs: frozenset[str]
+    terms: frozenset[str] = frozenset()
+    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[Any, ...]] | None = None
+    dense: tuple[tuple[str, float, bytes], ...] = ()
+    open: bool = False
+    any_change: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """A cached result: its payload, the index version it was made at, and what making it took."""
+
+    kind: CacheKind
+    payload: Any
+    made_at: int
+    seconds: float

@@ -146,3 +146,29 @@ def test_with_a_store_imported_lists_are_judged_against_their_own_items_only(tmp
     assert (row["outcome"], row["first_failure"]) == ("incomplete", "generation")
     html = (tmp_path / "o" / "report.html").read_text()
     assert "<title>my-rag: ragdx diagnosis of imported traces</title>" in html
+
+
+def test_a_governance_drop_is_judged_by_its_code_not_its_words(tmp_path, capsys):
+    # the same drop in another system's words: with a code it is judged; without one, and with
+    # words no code names, it is reported as given and not judged
+    lines = []
+    for qid, dropped in (("coded", {"id": "policy-exception", "reason": "not visible to this tenant",
+                                    "code": "acl"}),
+                         ("words", {"id": "policy-exception", "reason": "not visible to this tenant"})):
+        t = trace(qid, ["policy-current"])
+        t["stages"].insert(2, {"name": "acl", "kind": "governance", "items": [{"id": "policy-current"}],
+                               "dropped": [dropped]})
+        lines.append(t)
+    assert _diagnose(tmp_path, lines, [dict(QUERY, id=q) for q in ("coded", "words")]) == 0
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "o" / "diagnosis.jsonl").read_text().splitlines())}
+    assert rows["coded"]["lost"][0]["reason"] == "acl: not visible to this tenant (a correct filter)"
+    assert rows["words"]["lost"][0]["reason"] == "acl: not visible to this tenant"
+
+
+def test_an_unknown_drop_code_names_its_field(tmp_path, capsys):
+    t = trace("q1", ["policy-current"])
+    t["stages"].insert(2, {"name": "acl", "kind": "governance", "items": [{"id": "policy-current"}],
+                           "dropped": [{"id": "policy-exception", "reason": "x", "code": "forbidden"}]})
+    _diagnose(tmp_path, [t], [QUERY])
+    err = capsys.readouterr().err
+    assert "t.jsonl:1 field 'stages[2].dropped[0].code': stages[2].dropped[0].code must be one of 'cut'" in err

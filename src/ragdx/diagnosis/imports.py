@@ -11,7 +11,8 @@ One JSON object per line::
 An item identifies its evidence by an ``id``, a span (``doc``, ``start``, ``end``, optional
 ``version``), or ``doc`` with its ``text``; a claim may say where its support lies (``support``:
 spans, as items give them; without them ragdx locates it in the cited items' texts); ``dropped``
-lists items a stage removed, each with a ``reason``. Optional item fields ``readable: false`` and
+lists items a stage removed, each with a ``reason`` in words and optionally a ``code``
+(:class:`~ragdx.types.DropCode`; without one, the code is read from the reason's first words). Optional item fields ``readable: false`` and
 ``status: superseded|expired`` mark a leak or a stale version. A malformed line is reported with
 its line number and field, and skipped; the other lines are still diagnosed.
 """
@@ -28,7 +29,7 @@ from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvi
 from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
 from ragdx.errors import InputError
 from ragdx.protocols import Store
-from ragdx.types import Query, Span, StageKind
+from ragdx.types import DropCode, Query, Span, StageKind
 
 ANY_VERSION = "*"  # a span whose version the trace does not say
 BY_TEXT = "by_text"  # a quote to find in items' texts (no store to resolve it to a span)
@@ -112,7 +113,13 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
         for n, d in enumerate(sf.get("dropped", list, default=[])):
             item = _item(d, f, f"{where}.dropped[{n}]", n + 1)
             reason = d.get("reason", "dropped") if isinstance(d, dict) else "dropped"
-            dropped.append(DroppedView(item, str(reason)))
+            code = d.get("code") if isinstance(d, dict) else None
+            if code is not None:
+                try:
+                    code = DropCode.parse(code, what=f"{where}.dropped[{n}].code")
+                except InputError as exc:
+                    raise f.error(f"{where}.dropped[{n}].code", exc.detail) from None
+            dropped.append(DroppedView(item, str(reason), code))
         stages.append(StageView(sf.get("name", str, default=kind_name), kind, items, tuple(dropped),
                                 seconds=_seconds(sf, "seconds")))
     answer = None

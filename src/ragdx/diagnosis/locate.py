@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ragdx.diagnosis.evidence import (
     BY_ID, DELETED, LOST_IN_PARSING, NOT_IN_SOURCE, NOT_STORED, RESOLVED, QueryEvidence,
@@ -41,7 +41,10 @@ from ragdx.diagnosis.evidence import (
 )
 from ragdx.diagnosis.records import CheckedClaim, Diagnosis, Loss, Outcome, StagePresence
 from ragdx.ingest.quotes import find_quote
-from ragdx.types import Query, Span, StageKind
+from ragdx.types import DropCode, Query, Span, StageKind
+
+if TYPE_CHECKING:  # the checker is a stage's part; the diagnosis imports it only when it runs one
+    from ragdx.stages.verify import SupportChecker
 
 _SPACE = re.compile(r"\s+")
 ANY_VERSION = "*"  # a span whose version the trace does not say: it matches any version
@@ -74,8 +77,16 @@ class ItemView:
 
 @dataclass(frozen=True, slots=True)
 class DroppedView:
+    """An item a stage dropped: the reason in words, and its code (from the words when the trace
+    gives none: :meth:`DropCode.of_reason`)."""
+
     item: ItemView
     reason: str
+    code: DropCode | None = None
+
+    def __post_init__(self) -> None:
+        if self.code is None:
+            object.__setattr__(self, "code", DropCode.of_reason(self.reason))
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,7 +344,7 @@ class Diagnoser:
             rather than ragdx's settings (``None``: ragdx's own pipeline).
     """
 
-    def __init__(self, checker: Any = None, system: str | None = None) -> None:
+    def __init__(self, checker: SupportChecker | None = None, system: str | None = None) -> None:
         self.checker = checker
         self.system = system
 
@@ -348,17 +359,17 @@ class Diagnoser:
         # source and parsing: from the evidence's resolution against the store
         for g, alts in by_group.items():
             if all(a.status in (NOT_IN_SOURCE, NOT_STORED, DELETED) for a in alts):
-                lost[g] = Loss(g, "source", "; ".join(a.note for a in alts))
+                lost[g] = Loss(g, StageKind.SOURCE, "; ".join(a.note for a in alts))
             elif all(a.status == LOST_IN_PARSING or a.status == RESOLVED and a.coverage is not None
                      and a.coverage.status != "full" for a in alts if a.status != BY_ID) \
                     and not any(a.status == BY_ID for a in alts):
-                lost[g] = Loss(g, "parsing", "; ".join(_parsing_reason(a) for a in alts))
+                lost[g] = Loss(g, StageKind.PARSING, "; ".join(_parsing_reason(a) for a in alts))
         # parsing by the system's own chunks, when the trace lists them
         parsing = [s for s in trace.stages if s.kind is StageKind.PARSING]
         chunks = [i for s in parsing for i in s.items]
         for g, alts in by_group.items():
             if g not in lost and chunks and (cut := _chunk_cut(alts, chunks)) is not None:
-                lost[g] = Loss(g, "parsing", cut + _parts_held(alts, retrieval))
+                lost[g] = Loss(g, StageKind.PARSING, cut + _parts_held(alts, retrieval))
 
         # a rewrite stage holds what the ORIGINAL question retrieved; a group it held that the
         # (rewritten) retrieval lost was lost by the rewrite
@@ -370,28 +381,28 @@ class Diagnoser:
         # the ranked stages: retrieval channels together, then each later stage
         later = [s for s in trace.stages if s.kind not in (StageKind.RETRIEVAL, StageKind.REWRITE,
                                                            StageKind.PARSING)]
+        # (the channels together are one step, named after their kind: "retrieval")
         steps: list[tuple[str, list[StageView]]] = []
         if retrieval:
-            steps.append(("retrieval", retrieval))
+            steps.append((StageKind.RETRIEVAL.value, retrieval))
         steps += [(s.name, [s]) for s in later]
         previous: list[StageView] = []
-        for name, views in steps:
+        for key, views in steps:
+            recall = views is retrieval
             items = [i for v in views for i in v.items]
             present = {g for g, alts in by_group.items() if any(holds(a, items) for a in alts)}
-            key = "retrieval" if name == "retrieval" else views[0].name
             channels = tuple((view.name, tuple(sorted(
                 g for g, alts in by_group.items() if any(holds(a, view.items) for a in alts))))
-                for view in views) if name == "retrieval" and len(views) > 1 else ()  # each channel too
+                for view in views) if recall and len(views) > 1 else ()  # each channel too
             presence.append(StagePresence(key, views[0].kind, tuple(sorted(present)), channels))
             for g in groups:
                 if g in present or g in lost:
                     continue
-                if name == "retrieval" and g in found_by_original:
-                    lost[g] = Loss(g, "rewrite", "the original question's retrieval found it; the "
+                if recall and g in found_by_original:
+                    lost[g] = Loss(g, StageKind.REWRITE, "the original question's retrieval found it; the "
                                    "rewritten question's did not")
                     continue
-                lost[g] = Loss(g, views[0].kind.value if name != "retrieval" else "retrieval",
-                               self._why(by_group[g], views, previous, name))
+                lost[g] = Loss(g, views[0].kind, self._why(by_group[g], views, previous))
             previous = views
 
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
@@ -416,19 +427,19 @@ class Diagnoser:
                          claims=claims)
 
     @staticmethod
-    def _order(stage: str) -> int:
-        return StageKind(stage).order
+    def _order(stage: StageKind) -> int:
+        return stage.order
 
     def _why(self, alts: Sequence[ResolvedAlternative], views: list[StageView],
-             previous: list[StageView], name: str) -> str:
+             previous: list[StageView]) -> str:
         """Why a group is missing from a stage: the stage's own drop reason when it dropped it,
         else that the stage never received it."""
         for view in views:
             for d in view.dropped:
                 for alt in alts:
                     if touching(alt, [d.item]):
-                        return f"{view.name}: {d.reason}" + _judge_filter(view.kind, d.reason, alt)
-        if name == "retrieval":
+                        return f"{view.name}: {d.reason}" + _judge_filter(view.kind, d, alt)
+        if views[0].kind is StageKind.RETRIEVAL:
             channels = " or ".join(v.name for v in views)
             return f"not recalled by {channels}" + _parts_held(alts, views)
         before = [i for v in previous for i in v.items]
@@ -494,23 +505,23 @@ class Diagnoser:
         cited_ids = {c for claim in (answer.claims if answer else ()) for c in claim.citations}
         cited = [u for u in units if u.id in cited_ids or cited_ids & set(u.aliases)]
         if any(not u.readable for u in units) or any(not u.readable for u in cited):
-            return LEAK, "governance", ()
+            return LEAK, StageKind.GOVERNANCE, ()
         if answer is None:
             return (INCOMPLETE if lost else SUPPORTED), None, ()
         if not query.answerable:
-            return (CORRECT_ABSTENTION, None, ()) if answer.abstained else (HALLUCINATION, "generation", ())
+            return (CORRECT_ABSTENTION, None, ()) if answer.abstained else (HALLUCINATION, StageKind.GENERATION, ())
         if any(not u.current for u in cited) or any(not u.current for u in units):
-            return STALE, "governance", ()
+            return STALE, StageKind.GOVERNANCE, ()
         if answer.abstained:
-            return WRONG_ABSTENTION, None if lost else "generation", ()
+            return WRONG_ABSTENTION, None if lost else StageKind.GENERATION, ()
         unsupported = [c for c in answer.claims if c.supported is False]
         if unsupported:
             if not lost:  # evidence complete: a wrong claim is generation's, or citation's
                 for claim in unsupported:  # an uncited claim cannot have cited the wrong unit
                     if claim.citations and any(_supports(claim.text, u) for u in units
                                                if u.id not in claim.citations):
-                        return UNSUPPORTED, "citation", ()
-                return UNSUPPORTED, "generation", ()
+                        return UNSUPPORTED, StageKind.CITATION, ()
+                return UNSUPPORTED, StageKind.GENERATION, ()
             return UNSUPPORTED, None, ()
         if lost:
             return INCOMPLETE, None, ()
@@ -526,10 +537,10 @@ class Diagnoser:
             if stated is None:
                 unknown.append(g)
             elif stated is False:
-                unstated.append(Loss(g, "generation", STATED_NOT if any(holds(a, cited) for a in alts)
+                unstated.append(Loss(g, StageKind.GENERATION, STATED_NOT if any(holds(a, cited) for a in alts)
                                      else UNCITED))
         if unstated:
-            return INCOMPLETE, "generation", tuple(unstated)
+            return INCOMPLETE, StageKind.GENERATION, tuple(unstated)
         if unknown:  # a cited item holds the group, but has no text and no claim says where it rests
             return UNVERIFIED, None, ()
         return SUPPORTED, None, ()
@@ -550,7 +561,7 @@ class Diagnoser:
                     return True
         return False
 
-    def _hypothesis(self, outcome: str, stage: str | None, losses: Sequence[Loss], by_group,
+    def _hypothesis(self, outcome: str, stage: StageKind | None, losses: Sequence[Loss], by_group,
                     trace: TraceView | None = None) -> str:
         if outcome == SUPPORTED:
             return "Nothing was lost: every required group reached the context and the answer is supported."
@@ -584,9 +595,9 @@ class Diagnoser:
                                                   if s.kind.value == k)) or k for k in _SYSTEM_REACH}
             names["chunking"] = names["parsing"]
             reach = {k: v.format(name=names[k], system=self.system) for k, v in _SYSTEM_REACH.items()}
-        if loss.stage == "parsing" and "chunk" in loss.reason and not own:
+        if loss.stage is StageKind.PARSING and "chunk" in loss.reason and not own:
             text = reach["chunking"]
-        elif loss.stage == "generation":  # a group that reached the context, but no claim states it
+        elif loss.stage is StageKind.GENERATION:  # a group that reached the context, but no claim states it
             text = reach["statement"]
         else:
             text = reach.get(loss.stage, "If {what} survives " + loss.stage + ", the answer can use it.")
@@ -633,16 +644,14 @@ _SYSTEM_REACH = {
 }
 
 
-def _judge_filter(kind: StageKind, reason: str, alt: ResolvedAlternative) -> str:
+def _judge_filter(kind: StageKind, dropped: DroppedView, alt: ResolvedAlternative) -> str:
     """Governance drops are judged: a correct filter (the principal may not read it, the version is
     not in force, the document is gone) or a wrong one (the question asks for that very version)."""
-    if kind is not StageKind.GOVERNANCE:
+    if kind is not StageKind.GOVERNANCE or dropped.code is None or not dropped.code.judged:
         return ""
-    if reason.startswith(("superseded", "expired")) and alt.alternative.version is not None:
+    if dropped.code in (DropCode.SUPERSEDED, DropCode.EXPIRED) and alt.alternative.version is not None:
         return " (a wrong filter: the question asks for that version)"
-    if reason.startswith(("filtered: acl", "superseded", "expired", "deleted")):
-        return " (a correct filter)"
-    return ""
+    return " (a correct filter)"
 
 
 def _parsing_reason(alt: ResolvedAlternative) -> str:

@@ -14,7 +14,7 @@ from ragdx.diagnosis.locate import (
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.protocols import DeepRetriever, Retriever, Store
 from ragdx.tracefile import stage_to_dict
-from ragdx.types import DocStatus, Query, Verdict, VersionFilter
+from ragdx.types import DocStatus, Query, StageKind, Verdict, VersionFilter
 
 DEEP = 2000  # how deep the diagnosis searches for a chunk no channel returned
 
@@ -42,7 +42,7 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
         stages.append(StageView(
             ranked.stage, ranked.kind,
             tuple(ItemView(c.chunk_id, c.span, rank=c.rank, doc=c.doc_id, score=c.score) for c in ranked.items),
-            tuple(DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
+            tuple(DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason, d.code)
                   for d in ranked.dropped), dict(ranked.config), ranked.seconds))
     context, answer, verification = trace.context, trace.answer, trace.verification
     if context is not None:
@@ -58,7 +58,7 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
                                       stored.document.status is DocStatus.CURRENT or asked.names(u.version)),
                                   flags=tuple(f.reason for f in u.flagged)))
         stages.append(StageView(context.stage, context.kind, tuple(units), tuple(
-            DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason)
+            DroppedView(ItemView(d.chunk_id, d.span, rank=d.rank, doc=d.doc_id), d.reason, d.code)
             for d in context.dropped), dict(context.config) | {"tokens": context.tokens}, context.seconds))
     view_answer = None
     if answer is not None:
@@ -136,5 +136,5 @@ def diagnose_trace(pipeline: Pipeline, trace: Trace, resolver: EvidenceResolver 
     diagnosis = diagnoser_for(pipeline).run(query, evidence, view or view_of(trace, pipeline.store,
                                                                               pipeline.channels))
     lost = tuple(replace(l, reason=explain_retrieval(pipeline, query, evidence, l))
-                 if l.stage == "retrieval" else l for l in diagnosis.lost)
+                 if l.stage is StageKind.RETRIEVAL else l for l in diagnosis.lost)
     return replace(diagnosis, lost=lost)

@@ -544,14 +544,14 @@ def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[st
     if name in stage_map:
         return stage_map[name]
     if span.kind == "RETRIEVER":
-        return "fusion" if _node(span) in wrapping else "retrieval"
+        return StageKind.FUSION if _node(span) in wrapping else StageKind.RETRIEVAL
     if span.kind == "RERANKER":
-        return "rerank"
+        return StageKind.RERANK
     if span.kind == "LLM" and "llm.prompt_template" not in span.attributes and not any(
             k.startswith("llm.prompt_template.") for k in span.attributes):
-        return "generation"
+        return StageKind.GENERATION
     if span.kind == "EVALUATOR":
-        return "citation"
+        return StageKind.CITATION
     return None
 
 
@@ -638,10 +638,10 @@ def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str,
             continue
         a = span.attributes
         name = str(a.get("ragdx.stage") or _component(span))
-        if kind == "generation":
+        if kind == StageKind.GENERATION:
             answer = _answer(span)
             continue
-        if kind == "citation":
+        if kind == StageKind.CITATION:
             verdicts = a.get("ragdx.claims")
             continue
         if span.kind == "RERANKER" and "ragdx.stage" not in a:

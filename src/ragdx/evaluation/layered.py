@@ -43,7 +43,8 @@ from ragdx.types import Query, StageKind
 
 DEFAULT_MEASURES = ("R@10", "nDCG@10", "RR")
 # the evidence funnel: every stage kind up to the context, in StageKind's (the one) order
-FUNNEL = tuple(k.value for k in StageKind if k.order <= StageKind.CONTEXT.order)
+FUNNEL_KINDS = tuple(k for k in StageKind if k.order <= StageKind.CONTEXT.order)
+FUNNEL = tuple(k.value for k in FUNNEL_KINDS)  # as the metrics name them: complete@STAGE
 ABSTENTION = tuple(o.value for o in (Outcome.CORRECT_ABSTENTION, Outcome.WRONG_ABSTENTION,
                                      Outcome.HALLUCINATION, Outcome.LEAK, Outcome.STALE))
 PASS, GRADED, LATENCY, AMOUNT = "pass", "graded", "latency", "amount"
@@ -211,22 +212,24 @@ def query_values(query: Query, diagnosis: Diagnosis, view: TraceView | None, evi
     stages_run: list[str] = []
     if query.answerable and groups:
         lost_at = {l.group: l.stage for l in diagnosis.lost}
-        present = {g for g in groups if lost_at.get(g) != "source"}
+        present = {g for g in groups if lost_at.get(g) is not StageKind.SOURCE}
         survived = set(present)
-        for stage in FUNNEL:
-            if stage == "parsing":
-                present -= {g for g, where in lost_at.items() if where == "parsing"}
+        for kind in FUNNEL_KINDS:
+            stage = kind.value
+            if kind is StageKind.PARSING:
+                present -= {g for g, where in lost_at.items() if where is StageKind.PARSING}
                 survived = set(present)
-            elif stage != "source":
+            elif kind is not StageKind.SOURCE:
+                # the retrieval channels together are one presence, named after their kind
                 seen = [s for s in diagnosis.stages
-                        if (s.name == "retrieval" if stage == "retrieval" else s.kind == stage)]
+                        if (s.name == stage if kind is StageKind.RETRIEVAL else s.kind is kind)]
                 if seen:
                     # after parsing the funnel only narrows: a span cut across chunks (lost at
                     # parsing) stays lost even where two adjacent chunks together cover it
                     present = set(seen[-1].groups_present) & survived
                     for channel, held in seen[-1].channels:
-                        values[completeness("retrieval", channel).name] = float(groups <= set(held))
-                elif stage == "rewrite":
+                        values[completeness(stage, channel).name] = float(groups <= set(held))
+                elif kind is StageKind.REWRITE:
                     continue
                 elif view is None:  # no trace: nothing was retrieved
                     present = set()

@@ -16,13 +16,13 @@ import numpy as np
 
 from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.embed import EmbedStats, Embedder, passage_input
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import WritableStore
 from ragdx.types import SpaceState
 
 log = logging.getLogger("ragdx.index")
 
 
-def build_space(store: SQLiteStore, embedder: Embedder) -> EmbedStats:
+def build_space(store: WritableStore, embedder: Embedder) -> EmbedStats:
     """Embed every chunk that has no vector in the embedder's space yet (reusing vectors of
     identical inputs), beside whatever space is active. A new space ends ``built``."""
     space = embedder.space
@@ -37,7 +37,7 @@ def build_space(store: SQLiteStore, embedder: Embedder) -> EmbedStats:
     return stats
 
 
-def verify_space(store: SQLiteStore, space_id: str, embedder: Embedder | None = None,
+def verify_space(store: WritableStore, space_id: str, embedder: Embedder | None = None,
                  sample: int = 16, seed: int = 0) -> list[str]:
     """Check a space: every chunk has a vector of the right dimension and norm, and (with an
     embedder of the same space) a random sample re-encodes to the stored vectors. FTS5's own
@@ -84,7 +84,7 @@ def verify_space(store: SQLiteStore, space_id: str, embedder: Embedder | None = 
     return problems
 
 
-def switch_space(store: SQLiteStore, space_id: str, *, force: bool = False) -> None:
+def switch_space(store: WritableStore, space_id: str, *, force: bool = False) -> None:
     """Make a verified space the active one; the previously active space is retired."""
     state = store.space_state(space_id)
     if state is None:
@@ -106,7 +106,7 @@ def switch_space(store: SQLiteStore, space_id: str, *, force: bool = False) -> N
         store.set_space_state(space_id, SpaceState.ACTIVE, f"switched from {active.id if active else 'none'}")
 
 
-def rollback_space(store: SQLiteStore) -> str:
+def rollback_space(store: WritableStore) -> str:
     """Re-activate the most recently retired space. Chunks added since it was retired have no
     vector there: they are reported (build the space again to add them).
 

@@ -12,8 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from ragdx.progress import Progress
-from ragdx.protocols import Encoder
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import Encoder, WritableStore
 from ragdx.types import Chunk, EmbeddingSpace
 
 VectorRow = tuple[str, str, bytes, "int | None"]  # chunk id, input hash, float32 bytes, window end
@@ -54,7 +53,7 @@ class Embedder:
     def space(self) -> EmbeddingSpace:
         return self.encoder.space
 
-    def run(self, store: SQLiteStore, chunks: Sequence[Chunk]) -> tuple[list[VectorRow], EmbedStats]:
+    def run(self, store: WritableStore, chunks: Sequence[Chunk]) -> tuple[list[VectorRow], EmbedStats]:
         """Vectors for ``chunks``: reused from the store where the same input text already has a
         vector in this space, encoded otherwise (each distinct input once)."""
         started = time.perf_counter()

@@ -20,8 +20,7 @@ from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import MAX_FILE_BYTES, ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.progress import Progress
-from ragdx.protocols import VersionedIndexStore
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import VersionedIndexStore, WritableStore
 from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
 
 log = logging.getLogger("ragdx.ingest")
@@ -128,7 +127,7 @@ class Ingestor:
             this process alone).
     """
 
-    def __init__(self, store: SQLiteStore, config: ChunkerConfig | None = None,
+    def __init__(self, store: WritableStore, config: ChunkerConfig | None = None,
                  counter: TokenCounter | None = None, embedder: Embedder | None = None, *,
                  workers: int = 1) -> None:
         if workers < 1:
@@ -375,7 +374,7 @@ def _supersede_earlier(prepared: list[PreparedDocument]) -> list[PreparedDocumen
             for i, p in enumerate(prepared)]
 
 
-def delete_documents(store: SQLiteStore, doc_ids: list[str]) -> dict[str, list[str]]:
+def delete_documents(store: WritableStore, doc_ids: list[str]) -> dict[str, list[str]]:
     """Delete documents (all versions) in one transaction: all of them, or none if one is unknown."""
     with store.transaction():
         return {doc_id: store.delete_document(doc_id) for doc_id in doc_ids}

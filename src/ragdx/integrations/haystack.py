@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ragdx.errors import MissingExtraError
 from ragdx.integrations import _recorder
 from ragdx.integrations._recorder import TraceRecorder, item_of, kinds, ranked
+from ragdx.types import StageKind
 
 try:
     from haystack import tracing as _tracing
@@ -151,15 +152,15 @@ class RagdxTracer(_tracing.Tracer):
         if name in self.stages or cls in self.stages:
             return self.stages.get(name) or self.stages[cls]
         if cls.endswith("Retriever"):
-            return "retrieval"
+            return StageKind.RETRIEVAL
         if cls == "DocumentJoiner":
-            return "fusion"
+            return StageKind.FUSION
         if cls.endswith("Ranker"):
-            return "rerank"
+            return StageKind.RERANK
         if cls in _BUILDERS:
             return "builder"
         if "Generator" in cls or isinstance(output, Mapping) and "replies" in output:
-            return "generation"
+            return StageKind.GENERATION
         return None
 
     def _component(self, tags: dict[str, Any], seconds: float) -> None:
@@ -168,7 +169,7 @@ class RagdxTracer(_tracing.Tracer):
         kind = self._kind(name, cls, output)
         if kind is None:
             return
-        if kind == "generation":
+        if kind == StageKind.GENERATION:
             self._answer(output, seconds)
             return
         given = ranked(_documents(inputs) or [], document_to_item)
@@ -178,7 +179,7 @@ class RagdxTracer(_tracing.Tracer):
         kept = ranked(_documents(output) or [], document_to_item)
         top_k = self._top_k(name, inputs)
         reason = f"cut by {name}" + (f" (top_k {top_k})" if top_k is not None else "")
-        deeper = self._deeper(name, inputs, kept, top_k) if kind == "retrieval" else []
+        deeper = self._deeper(name, inputs, kept, top_k) if kind == StageKind.RETRIEVAL else []
         self.recorder.stage(name, kind, kept, given, reason, seconds, deeper)
 
     def _top_k(self, name: str, inputs: Mapping[str, Any]) -> int | None:

@@ -28,6 +28,7 @@ from ragdx.diagnosis.spans import find_claims
 from ragdx.errors import MissingExtraError
 from ragdx.integrations import _recorder
 from ragdx.integrations._recorder import TraceRecorder, item_of, kinds, ranked
+from ragdx.types import StageKind
 
 try:
     from langchain_core.documents import Document as _Document
@@ -115,7 +116,7 @@ class RagdxCallbackHandler(_BaseTracer):
             kind = self.stages[name]
         elif run.run_type == "retriever":
             nested = any(r.run_type == "retriever" for r in self._walk(run)[1:])
-            kind = "fusion" if nested else "retrieval"
+            kind = StageKind.FUSION if nested else StageKind.RETRIEVAL
         elif run.run_type in ("llm", "chat_model"):
             self._answer(run)
             return
@@ -123,7 +124,7 @@ class RagdxCallbackHandler(_BaseTracer):
             return
         kept = ranked(_documents(run.outputs) or [], document_to_item)
         given = ranked(_documents(run.inputs) or [], document_to_item)
-        if run.run_type == "retriever" and kind == "fusion":
+        if run.run_type == "retriever" and kind == StageKind.FUSION:
             given = [i for child in run.child_runs if child.run_type == "retriever"
                      for i in ranked(_documents(child.outputs) or [], document_to_item)]
         self.recorder.stage(name, kind, kept, given, f"cut by {name}", _seconds(run))

@@ -120,10 +120,10 @@ def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None, element_id
         if agg is None or stages is not None and stage not in stages:
             continue
         rows.append((stage, agg.value, int(round(agg.total)), agg.n, False))
-        if stage == "retrieval":
+        if stage == StageKind.RETRIEVAL.value:
             for name, a in m.items():
                 d = metric(name)
-                if d.stage == "retrieval" and d.channel is not None:
+                if d.stage == stage and d.channel is not None:
                     rows.append((d.channel, a.value, int(round(a.total)), a.n, True))
     if not rows:
         return '<p class="muted">No query has required evidence labelled, so there is no funnel.</p>'
@@ -411,8 +411,7 @@ def _drilldown(query: Query, diagnosis: Diagnosis, view: TraceView | None, evide
     retrieval_seen = False
     for stage in view.stages:
         notes = []
-        is_first = not marked and first is not None and (
-            stage.kind.value == first or (first == "retrieval" and stage.kind is StageKind.RETRIEVAL))
+        is_first = not marked and first is not None and stage.kind is first
         if is_first and not (stage.kind is StageKind.RETRIEVAL and retrieval_seen):
             notes = [f"first loss — group {l.group}: {l.reason}" for l in diagnosis.lost if l.stage == first] \
                 or [f"first failure at {first}"]

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ragdx.errors import InputError
+from ragdx.types import StageKind
 
 
 def _id(*parts: object, n: int = 16) -> str:
@@ -52,7 +53,7 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
     trace_id = _id(trace["query_id"], trace.get("question", ""), n=32)
     root = _id(trace_id, "root")
     stages = trace["stages"]
-    answer = next((s for s in stages if s["kind"] == "generation"), None)
+    answer = next((s for s in stages if s["kind"] == StageKind.GENERATION), None)
     texts = {u["id"]: u.get("text", "") for s in stages if s["kind"] == "context" for u in s["items"]}
     root_attrs: dict[str, Any] = {"openinference.span.kind": "CHAIN", "input.value": trace.get("question", ""),
                                   "output.value": answer["text"] if answer else "",
@@ -73,25 +74,25 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
         attrs: dict[str, Any] = {"ragdx.stage": stage["name"], "ragdx.stage.kind": stage["kind"]}
         if stage.get("seconds") is not None:
             attrs["ragdx.seconds"] = stage["seconds"]
-        key = "retrieval" if stage["kind"] == "retrieval" else stage["name"]
+        key = StageKind.RETRIEVAL.value if stage["kind"] == StageKind.RETRIEVAL else stage["name"]
         if key in presence:
             attrs["ragdx.evidence_groups_present"] = json.dumps(presence[key]["groups_present"])
         kind = stage["kind"]
-        if kind in ("retrieval", "context"):
+        if kind in (StageKind.RETRIEVAL, StageKind.CONTEXT):
             attrs |= {"openinference.span.kind": "RETRIEVER", "input.value": trace.get("question", ""),
                       "ragdx.channel": stage["name"]}
             attrs |= _documents("retrieval.documents", stage.get("items", []), texts)
-        elif kind in ("fusion", "rerank", "governance"):
+        elif kind in (StageKind.FUSION, StageKind.RERANK, StageKind.GOVERNANCE):
             attrs |= {"openinference.span.kind": "RERANKER", "reranker.query": trace.get("question", ""),
                       "reranker.top_k": len(stage.get("items", []))}
             attrs |= _documents("reranker.input_documents", previous, texts)
             attrs |= _documents("reranker.output_documents", stage.get("items", []), texts)
-        elif kind == "rewrite":  # what was searched instead of (or besides) the question, and every hop
+        elif kind == StageKind.REWRITE:  # what was searched instead of (or besides) the question, and every hop
             attrs |= {"openinference.span.kind": "CHAIN", "input.value": stage.get("original", ""),
                       "output.value": json.dumps(stage.get("searches", [])),
                       "ragdx.rewrite": json.dumps({k: stage.get(k) for k in ("route", "rewrites", "slots", "hops",
                                                                              "stopped")})}
-        elif kind == "generation":
+        elif kind == StageKind.GENERATION:
             usage = stage.get("usage", {})
             attrs |= {"openinference.span.kind": "LLM", "llm.model_name": stage.get("model", ""),
                       "llm.token_count.prompt": usage.get("prompt_tokens", 0),
@@ -111,7 +112,7 @@ def spans(trace: dict, diagnosis: dict | None = None, index_version: int | None 
                                                  for d in stage["dropped"]])
         yield {"name": stage["name"], "context": {"trace_id": trace_id, "span_id": _id(trace_id, n, stage["name"])},
                "parent_id": root, "span_kind": attrs["openinference.span.kind"], "attributes": attrs}
-        if stage.get("items") and kind != "generation":
+        if stage.get("items") and kind != StageKind.GENERATION:
             previous = stage["items"]
 
 

@@ -30,7 +30,7 @@ from ragdx.protocols import Store
 from ragdx.stages.injection import INSTRUCTION_LIKE, blank, clip, flagged_passages, quote
 from ragdx.text import content_terms, quantities, sentences, stem
 from ragdx.types import (
-    Candidate, Chunk, Conflict, Context, ContextUnit, Dropped, Flagged, Query, Ranked, StageKind,
+    Candidate, Chunk, Conflict, Context, ContextUnit, DropCode, Dropped, Flagged, Query, Ranked, StageKind,
 )
 
 __all__ = ["ContextAssembler", "find_conflicts", "render_prompt", "SYSTEM_PROMPT", "INSTRUCTION_LIKE", "FLAG"]
@@ -97,7 +97,8 @@ class ContextAssembler:
                 if d.start <= item.start and item.end <= d.end:
                     joins = -1
                     dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start,
-                                           item.end, f"duplicate: inside unit S{i + 1}", item.rank))
+                                           item.end, f"duplicate: inside unit S{i + 1}", item.rank,
+                                           DropCode.DUPLICATE))
                     break
                 gap = parsed[min(d.end, item.end):max(d.start, item.start)]
                 if item.start < d.end and d.start < item.end or not gap.strip():
@@ -118,12 +119,13 @@ class ContextAssembler:
                     dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
                                            f"cut by the token budget: rank {item.rank} of {len(ranked.items)}, "
                                            f"extends unit S{joins + 1} by {cost} tokens, "
-                                           f"{self.budget - used} of {self.budget} left", item.rank))
+                                           f"{self.budget - used} of {self.budget} left", item.rank, DropCode.BUDGET))
                 continue
             key = " ".join(parsed[item.start:item.end].split())
             if key in seen_text:
                 dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
-                                       f"duplicate: same text as unit S{seen_text[key] + 1}", item.rank))
+                                       f"duplicate: same text as unit S{seen_text[key] + 1}", item.rank,
+                                       DropCode.DUPLICATE))
                 continue
             header = chunk.header if chunk.header and chunk.header[0] < item.start else None
             draft = _Draft(item.doc_id, item.version, item.start, item.end, item.rank,
@@ -147,12 +149,13 @@ class ContextAssembler:
             if kept is not None:
                 units.append(kept)
                 used += kept.tokens
-                reason = f"truncated by the token budget: kept [{kept.start}:{kept.end}] of [{d.start}:{d.end}]"
+                code, reason = (DropCode.TRUNCATED, f"truncated by the token budget: kept "
+                                                    f"[{kept.start}:{kept.end}] of [{d.start}:{d.end}]")
             else:
-                reason = f"cut by the token budget: {why}"
+                code, reason = DropCode.BUDGET, f"cut by the token budget: {why}"
             start = kept.end if kept is not None else d.start
             for cid in d.chunk_ids:
-                dropped.append(Dropped(cid, d.doc_id, d.version, start, d.end, reason, d.rank))
+                dropped.append(Dropped(cid, d.doc_id, d.version, start, d.end, reason, d.rank, code))
         units.sort(key=lambda u: u.rank)
 
         if self.expand == "section":

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ragdx.errors import ConfigError
-from ragdx.types import Candidate, Dropped, Provenance, Ranked, StageKind
+from ragdx.types import Candidate, DropCode, Dropped, Provenance, Ranked, StageKind
 
 
 def _merge(lists: Sequence[Ranked]) -> dict[str, tuple[Candidate, list[tuple[int, Candidate]]]]:
@@ -42,7 +42,7 @@ def _fused(name: str, lists: Sequence[Ranked], scores: dict[str, float], top_k: 
         history = tuple(p for _, c in seen_in for p in c.history)
         if top_k is not None and rank > top_k:
             dropped.append(Dropped(cid, first.doc_id, first.version, first.start, first.end,
-                                   f"{why}: fused rank {rank}, fusion.top_k {top_k}", rank))
+                                   f"{why}: fused rank {rank}, fusion.top_k {top_k}", rank, DropCode.CUT))
             continue
         score = scores[cid]
         items.append(Candidate(cid, first.doc_id, first.version, first.start, first.end, rank, score,

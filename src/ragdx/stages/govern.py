@@ -36,7 +36,7 @@ from typing import Sequence
 from ragdx.errors import ConfigError
 from ragdx.protocols import DeepRetriever, Store
 from ragdx.types import (
-    Candidate, DocStatus, Dropped, Principal, Provenance, Query, Ranked, StageKind, StoredVersion,
+    Candidate, DocStatus, DropCode, Dropped, Principal, Provenance, Query, Ranked, StageKind, StoredVersion,
     VersionFilter,
 )
 
@@ -96,17 +96,18 @@ class Governance:
                     unreadable += 1 / rank
         return 2 * unreadable > total
 
-    def reason(self, query: Query, item: Candidate, versions: dict[str, list[StoredVersion]]) -> str | None:
-        """Why an item may not be used (:data:`UNREADABLE` when the principal may not read it), or
-        None."""
+    def reason(self, query: Query, item: Candidate,
+               versions: dict[str, list[StoredVersion]]) -> tuple[DropCode, str] | None:
+        """Why an item may not be used, as a code and in words (:data:`UNREADABLE` when the
+        principal may not read it), or None."""
         stored = versions.setdefault(item.doc_id, self.store.versions(item.doc_id))
         this = next((v for v in stored if v.document.version == item.version), None)
         if this is None:
             tomb = self.store.tombstone(item.doc_id)
-            return (f"deleted: {item.doc_id} was deleted at {tomb[0]}" if tomb
-                    else f"deleted: version {item.version} of {item.doc_id} is no longer stored")
+            return DropCode.DELETED, (f"deleted: {item.doc_id} was deleted at {tomb[0]}" if tomb else
+                                      f"deleted: version {item.version} of {item.doc_id} is no longer stored")
         if not query.principal.may_read(this.document.acl):
-            return UNREADABLE
+            return DropCode.ACL, UNREADABLE
         status = this.document.status
         if status is not DocStatus.CURRENT and not self.allow_superseded \
                 and not VersionFilter.for_question(query.question).names(item.version):  # asked for
@@ -114,7 +115,7 @@ class Governance:
                        and query.principal.may_read(v.document.acl)]
             now = f"; the current version is {current[-1]}" if current else \
                 "; no current version the asker may read"
-            return f"{status.value}: version {item.version} of {item.doc_id}{now}"
+            return DropCode.parse(status.value), f"{status.value}: version {item.version} of {item.doc_id}{now}"
         return None
 
     def run(self, query: Query, ranked: Ranked) -> Ranked:
@@ -127,14 +128,14 @@ class Governance:
             if why is None:
                 if withheld is None:
                     withheld = self.withheld(query)
-                why = WITHHELD if withheld else None
-            if why == UNREADABLE:
+                why = (DropCode.WITHHELD, WITHHELD) if withheld else None
+            if why is not None and why[0] is DropCode.ACL:
                 log.error("%s received %s (%s@%s) for query %s, which the principal may not read; "
                           "removed", self.name, item.chunk_id, item.doc_id, item.version, query.id)
                 continue
             if why is not None:
                 dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
-                                       why, item.rank))
+                                       why[1], item.rank, why[0]))
                 continue
             rank = len(kept) + 1
             kept.append(Candidate(item.chunk_id, item.doc_id, item.version, item.start, item.end, rank,

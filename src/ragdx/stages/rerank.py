@@ -30,7 +30,7 @@ from ragdx.text import content_terms, statements
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.fuse import RRF_C
-from ragdx.types import Candidate, Chunk, Dropped, Provenance, Query, Ranked, StageKind
+from ragdx.types import Candidate, Chunk, DropCode, Dropped, Provenance, Query, Ranked, StageKind
 
 def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, config: dict,
             started: float) -> Ranked:
@@ -42,7 +42,7 @@ def _rerank(name: str, ranked: Ranked, scores: Sequence[float], top_n: int, conf
         if new_rank > top_n:
             dropped.append(Dropped(c.chunk_id, c.doc_id, c.version, c.start, c.end,
                                    f"below the rerank cut: reranked to {new_rank} of "
-                                   f"{len(order)} (from {c.rank}), rerank.top_n {top_n}", new_rank))
+                                   f"{len(order)} (from {c.rank}), rerank.top_n {top_n}", new_rank, DropCode.CUT))
             continue
         items.append(Candidate(c.chunk_id, c.doc_id, c.version, c.start, c.end, new_rank,
                                float(scores[i]), c.history + (Provenance(name, new_rank, float(scores[i])),)))
@@ -293,7 +293,8 @@ class CrossEncoderReranker:
             scored = Ranked(ranked.stage, ranked.kind, head, ranked.dropped, ranked.config, ranked.seconds)
             out = _rerank(self.name, scored, logits, self.top_n, config, started)
             unscored = tuple(Dropped(c.chunk_id, c.doc_id, c.version, c.start, c.end,
-                                     f"not scored: fused rank {c.rank}, below rerank.depth {self.depth}", c.rank)
+                                     f"not scored: fused rank {c.rank}, below rerank.depth {self.depth}", c.rank,
+                                     DropCode.NOT_SCORED)
                              for c in ranked.items[self.depth:])
             return replace(out, dropped=out.dropped + unscored)
         by_logit = sorted(range(len(head)), key=lambda i: (-logits[i], i))

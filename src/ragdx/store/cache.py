@@ -49,7 +49,7 @@ from ragdx.errors import StoreError
 from ragdx.protocols import Store
 from ragdx.store.keyword import fts5_idf, fts5_tokenized
 from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
-from ragdx.types import ChoiceEnum
+from ragdx.types import CacheEntry, CacheKind, Dependencies
 
 __all__ = ["CacheKind", "Dependencies", "CacheEntry", "SQLiteCache", "fts5_terms", "cache_key", "listed_counts"]
 
@@ -83,13 +83,6 @@ CREATE TABLE IF NOT EXISTS dense (
 """
 
 
-class CacheKind(ChoiceEnum):
-    """What an entry holds: the ranked lists up to governance, or the whole trace with its binding."""
-
-    RETRIEVAL = "retrieval"
-    ANSWER = "answer"
-
-
 def cache_key(question: str, groups: Sequence[str], settings_hash: str) -> str:
     """An entry's key: the question, the access groups (a set, sorted) and the settings' hash."""
     body = json.dumps([question, sorted(set(groups)), settings_hash])
@@ -100,40 +93,6 @@ def fts5_terms(texts: Iterable[str]) -> set[str]:
     """The distinct terms FTS5's tokenizer (the SQLite store's) makes of ``texts``: stemmed,
     lower-cased and folded as the keyword index holds them."""
     return {term for tokens in _tokenizer()(list(texts)).values() for term in tokens}
-
-
-@dataclass(frozen=True, slots=True)
-class Dependencies:
-    """What an entry's result depends on (module docstring).
-
-    Args:
-        docs: the documents it read.
-        terms: the question's terms as FTS5 indexes them (its keyword channels match on them).
-        keyword: for a keyword channel whose list was full: its lowest score, its column weights
-            (prefix, text), the question's phrases as FTS5 tokens, and each listed chunk's counts
-            of those phrases per column with its length (:func:`listed_counts`): a chunk that
-            scores below every listed chunk cannot enter the list.
-        dense: per dense channel with a full list: (space id, lowest score, question vector).
-        open: any new content invalidates it (a dense list that was not full, a channel of unknown kind).
-        any_change: any change invalidates it (a withheld question).
-    """
-
-    docs: frozenset[str]
-    terms: frozenset[str] = frozenset()
-    keyword: tuple[float, tuple[float, float], tuple[str, ...], tuple[Any, ...]] | None = None
-    dense: tuple[tuple[str, float, bytes], ...] = ()
-    open: bool = False
-    any_change: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CacheEntry:
-    """A cached result: its payload, the index version it was made at, and what making it took."""
-
-    kind: CacheKind
-    payload: Any
-    made_at: int
-    seconds: float
 
 
 @dataclass
