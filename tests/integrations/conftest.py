@@ -24,14 +24,14 @@ QUERIES = example_dir() / "queries.jsonl"
 os.environ.setdefault("HAYSTACK_TELEMETRY_ENABLED", "False")
 
 
-def require(*modules: str) -> None:
+def require(*modules: str, extras: str = "haystack,langchain") -> None:
     """Skip the test unless the modules import; with RAGDX_REQUIRE_FRAMEWORKS set, fail instead."""
     missing = [m for m in modules if importlib.util.find_spec(m.split(".")[0]) is None]
     if missing:
         if os.environ.get("RAGDX_REQUIRE_FRAMEWORKS"):
             pytest.fail(f"RAGDX_REQUIRE_FRAMEWORKS is set but {', '.join(missing)} is not installed "
-                        "(make test installs the haystack and langchain extras into .venv)")
-        pytest.skip(f"{', '.join(missing)} not installed (pip install 'ragdx[haystack,langchain]')")
+                        f"(make test installs the extras {extras} into .venv)")
+        pytest.skip(f"{', '.join(missing)} not installed (pip install 'ragdx[{extras}]')")
 
 
 def example(name: str):

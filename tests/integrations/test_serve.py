@@ -25,7 +25,7 @@ def served(tmp_path_factory):
     """The LangChain app's 18 questions (ids in span metadata), 2 of them again without an id, and
     one question outside the query set, sent to ragdx serve; the same spans kept in memory."""
     require("langchain_core", "langchain_classic", "openinference.instrumentation.langchain", "opentelemetry.sdk",
-            "opentelemetry.exporter.otlp.proto.http", "starlette", "uvicorn")
+            "opentelemetry.exporter.otlp.proto.http", "starlette", "uvicorn", extras="serve,langchain,openinference")
     from openinference.instrumentation.langchain import LangChainInstrumentor
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -114,6 +114,11 @@ def test_the_ui_opens_a_trace_and_a_compare_view(served, tmp_path):
         page.click("a.window-link", navigates=True)
         page.wait("document.querySelectorAll('a.trace-link').length > 0")
         assert page.evaluate("document.querySelectorAll('a.trace-link').length") == len(served["questions"]) + 3
+        window_page = page.evaluate("location.href")
+        page.click("#window-report", navigates=True)  # the window as a run report: each question's latest trace
+        assert page.evaluate("document.title") == "langchain: ragdx diagnosis of imported traces"
+        assert page.evaluate("document.querySelectorAll('details.q').length") == len(served["questions"])
+        page = browser.open(window_page)
         href = page.evaluate(f"[...document.querySelectorAll('tr')].find(r => r.textContent.includes('{qid}'))"
                              ".querySelector('a.trace-link').getAttribute('href')")
         page.click(f"a.trace-link[href='{href}']", navigates=True)

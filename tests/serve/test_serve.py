@@ -11,20 +11,16 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 
-pytest.importorskip("starlette")
-pytest.importorskip("opentelemetry.proto")
-
-from ragdx.cli import main  # noqa: E402
-from ragdx.examples import example_dir  # noqa: E402
-from ragdx.serve.app import ServeConfig, build_app  # noqa: E402
-from ragdx.serve.live import LiveSpec  # noqa: E402
-from ragdx.serve.receiver import Limits  # noqa: E402
-from ragdx.serve.spool import Spool  # noqa: E402
-from ragdx.stages.verify import LexicalChecker  # noqa: E402
-from ragdx.testing.otlp import request, trace, trace_id  # noqa: E402
-from ragdx.types import Principal  # noqa: E402
+from ragdx.cli import main
+from ragdx.examples import example_dir
+from ragdx.serve.app import ServeConfig, build_app
+from ragdx.serve.live import LiveSpec
+from ragdx.serve.receiver import Limits
+from ragdx.serve.spool import Spool
+from ragdx.stages.verify import LexicalChecker
+from ragdx.testing.otlp import request, trace, trace_id
+from ragdx.types import Principal
 
 LABELS = [json.loads(line) for line in (example_dir() / "queries.jsonl").read_text().splitlines() if line]
 BY_ID = {q["id"]: q for q in LABELS}
@@ -114,6 +110,7 @@ def test_labels_by_id_or_text_and_signals_without_labels(tmp_path):
     with client(tmp_path) as c:
         assert c.post("/v1/traces", content=json.dumps(request(spans)).encode(), headers=JSON_TYPE).status_code == 200
         rows = {r["trace_id"]: r for r in wait(c, 4)}
+        page = c.get(f"/trace/{trace_id(4)}").text
     one, two, three, four = (rows[trace_id(n)] for n in (1, 2, 3, 4))
     assert (one["query_id"], one["labelled"], two["query_id"], two["labelled"]) == (answered["id"], 1, answered["id"], 1)
     assert one["diagnosis"] == two["diagnosis"]  # the same spans but the id: the same diagnosis
@@ -124,9 +121,9 @@ def test_labels_by_id_or_text_and_signals_without_labels(tmp_path):
     assert (four["labelled"], four["query_id"], four["question"]) == (0, "trace:" + trace_id(4), "Where is my parcel?")
     assert (four["outcome"], four["diagnosis"], four["retrieval_score"], four["abstained"]) == (None, None, 2.5, 0)
     # "It ships in 3 days." against the distractor "Opening hours are nine to five on weekdays."
-    verdict, _ = LexicalChecker().judge("It ships in 3 days.", "Opening hours are nine to five on weekdays.")
+    verdict, reason = LexicalChecker().judge("It ships in 3 days.", "Opening hours are nine to five on weekdays.")
     assert verdict.value == "unsupported" and (four["claims"], four["claims_supported"]) == (1, 0)
-
+    assert f"unsupported: {reason}".replace("'", "&#x27;") in page  # the drill-down shows ragdx's verdict
 
 def test_a_span_arriving_after_the_diagnosis_reopens_the_trace(tmp_path):
     q = BY_ID["q-warranty-length"]

@@ -15,6 +15,7 @@ sets a cookie. On loopback the ``Host`` header must name loopback too (no DNS re
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import logging
 import threading
@@ -25,8 +26,8 @@ from typing import Any
 
 from ragdx.traces.jsonl import parse_trace
 from ragdx.errors import InputError, MissingExtraError, RagdxError
-from ragdx.serve.live import UNLABELLED, LiveSpec, displayed, run_process
-from ragdx.serve.receiver import PROTOBUF, Limits, Refused, decode_request
+from ragdx.serve.live import UNLABELLED, LiveSpec, checked_claims, displayed, run_process
+from ragdx.serve.receiver import PROTOBUF, Limits, _Refused, decode_request
 from ragdx.types import Principal, StageKind
 
 __all__ = ["ServeConfig", "build_app", "LOOPBACK"]
@@ -118,7 +119,7 @@ def build_app(config: ServeConfig):
             spans, system = await run_in_threadpool(decode_request, bytes(body), ctype,
                                                     request.headers.get("content-encoding"), config.limits,
                                                     "OTLP request", number)
-        except Refused as exc:
+        except _Refused as exc:
             log.warning("refused a trace request (%d): %s", exc.status, exc)
             return refusal(exc.status, str(exc), protobuf)
         if spool.open_traces() >= config.max_open:
@@ -271,6 +272,9 @@ def build_app(config: ServeConfig):
         else:
             from ragdx.diagnosis.evidence import QueryEvidence
             none = QueryEvidence(UNLABELLED + trace_id, ())
+            if view.answer is not None:  # the claims as ragdx's own checker judged them
+                view = dataclasses.replace(view, answer=dataclasses.replace(
+                    view.answer, claims=tuple(checked_claims(view, live.checker))))
             body = (f"<p><b>Question</b> {e(row['question'] or '–')}</p>"
                     + "".join(report._stage_list(st, none, {}, []) for st in view.stages) + report._answer(view))
         return f"Trace {trace_id}", facts + f'<section id="trace">{body}</section>'

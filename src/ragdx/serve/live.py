@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 from ragdx.binding import CitedSpan, EvidenceBinding, recheck, span_hash
 from ragdx.diagnosis.evidence import EvidenceResolver
 from ragdx.traces.jsonl import parse_trace, with_access
-from ragdx.diagnosis.locate import ANY_VERSION, Diagnoser, ItemView, TraceView
+from ragdx.diagnosis.locate import ANY_VERSION, ClaimView, Diagnoser, ItemView, TraceView
 from ragdx.traces.openinference import SpanRecord, find_question, query_id_of, spans_to_traces
 from ragdx.errors import InputError
 from ragdx.experiments.imported import diagnose_views, prepare_views
@@ -33,7 +33,7 @@ from ragdx.serve.spool import Spool
 from ragdx.text import statements
 from ragdx.types import DocStatus, Principal, Query, StageKind
 
-__all__ = ["LiveDiagnoser", "LiveSpec", "run_process", "signals", "displayed", "UNLABELLED"]
+__all__ = ["LiveDiagnoser", "LiveSpec", "run_process", "signals", "checked_claims", "displayed", "UNLABELLED"]
 
 log = logging.getLogger("ragdx.serve")
 UNLABELLED = "trace:"  # an unlabelled trace's query id: this prefix and its trace id
@@ -77,17 +77,26 @@ def signals(view: TraceView, checker: Any) -> dict[str, Any]:
     if answer is None:
         return out
     out["abstained"] = answer.abstained
-    if answer.abstained:
-        return out
+    verdicts = checked_claims(view, checker)
+    out["claims"] = len(verdicts)
+    out["claims_supported"] = sum(1 for c in verdicts if c.supported)
+    return out
+
+
+def checked_claims(view: TraceView, checker: Any) -> list[ClaimView]:
+    """The answer's claims (its own, else its statements) with ``checker``'s verdict on each,
+    judged against the text of the items it cites, else the context's (none for an abstention)."""
+    answer = view.answer
+    if answer is None or answer.abstained:
+        return []
     context = _context(view)
     by_id = {a: i for i in context for a in (i.id, *i.aliases)}
     claims = [(c.text, c.citations) for c in answer.claims] or [(s, ()) for s in statements(answer.text)]
+    out = []
     for text, cited in claims:
         units = [by_id[c] for c in cited if c in by_id] or list(context)
-        evidence = "\n".join(u.text for u in units if u.text)
-        verdict, _ = checker.judge(text, evidence)
-        out["claims"] += 1
-        out["claims_supported"] += verdict.value == "supported"
+        verdict, reason = checker.judge(text, "\n".join(u.text for u in units if u.text))
+        out.append(ClaimView(text, tuple(cited), verdict.value == "supported", f"{verdict.value}: {reason}"))
     return out
 
 

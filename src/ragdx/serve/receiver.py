@@ -5,7 +5,7 @@ span records :mod:`ragdx.traces.openinference` reads, within limits.
 Protobuf is read with opentelemetry-proto and turned into OTLP/JSON (ids as hex, as the OTLP/JSON
 encoding spells them), so both encodings go through the one OTLP reader of ragdx
 (:func:`ragdx.traces.openinference.otlp_spans`) and are checked alike. Every refusal is a
-:class:`Refused` with the HTTP status to answer and a message naming what is wrong.
+``_Refused`` with the HTTP status to answer and a message naming what is wrong.
 
 Spec: https://opentelemetry.io/docs/specs/otlp/#otlphttp
 """
@@ -22,7 +22,7 @@ from typing import Any
 from ragdx.traces.openinference import SpanRecord, otlp_spans
 from ragdx.errors import InputError, MissingExtraError
 
-__all__ = ["Limits", "Refused", "decode_request", "PROTOBUF", "JSON"]
+__all__ = ["Limits", "decode_request", "PROTOBUF", "JSON"]
 
 PROTOBUF = ("application/x-protobuf", "application/protobuf")
 JSON = ("application/json",)
@@ -36,7 +36,7 @@ class Limits:
     max_spans: int = 20_000
 
 
-class Refused(Exception):
+class _Refused(Exception):  # never escapes the app: answered as its HTTP status
     """A request the receiver refuses: ``status`` is the HTTP status to answer (400, 413, 415)."""
 
     def __init__(self, status: int, message: str) -> None:
@@ -50,9 +50,9 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     try:
         out = inflater.decompress(body, limit + 1)
     except zlib.error as exc:
-        raise Refused(400, f"Content-Encoding gzip: the body is not gzip data ({exc})") from None
+        raise _Refused(400, f"Content-Encoding gzip: the body is not gzip data ({exc})") from None
     if len(out) > limit or inflater.unconsumed_tail:
-        raise Refused(413, f"the decompressed body exceeds the limit of {limit} bytes (--max-request-bytes)")
+        raise _Refused(413, f"the decompressed body exceeds the limit of {limit} bytes (--max-request-bytes)")
     return out
 
 
@@ -76,7 +76,7 @@ def _protobuf_json(body: bytes) -> dict[str, Any]:
     try:
         request = ExportTraceServiceRequest.FromString(body)
     except DecodeError as exc:
-        raise Refused(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
+        raise _Refused(400, f"the body is not an OTLP ExportTraceServiceRequest in protobuf ({exc})") from None
     obj = MessageToDict(request)
     for rs in obj.get("resourceSpans", ()):
         for ss in rs.get("scopeSpans", ()):
@@ -100,41 +100,41 @@ def decode_request(body: bytes, content_type: str | None, encoding: str | None, 
         source, number: how messages name the request (``request 12``).
 
     Raises:
-        Refused: 415 for another content type or encoding, 413 past a limit, 400 for a body
+        _Refused: 415 for another content type or encoding, 413 past a limit, 400 for a body
             that is not a trace request (the message names the path of the bad value).
     """
     kind = (content_type or "").split(";")[0].strip().lower()
     if kind not in PROTOBUF + JSON:
-        raise Refused(415, f"Content-Type {content_type!r} is not supported: send application/x-protobuf or "
+        raise _Refused(415, f"Content-Type {content_type!r} is not supported: send application/x-protobuf or "
                            "application/json (OTLP/HTTP)")
     if len(body) > limits.max_bytes:
-        raise Refused(413, f"the body has {len(body)} bytes, more than the limit of {limits.max_bytes} "
+        raise _Refused(413, f"the body has {len(body)} bytes, more than the limit of {limits.max_bytes} "
                            "(--max-request-bytes)")
     coding = (encoding or "identity").strip().lower()
     if coding == "gzip":
         body = _gunzip(body, limits.max_bytes)
     elif coding != "identity":
-        raise Refused(415, f"Content-Encoding {encoding!r} is not supported: send gzip or none")
+        raise _Refused(415, f"Content-Encoding {encoding!r} is not supported: send gzip or none")
     if kind in PROTOBUF:
         obj = _protobuf_json(body)
     else:
         try:
             obj = json.loads(body)
         except (ValueError, RecursionError) as exc:
-            raise Refused(400, f"the body is not JSON: {exc}") from None
+            raise _Refused(400, f"the body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise Refused(400, "the body is not an OTLP ExportTraceServiceRequest: expected a JSON object")
+        raise _Refused(400, "the body is not an OTLP ExportTraceServiceRequest: expected a JSON object")
     obj.setdefault("resourceSpans", [])
     count = sum(len(ss.get("spans") or ()) for rs in obj["resourceSpans"] if isinstance(rs, dict)
                 for ss in (rs.get("scopeSpans") or ()) if isinstance(ss, dict)) \
         if isinstance(obj["resourceSpans"], list) else 0
     if count > limits.max_spans:
-        raise Refused(413, f"the request has {count} spans, more than the limit of {limits.max_spans} (--max-spans)")
+        raise _Refused(413, f"the request has {count} spans, more than the limit of {limits.max_spans} (--max-spans)")
     try:
         spans, system = otlp_spans(obj, source, number)
     except InputError as exc:
-        raise Refused(400, str(exc)) from None
+        raise _Refused(400, str(exc)) from None
     bad = next((s for s in spans if not s.trace_id or not s.span_id), None)
     if bad is not None:
-        raise Refused(400, f"{source}: span {bad.name!r} has no traceId or spanId")
+        raise _Refused(400, f"{source}: span {bad.name!r} has no traceId or spanId")
     return spans, system

@@ -79,6 +79,7 @@ class Spool:
         conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, **kwargs)
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA cache_size=-1024")  # 1 MiB a connection: the web threads each hold one
         return conn
 
     def _conn(self) -> sqlite3.Connection:
@@ -231,7 +232,9 @@ class Spool:
     def counts(self) -> dict[str, int]:
         conn = self._conn()
         one = lambda sql: conn.execute(sql).fetchone()[0]  # noqa: E731
-        return {"requests": one("SELECT count(*) FROM requests"), "spans": one("SELECT count(*) FROM spans"),
+        # rows are never deleted, so the largest rowid is the count, read without a scan
+        return {"requests": one("SELECT coalesce(max(rowid), 0) FROM requests"),
+                "spans": one("SELECT coalesce(max(rowid), 0) FROM spans"),
                 "traces": one("SELECT count(*) FROM traces"),
                 "open": one("SELECT count(*) FROM traces WHERE state = 'open'"),
                 "diagnosed": one("SELECT count(*) FROM results")}

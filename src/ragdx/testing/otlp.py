@@ -135,7 +135,7 @@ class Load:
                     conn.request("POST", "/v1/traces", body, {"Content-Type": "application/json", **self.headers})
                     response = conn.getresponse()
                     response.read()
-                except OSError:
+                except (OSError, http.client.HTTPException):  # no answer: the server is gone
                     with lock:
                         self.failed.append(tid)
                     conn.close()
