@@ -8,12 +8,13 @@ Layout (docs/postgres.md). Everything lives in one schema (``ragdx`` unless the 
   ``spaces`` (one row per embedding space) and ``partitions`` (which server holds each part);
 - per-document tables, hash-partitioned by ``doc_id`` when sharded: ``documents`` (one row per
   version, with its status), ``acl`` (one row per version: its groups, an array), ``sections``,
-  ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens under a GIN index, and the tokens'
-  frequencies per column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)``
-  column under an HNSW index);
+  ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens, and the tokens' frequencies per
+  column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)`` column under an HNSW
+  index built after the first load);
 - per-part BM25 statistics, kept exact by triggers in the same transaction as the chunk rows:
   ``term_df`` (rows holding each term), ``term_delta`` (the transaction's changes to it, folded
-  in before commit) and ``corpus`` (rows and tokens).
+  in before commit) and ``corpus`` (rows and tokens); ``postings`` (per term and segment, the
+  rows holding it with their frequencies and lengths, as arrays).
 
 Access groups and statuses are never stored on chunk or vector rows: an access change rewrites
 one ``acl`` row, and no HNSW-indexed row is touched (re-inserting a vector into the graph is what
@@ -23,13 +24,14 @@ The keyword channel ranks by FTS5's own BM25 (Robertson & Zaragoza, "The Probabi
 Relevance Framework: BM25 and Beyond", 2009, in FTS5's variant: ``fts5Bm25Function``): the same
 tokens (:mod:`ragdx.store.tokens`), k1 = 1.2, b = 0.75, column weights on term frequencies, the
 row length over both columns, and N, avgdl and document frequencies over every row, computed in
-SQL from the statistics tables; the GIN index finds the rows holding any term. PostgreSQL's own
-``ts_rank`` is not used: it is no BM25.
+SQL from the statistics tables, scored from the postings with MaxScore pruning (:meth:`PostgresStore._bm25`).
+PostgreSQL's own ``ts_rank`` is not used: it is no BM25.
 
 Sharded, the coordinator's per-document tables are partitioned by hash of ``doc_id`` into parts
 that are ``postgres_fdw`` foreign tables on the shard servers (created with ``extensions
-'vector'``, so pgvector's operators are shipped): a search is one SQL query whose plan runs a
-sorted scan on every part remotely and merges them (partitionwise join with ``acl``). Writes go
+'vector'``). A search is sent to every shard at once, over connections of ragdx's own (one
+thread per shard, :meth:`PostgresStore._fan`), and merged here with the statistics of every
+part. Writes go
 through the coordinator in one transaction; postgres_fdw commits the shards' transactions when
 the coordinator commits (not two-phase: a shard failing at that very moment can leave the others
 committed; see docs/postgres.md).
@@ -1395,7 +1397,7 @@ class PostgresStore:
         def on(sfx: str) -> str:
             return (select.replace("ACL", f"{{s}}.acl{sfx}").replace("VEC", f"{{s}}.{table}{sfx}")
                     + f" ORDER BY {order} LIMIT {int(limit)}")
-        rows = self._fan(on, args, no_sort=no_sort)
+        rows = self._fan(on, args, no_sort=no_sort, binary=True)  # binary: the vectors' floats as they are
         rows.sort(key=lambda r: (-r[1], r[0]))
         return rows[:limit]
 
