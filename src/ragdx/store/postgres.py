@@ -1227,8 +1227,9 @@ class PostgresStore:
         while True:
             found = search(fetch)
             docs = sorted({c.doc_id for c, _ in found})
-            status = {(d, v): s for d, v, s in self._all(
-                "SELECT doc_id, version, status FROM {s}.documents WHERE doc_id = ANY(%s)", (docs,))} if docs else {}
+            status = {(d, v): s for d, v, s in self._fan(
+                lambda sfx: f"SELECT doc_id, version, status FROM {{s}}.documents{sfx} WHERE doc_id = ANY(%(d)s)",
+                {"d": docs})} if docs else {}
             kept = [(c, score) for c, score in found
                     if versions.allows(c.version, status.get((c.doc_id, c.version), "current"))]
             if len(kept) >= limit or len(found) < fetch:
