@@ -58,15 +58,15 @@ def vocabulary(n: int, rng: random.Random) -> list[str]:
 
 
 def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path], list[str]]:
-    """Manifests of 1,000 documents each, and the vocabulary by frequency rank."""
+    """One manifest of every document (one ``ragdx ingest``, so one write transaction: a bulk
+    load), and the vocabulary by frequency rank."""
     rng = random.Random(seed)
     words = vocabulary(20000, rng)
     weights = np.array([1 / (r + 1) for r in range(len(words))])
     draw = np.random.default_rng(seed).choice(len(words), size=documents * 10 * 110, p=weights / weights.sum())
     pos = 0
-    manifests = []
+    lines = []
     for start in range(0, documents, 1000):
-        lines = []
         for d in range(start, min(start + 1000, documents)):
             paragraphs = []
             for _ in range(10):
@@ -77,10 +77,9 @@ def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path]
             path.write_text(f"# Document {d} {words[draw[pos]]}\n\n" + "\n\n".join(paragraphs), encoding="utf-8")
             lines.append(json.dumps({"doc_id": f"d{d:06d}", "path": path.name,
                                      "acl": ["staff"] if d % 5 == 4 else ["public"]}))
-        manifest = folder / f"manifest-{start // 1000:03d}.jsonl"
-        manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        manifests.append(manifest)
-    return manifests, words
+    manifest = folder / "manifest.jsonl"
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return [manifest], words
 
 
 def ingest(store, manifests: list[Path], encoder: HashingEncoder) -> dict:
@@ -110,6 +109,32 @@ def latencies(store, encoder, questions: list[str], search: str) -> tuple[dict, 
             "queries": len(warm)}, tops
 
 
+def dense_recall(dsn: str, encoder, questions: list[str], ef_search: list[int]) -> list[dict]:
+    """Dense search alone (top 100, as the pipeline asks), exact and through HNSW at each
+    ef_search (the store opened again with it): p50/p95 and recall@10 against exact search."""
+    vectors = [encoder.encode([q], kind="query").vectors[0] for q in questions]
+    out, exact = [], []
+    for ef in [None, *ef_search]:
+        with PostgresStore(dsn, "read", hnsw_ef_search=ef or 40) as store:
+            space = store.active_space().id
+            times, tops = [], []
+            for vector in vectors:
+                started = time.perf_counter()
+                found = store.vector_search(space, vector, ("public",), 100, exact=ef is None)
+                times.append(time.perf_counter() - started)
+                tops.append([c.id for c, _ in found[:10]])
+        if ef is None:
+            exact = tops
+        warm = times[10:]
+        recall = statistics.mean(len(set(t) & set(e)) / max(1, len(e)) for t, e in zip(tops, exact))
+        out.append({"search": "exact" if ef is None else f"hnsw ef_search={ef}",
+                    "p50_ms": round(statistics.median(warm) * 1000, 1),
+                    "p95_ms": round(statistics.quantiles(warm, n=20)[18] * 1000, 1),
+                    "recall_at_10": round(recall, 4), "load_1min": round(os.getloadavg()[0], 2)})
+        print(f"  {out[-1]}", file=sys.stderr)
+    return out
+
+
 def agreement(a: list[list[str]], b: list[list[str]]) -> float:
     """The share of queries whose BM25 top 10 is the same list, in the same order."""
     return sum(x == y for x, y in zip(a, b)) / len(a)
@@ -121,6 +146,8 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="the coordinator (and single node)")
     parser.add_argument("--shard", action="append", required=True, help="a shard's DSN (repeat)")
     parser.add_argument("--queries", type=int, default=210)
+    parser.add_argument("--ef-search", type=int, action="append", default=None,
+                        help="an HNSW ef_search to measure recall@10 at (repeat; default 40, 100, 200)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "pg_backends.json")
     args = parser.parse_args()
     encoder = HashingEncoder(dim=384)
@@ -139,7 +166,9 @@ def main() -> int:
                 drop_store(dsn)
         stores = {"sqlite": SQLiteStore(folder / "store.db"), "pg": PostgresStore(single),
                   "pg-sharded": setup_shards(sharded, args.shard)}
+        dsns = {"pg": single, "pg-sharded": sharded}
         tops: dict[str, list[list[str]]] = {}
+        dense_tops: dict[str, list[list[str]]] = {}
         for name, store in stores.items():
             print(f"ingesting into {name}", file=sys.stderr)
             result[name] = {"ingest": ingest(store, manifests, encoder)}
@@ -152,8 +181,20 @@ def main() -> int:
                 result[name][f"hybrid_{search}"]["load_1min"] = round(os.getloadavg()[0], 2)
                 print(f"  {result[name][f'hybrid_{search}']}", file=sys.stderr)
                 tops.setdefault(name, found)
+            if name in dsns:
+                print(f"dense search on {name}: exact, then HNSW at each ef_search", file=sys.stderr)
+                result[name]["dense"] = dense_recall(dsns[name], encoder, questions, args.ef_search or [40, 100, 200])
+                dense_tops[name] = [[c.id for c, _ in store.vector_search(
+                    encoder.space.id, encoder.encode([q], kind="query").vectors[0], ("public",), 10)]
+                    for q in questions]
         for name in ("pg", "pg-sharded"):
             result[name]["bm25_top10_agreement"] = agreement(tops["sqlite"], tops[name])
+        result["pg-sharded"]["dense_exact_top10_equal_to_one_node"] = agreement(dense_tops["pg"],
+                                                                               dense_tops["pg-sharded"])
+        result["pg-sharded"]["p50_vs_one_node"] = round(
+            result["pg-sharded"]["hybrid_hnsw"]["p50_ms"] / result["pg"]["hybrid_hnsw"]["p50_ms"], 2)
+        result["pg"]["p50_vs_embedded"] = round(
+            result["pg"]["hybrid_hnsw"]["p50_ms"] / result["sqlite"]["hybrid_exact"]["p50_ms"], 2)
         for store in stores.values():
             store.close()
     rows = [("chunks", str(result["sqlite"]["ingest"]["chunks"]))]
@@ -165,6 +206,12 @@ def main() -> int:
                 rows.append((f"{name} {key.split('_')[1]}", f"p50 {r[key]['p50_ms']} ms, p95 {r[key]['p95_ms']} ms"))
         if "bm25_top10_agreement" in r:
             rows.append((f"{name} BM25 top-10 = embedded", f"{r['bm25_top10_agreement']:.0%} of queries"))
+        for d in r.get("dense", []):
+            rows.append((f"{name} dense {d['search']}", f"p50 {d['p50_ms']} ms, recall@10 {d['recall_at_10']}"))
+    rows.append(("pg hybrid (hnsw) p50 / embedded", str(result["pg"]["p50_vs_embedded"])))
+    rows.append(("pg-sharded hybrid (hnsw) p50 / one node", str(result["pg-sharded"]["p50_vs_one_node"])))
+    rows.append(("pg-sharded dense exact top 10 = one node",
+                 f"{result['pg-sharded']['dense_exact_top10_equal_to_one_node']:.0%} of queries"))
     write_result(args.out, result, label_table(rows))
     return 0
 

@@ -138,7 +138,7 @@ def test_a_store_of_an_older_schema_is_refused_and_can_be_dropped(pg_servers):
     with store.transaction():
         store._write("UPDATE {s}.meta SET value = '1' WHERE key = 'schema_version'")
     store.close()
-    with pytest.raises(StoreError, match=r"store schema 1 predates this ragdx's \(2: .*pg_admin drop DSN"):
+    with pytest.raises(StoreError, match=r"store schema 1 predates this ragdx's \(3: BM25 postings.*pg_admin drop DSN"):
         PostgresStore(store.dsn, "read")
     drop_store(store.dsn)
     with pytest.raises(StoreError, match="no ragdx store in the schema"):

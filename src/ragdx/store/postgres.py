@@ -8,12 +8,13 @@ Layout (docs/postgres.md). Everything lives in one schema (``ragdx`` unless the 
   ``spaces`` (one row per embedding space) and ``partitions`` (which server holds each part);
 - per-document tables, hash-partitioned by ``doc_id`` when sharded: ``documents`` (one row per
   version, with its status), ``acl`` (one row per version: its groups, an array), ``sections``,
-  ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens under a GIN index, and the tokens'
-  frequencies per column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)``
-  column under an HNSW index);
+  ``chunks`` (with a ``tsvector`` of the chunk's FTS5 tokens, and the tokens' frequencies per
+  column) and one ``vec_<n>`` table per embedding space (a ``vector(dim)`` column under an HNSW
+  index built after the first load);
 - per-part BM25 statistics, kept exact by triggers in the same transaction as the chunk rows:
   ``term_df`` (rows holding each term), ``term_delta`` (the transaction's changes to it, folded
-  in before commit) and ``corpus`` (rows and tokens).
+  in before commit) and ``corpus`` (rows and tokens); ``postings`` (per term and segment, the
+  rows holding it with their frequencies and lengths, as arrays).
 
 Access groups and statuses are never stored on chunk or vector rows: an access change rewrites
 one ``acl`` row, and no HNSW-indexed row is touched (re-inserting a vector into the graph is what
@@ -23,13 +24,14 @@ The keyword channel ranks by FTS5's own BM25 (Robertson & Zaragoza, "The Probabi
 Relevance Framework: BM25 and Beyond", 2009, in FTS5's variant: ``fts5Bm25Function``): the same
 tokens (:mod:`ragdx.store.tokens`), k1 = 1.2, b = 0.75, column weights on term frequencies, the
 row length over both columns, and N, avgdl and document frequencies over every row, computed in
-SQL from the statistics tables; the GIN index finds the rows holding any term. PostgreSQL's own
-``ts_rank`` is not used: it is no BM25.
+SQL from the statistics tables, scored from the postings with MaxScore pruning (:meth:`PostgresStore._bm25`).
+PostgreSQL's own ``ts_rank`` is not used: it is no BM25.
 
 Sharded, the coordinator's per-document tables are partitioned by hash of ``doc_id`` into parts
 that are ``postgres_fdw`` foreign tables on the shard servers (created with ``extensions
-'vector'``, so pgvector's operators are shipped): a search is one SQL query whose plan runs a
-sorted scan on every part remotely and merges them (partitionwise join with ``acl``). Writes go
+'vector'``). A search is sent to every shard at once, over connections of ragdx's own (one
+thread per shard, :meth:`PostgresStore._fan`), and merged here with the statistics of every
+part. Writes go
 through the coordinator in one transaction; postgres_fdw commits the shards' transactions when
 the coordinator commits (not two-phase: a shard failing at that very moment can leave the others
 committed; see docs/postgres.md).
@@ -44,6 +46,7 @@ import logging
 import math
 import re
 import threading
+import time
 import uuid
 from collections import Counter
 from contextlib import contextmanager
@@ -66,7 +69,7 @@ __all__ = ["PostgresStore", "is_dsn", "setup_shards", "FTS5_MIN_IDF"]
 
 log = logging.getLogger("ragdx.store")
 
-SCHEMA_VERSION = 2  # 2: term deltas folded into term_df once per transaction
+SCHEMA_VERSION = 3  # 2: term deltas folded into term_df once per transaction; 3: BM25 postings
 #: FTS5 replaces an idf <= 0 (a term in more than half the rows) by this.
 FTS5_MIN_IDF = IDF_FLOOR  # fts5_idf's floor (store/keyword.py), under the name tests know
 _LOCK_KEY = 0x72616764  # "ragd": the advisory lock writers of one schema take
@@ -131,8 +134,7 @@ _DOC_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
                "config_id text NOT NULL, terms tsvector NOT NULL, tf jsonb NOT NULL, length int NOT NULL",
                ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (rowid)",
                 "CREATE UNIQUE INDEX ON {s}.{t} (id)",
-                "CREATE INDEX ON {s}.{t} (doc_id, version, ord)",
-                "CREATE INDEX ON {s}.{t} USING gin (terms)")),
+                "CREATE INDEX ON {s}.{t} (doc_id, version, ord)")),
 }
 # per-part statistics tables
 _STAT_TABLES = {
@@ -141,12 +143,17 @@ _STAT_TABLES = {
     "term_delta": ("part int NOT NULL, term text NOT NULL, df bigint NOT NULL", ()),
     "corpus": ("part int NOT NULL, n_rows bigint NOT NULL, n_tokens bigint NOT NULL, folds bigint NOT NULL",
                ()),
+    # one row per term and segment (what one flush wrote): the rows holding the term, ascending,
+    # with their frequencies and lengths, as little-endian arrays (see _Postings)
+    "postings": ("part int NOT NULL, seg bigint NOT NULL, term text NOT NULL, rowids bytea NOT NULL, "
+                 "freqs bytea NOT NULL, lengths bytea NOT NULL",
+                 ("CREATE INDEX ON {s}.{t} (term) INCLUDE (seg)",)),
 }
 _VEC_COLUMNS = ("chunk_rowid bigint NOT NULL, doc_id text NOT NULL, version text NOT NULL, "
                 "input_hash text NOT NULL, embedding vector({dim}) NOT NULL, window_end int")
+# the HNSW index is built after the first load, not row by row (PostgresStore._build_hnsw)
 _VEC_INDEXES = ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (chunk_rowid)",
-                "CREATE INDEX ON {s}.{t} (input_hash)",
-                "CREATE INDEX ON {s}.{t} USING hnsw (embedding vector_ip_ops)")
+                "CREATE INDEX ON {s}.{t} (input_hash)")
 
 _COORDINATOR = """
 CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
@@ -160,6 +167,7 @@ CREATE TABLE {s}.spaces (id text PRIMARY KEY, n serial UNIQUE, dim int NOT NULL,
 CREATE TABLE {s}.partitions (part int PRIMARY KEY, server text);
 CREATE SEQUENCE {s}.chunk_rowid;
 CREATE SEQUENCE {s}.doc_seq;
+CREATE SEQUENCE {s}.postings_seg;
 """
 
 # The statistics follow the chunk rows in two steps. A statement trigger on the chunks appends
@@ -269,12 +277,6 @@ def _lexeme(token: str) -> str:
     return token if len(token.encode()) < 2000 else "#" + hashlib.sha1(token.encode()).hexdigest()
 
 
-def _tsquery(tokens: Sequence[str]) -> str:
-    """An OR of the tokens as quoted tsquery lexemes (no token can carry tsquery syntax)."""
-    return " | ".join("'" + _lexeme(t).replace("\\", "\\\\").replace("'", "''") + "'"
-                      for t in dict.fromkeys(tokens))
-
-
 def chunk_terms(chunk: Chunk) -> tuple[list[str], dict[str, list[int]], int]:
     """A chunk's distinct lexemes, its term frequencies ``term -> [in prefix, in text]`` and its
     length in tokens over both columns (what FTS5 indexes for the chunk)."""
@@ -284,6 +286,58 @@ def chunk_terms(chunk: Chunk) -> tuple[list[str], dict[str, list[int]], int]:
         for token, n in Counter(tokens).items():
             tf.setdefault(token, [0, 0])[column] = n
     return sorted({_lexeme(t) for t in tf}), tf, len(prefix) + len(text)
+
+
+class _Postings:
+    """One term's postings: the rows holding it (ascending), its frequency in each row's prefix
+    and text, and each row's length, stored as little-endian arrays (``bytea``: int64 rows,
+    int32 pairs of frequencies, int32 lengths)."""
+
+    __slots__ = ("rowids", "freqs", "lengths")
+
+    def __init__(self, rowids: np.ndarray, freqs: np.ndarray, lengths: np.ndarray) -> None:
+        self.rowids, self.freqs, self.lengths = rowids, freqs, lengths
+
+    @staticmethod
+    def encode(hits: list[tuple[int, int, int, int]]) -> tuple[bytes, bytes, bytes]:
+        """``(rowid, in prefix, in text, length)`` per row as the three arrays."""
+        hits.sort()
+        table = np.asarray(hits, dtype=np.int64)
+        return (table[:, 0].astype("<i8").tobytes(), table[:, 1:3].astype("<i4").tobytes(),
+                table[:, 3].astype("<i4").tobytes())
+
+    def encoded(self) -> tuple[bytes, bytes, bytes]:
+        return (self.rowids.astype("<i8").tobytes(), self.freqs.astype("<i4").tobytes(),
+                self.lengths.astype("<i4").tobytes())
+
+    @classmethod
+    def decode(cls, rowids: bytes, freqs: bytes, lengths: bytes) -> "_Postings":
+        return cls(np.frombuffer(rowids, "<i8"), np.frombuffer(freqs, "<i4").reshape(-1, 2),
+                   np.frombuffer(lengths, "<i4"))
+
+    @classmethod
+    def concat(cls, lists: Sequence["_Postings"]) -> "_Postings":
+        """One list of several segments' or parts' (each row is in one of them)."""
+        if len(lists) == 1:
+            return lists[0]
+        rowids = np.concatenate([p.rowids for p in lists])
+        order = np.argsort(rowids, kind="stable")
+        return cls(rowids[order], np.concatenate([p.freqs for p in lists])[order],
+                   np.concatenate([p.lengths for p in lists])[order])
+
+    def keep(self, live: np.ndarray) -> "_Postings":
+        """Only the rows in ``live`` (sorted)."""
+        at = np.minimum(np.searchsorted(live, self.rowids), max(live.size - 1, 0))
+        mask = live[at] == self.rowids if live.size else np.zeros(self.rowids.size, bool)
+        return _Postings(self.rowids[mask], self.freqs[mask], self.lengths[mask])
+
+
+_BUFFERED = re.compile(r"\{s\}\.(chunks|sections|corpus|term_d|postings|vec_)")
+
+
+def _tsv_lexeme(token: str) -> str:
+    """A lexeme quoted for tsvector's text input."""
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def _vector_text(blob: bytes) -> str:
@@ -332,6 +386,11 @@ class PostgresStore:
         connect_timeout: seconds to wait for the server.
         statement_timeout: seconds after which any one statement is cancelled.
         pool_size: connections kept open for reads (writes hold one for their transaction).
+        hnsw_m: the HNSW graph's links per node (pgvector's ``m``), for indexes built from now on.
+        hnsw_ef_construction: the candidate list while building the graph (``ef_construction``).
+        hnsw_ef_search: the candidate list while searching it (``hnsw.ef_search``).
+        flush_rows: a writing transaction buffers chunks' postings and vectors, and writes them
+            with ``COPY`` every this many (and at commit).
 
     Raises:
         StoreError: the server is unreachable or refuses the login; pgvector is not installed
@@ -341,7 +400,8 @@ class PostgresStore:
 
     def __init__(self, dsn: str, mode: OpenMode | str = OpenMode.CREATE, *, wait: float = 30.0,
                  connect_timeout: float = 5.0, statement_timeout: float = 120.0,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, hnsw_m: int = 16, hnsw_ef_construction: int = 64,
+                 hnsw_ef_search: int = 100, flush_rows: int = 10000) -> None:
         psycopg = _psycopg()
         from psycopg_pool import ConnectionPool
         self.dsn, self.where = dsn, _redact(dsn)
@@ -354,6 +414,28 @@ class PostgresStore:
         self._changed = False
         self._fresh: dict[str, tuple[int, str, str]] = {}  # chunk id -> rowid, doc, version (this tx)
         self._vector_schema = "public"
+        for name, value, low in (("hnsw_m", hnsw_m, 2), ("hnsw_ef_construction", hnsw_ef_construction, 4),
+                                 ("hnsw_ef_search", hnsw_ef_search, 1), ("flush_rows", flush_rows, 1)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InputError(f"{name} must be a whole number >= {low}, not {value!r}", field=name)
+        self.hnsw_m, self.hnsw_ef_construction = hnsw_m, max(hnsw_ef_construction, 2 * hnsw_m)
+        self.hnsw_ef_search, self.flush_rows = hnsw_ef_search, flush_rows
+        # what a writing transaction buffered (written by _flush): postings of its chunks, as
+        # (rowid, term frequencies, length), and vectors per table, by chunk row
+        self._pending_postings: list[tuple[int, dict[str, list[int]], int]] = []
+        self._pending_vectors: dict[str, dict[int, tuple]] = {}
+        self._pending_keys: set[tuple[str, str]] = set()  # the versions of the buffered vectors
+        self._pending_chunks: list[tuple] = []
+        self._pending_sections: list[dict] = []
+        self._tx_configs: set[str] = set()
+        self._rowid_block: list[int] | None = None  # the reserved chunk rows: next, end
+        self._tx_index_version: int | None = None
+        # table -> [rows before the transaction, rows it wrote, the chunk rows it wrote]
+        self._tx_vectors: dict[str, list] = {}
+        self._tx_first_rowid: int | None = None  # the first chunk row this transaction stored
+        self._shard_pools: dict[str, Any] = {}
+        self._pools_lock = threading.Lock()
+        self._fan_pool: Any = None
         self._connect_args = {"connect_timeout": max(1, int(math.ceil(connect_timeout))),
                               "application_name": "ragdx"}
         try:
@@ -380,7 +462,7 @@ class PostgresStore:
         conn.execute("SET enable_partitionwise_join = on")
         conn.execute("SET enable_partitionwise_aggregate = on")
         conn.execute("SET hnsw.iterative_scan = strict_order")
-        conn.execute("SET hnsw.ef_search = 200")
+        conn.execute(f"SET hnsw.ef_search = {int(self.hnsw_ef_search)}")
         if self.mode is OpenMode.READ:
             conn.execute("SET default_transaction_read_only = on")
 
@@ -394,6 +476,8 @@ class PostgresStore:
             yield conn
 
     def _all(self, sql: str, args: Sequence[Any] | dict | None = None) -> list[tuple]:
+        if (self._pending_chunks or self._pending_sections) and self._writing() and _BUFFERED.search(sql):
+            self._flush()  # a read inside the writing transaction sees its buffered rows
         with self._conn() as conn:
             return conn.execute(sql.replace("{s}", self.schema), args).fetchall()
 
@@ -425,7 +509,7 @@ class PostgresStore:
             raise StoreError(f"{self.where}: damaged store: schema_version is {version!r}, not a number")
         if int(version) < SCHEMA_VERSION:
             raise StoreError(f"{self.where}: store schema {version} predates this ragdx's "
-                             f"({SCHEMA_VERSION}: BM25 term statistics kept as deltas); re-create it "
+                             f"({SCHEMA_VERSION}: BM25 postings); re-create it "
                              "('python -m ragdx.store.pg_admin drop DSN', then ingest again)")
         if int(version) > SCHEMA_VERSION:
             raise StoreError(f"{self.where}: store schema {version} is newer than this ragdx "
@@ -480,6 +564,10 @@ class PostgresStore:
 
     def close(self) -> None:
         self._pool.close()
+        for pool in self._shard_pools.values():
+            pool.close()
+        if self._fan_pool is not None:
+            self._fan_pool.shutdown()
 
     def __enter__(self) -> "PostgresStore":
         return self
@@ -532,6 +620,7 @@ class PostgresStore:
                 self._take_write_lock(conn)
                 self._tx, self._tx_thread, self._changed = conn, threading.get_ident(), False
                 yield
+                self._flush()
                 if self._changed:
                     # fold this transaction's term deltas into term_df (the trigger on corpus.folds,
                     # on each part's server): once per transaction, not once per document
@@ -547,9 +636,19 @@ class PostgresStore:
             finally:
                 self._tx, self._tx_thread = None, None
                 self._fresh.clear()
+                self._pending_postings.clear()
+                self._pending_vectors.clear()
+                self._pending_keys.clear()
+                self._pending_chunks.clear()
+                self._pending_sections.clear()
+                self._tx_configs.clear()
+                self._rowid_block = self._tx_index_version = None
+                written, self._tx_vectors, self._tx_first_rowid = self._tx_vectors, {}, None
                 self._pool.putconn(conn)
             if committed:
                 self._analyze()
+                self._build_hnsw(sorted(written))
+                self._compact_postings()
 
     def _take_write_lock(self, conn: Any) -> None:
         """Take the lock writers of this store take in turn (for this transaction), waiting up to
@@ -579,6 +678,192 @@ class PostgresStore:
         self._write(f"INSERT INTO {{s}}.{table} SELECT {select} FROM jsonb_to_recordset(%s::jsonb) "
                     f"AS r({columns})", (json.dumps(rows),))
 
+    # -- buffered writes: postings and vectors by COPY --------------------------------------
+    def _flush(self) -> None:
+        """Write what the transaction buffered (before its commit, and before a read inside it)."""
+        if self._pending_chunks or self._pending_sections:
+            self._flush_chunks()
+        if self._pending_postings:
+            self._flush_postings()
+        for table in list(self._pending_vectors):
+            self._flush_vectors(table)
+
+    def _drop_pending(self, gone: Callable[[str, str], bool]) -> None:
+        """Forget buffered vectors of versions whose chunks are being deleted (their postings
+        go stale with the chunk rows, and are never returned)."""
+        if not any(gone(*key) for key in self._pending_keys):
+            return
+        for table, pending in self._pending_vectors.items():
+            if any(gone(v[1], v[2]) for v in pending.values()):
+                self._pending_vectors[table] = {k: v for k, v in pending.items() if not gone(v[1], v[2])}
+
+    def _writing(self) -> bool:
+        return self._tx is not None and self._tx_thread == threading.get_ident()
+
+    def _parts_of(self, rowids: list[int]) -> dict[int, int]:
+        """Each chunk row's part (hash of its doc_id, chosen by PostgreSQL's partitioning)."""
+        if list(self._parts.values()) == [None]:
+            return dict.fromkeys(rowids, 0)
+        rows = self._tx.execute(f"SELECT rowid, tableoid::regclass::text FROM {self.schema}.chunks "
+                                "WHERE rowid = ANY(%s)", (rowids,)).fetchall()
+        return {rowid: int(name.rsplit("_p", 1)[1]) for rowid, name in rows}
+
+    def _flush_postings(self) -> None:
+        """The buffered chunks' postings as one new segment: per part and term, one row of the
+        rows holding it (ascending), their frequencies in the prefix and the text, and their
+        lengths, written with COPY."""
+        pending, self._pending_postings = self._pending_postings, []
+        part_of = self._parts_of([rowid for rowid, _, _ in pending])
+        by_term: dict[tuple[int, str], list[tuple[int, int, int, int]]] = {}
+        for rowid, tf, length in pending:
+            part = part_of[rowid]
+            for term, (in_prefix, in_text) in tf.items():
+                by_term.setdefault((part, term), []).append((rowid, in_prefix, in_text, length))
+        seg = self._tx.execute(f"SELECT nextval('{self.schema}.postings_seg')").fetchone()[0]
+        sharded = list(self._parts.values()) != [None]
+        by_table: dict[str, list[tuple]] = {}
+        for (part, term), hits in by_term.items():
+            table = f"postings_p{part}" if sharded else "postings"
+            by_table.setdefault(table, []).append((part, seg, term, *_Postings.encode(hits)))
+        for table, rows in by_table.items():
+            with self._tx.cursor().copy(f"COPY {self.schema}.{table} (part, seg, term, rowids, freqs, lengths) "
+                                        "FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        self._changed = True
+
+    def _flush_vectors(self, table: str) -> None:
+        """Write a space's buffered vectors with COPY. On one server, a transaction that writes
+        at least as many vectors as the table held before drops the HNSW index first: it is
+        built again after the commit (:meth:`_build_hnsw`), faster than inserting each vector
+        into the graph."""
+        pending = self._pending_vectors.pop(table, {})
+        if not pending:
+            return
+        s = self.schema
+        state = self._tx_vectors.get(table)
+        if state is None:
+            before = self._tx.execute(f"SELECT count(*) FROM {s}.{table}").fetchone()[0]
+            state = self._tx_vectors[table] = [before, 0, set()]
+        state[1] += len(pending)
+        state[2].update(pending)
+        if list(self._parts.values()) == [None] and state[1] >= state[0]:
+            self._tx.execute(f"DROP INDEX IF EXISTS {s}.{table}_hnsw")
+        with self._tx.cursor().copy(f"COPY {s}.{table} (chunk_rowid, doc_id, version, input_hash, embedding, "
+                                    "window_end) FROM STDIN") as copy:
+            for rowid, doc_id, version, h, blob, end in pending.values():
+                copy.write_row((rowid, doc_id, version, h, _vector_text(blob), end))
+        self._changed = True
+
+    def _build_hnsw(self, tables: list[str]) -> None:
+        """Build the HNSW index of each vector table (each part's, sharded) that lacks one,
+        after the load that filled it (``m`` and ``ef_construction`` as the store was opened
+        with). Until it exists, an HNSW search sorts every vector: exact, and slower."""
+        def build(conn: Any, name: str) -> None:
+            if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.{name}_hnsw",)).fetchone()[0]:
+                return
+            started = time.perf_counter()
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name}_hnsw ON {self.schema}.{name} USING hnsw "
+                         f"(embedding vector_ip_ops) WITH (m = {int(self.hnsw_m)}, "
+                         f"ef_construction = {int(self.hnsw_ef_construction)})")
+            log.info("built the HNSW index of %s in %.1f s", name, time.perf_counter() - started)
+        for table in tables:
+            if list(self._parts.values()) == [None]:
+                with self._pool.connection() as conn:
+                    build(conn, table)
+            else:
+                self._on_servers(lambda conn, parts: [build(conn, f"{table}_p{p}") for p in parts])
+
+    def _compact_postings(self, most: int = 16) -> None:
+        """Merge the postings' segments into one when there are more than ``most`` (each write
+        transaction adds one): the rows of deleted or re-chunked chunks are dropped then."""
+        segments = self._one("SELECT count(DISTINCT seg) FROM {s}.postings")[0]
+        if segments <= most:
+            return
+        started = time.perf_counter()
+        with self.transaction():
+            conn = self._tx
+            seg = conn.execute(f"SELECT nextval('{self.schema}.postings_seg')").fetchone()[0]
+            for part, server in self._parts.items():
+                table = "postings" if server is None else f"postings_p{part}"
+                chunks = "chunks" if server is None else f"chunks_p{part}"
+                live = np.asarray([r for (r,) in conn.execute(
+                    f"SELECT rowid FROM {self.schema}.{chunks} WHERE duplicate_of IS NULL")], np.int64)
+                merged: dict[str, list[_Postings]] = {}
+                for term, rowids, freqs, lengths in conn.execute(
+                        f"SELECT term, rowids, freqs, lengths FROM {self.schema}.{table} ORDER BY term, seg",
+                        binary=True):
+                    merged.setdefault(term, []).append(_Postings.decode(rowids, freqs, lengths))
+                conn.execute(f"DELETE FROM {self.schema}.{table}")
+                with conn.cursor().copy(f"COPY {self.schema}.{table} (part, seg, term, rowids, freqs, lengths) "
+                                        "FROM STDIN") as copy:
+                    for term, lists in merged.items():
+                        kept = _Postings.concat(lists).keep(live)
+                        if kept.rowids.size:
+                            copy.write_row((part, seg, term, *kept.encoded()))
+            self._changed = True
+        log.info("merged %d postings segments in %.1f s", segments, time.perf_counter() - started)
+
+    # -- reads on every part ----------------------------------------------------------------
+    def _on_servers(self, job: Callable[[Any, list[int]], Any]) -> list[Any]:
+        """``job(connection, parts)`` on each shard server for the parts it holds, the servers
+        in parallel (threads, each with a connection of its own): ragdx's fan-out."""
+        by_server: dict[str, list[int]] = {}
+        for part, server in self._parts.items():
+            by_server.setdefault(server, []).append(part)
+        if self._fan_pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+            self._fan_pool = ThreadPoolExecutor(max_workers=len(by_server), thread_name_prefix="ragdx-shard")
+
+        def run(server: str, parts: list[int]) -> Any:
+            pool = self._shard_pool(server)
+            with pool.connection() as conn:
+                return job(conn, parts)
+        futures = [self._fan_pool.submit(run, server, parts) for server, parts in by_server.items()]
+        return [f.result() for f in futures]
+
+    def _shard_pool(self, server: str) -> Any:
+        with self._pools_lock:  # not self._lock: a writer holds that while it fans out
+            pool = self._shard_pools.get(server)
+            if pool is None:
+                from psycopg_pool import ConnectionPool
+                pool = self._shard_pools[server] = ConnectionPool(
+                    self._shard_conninfo(server), min_size=1, max_size=self._pool.max_size,
+                    kwargs={"autocommit": True, **self._connect_args}, configure=self._configure,
+                    open=True, name=f"ragdx:{self.schema}:{server}")
+            return pool
+
+    def _fan(self, sql: Callable[[str], str], args: Sequence[Any] | dict | None = None, *,
+             binary: bool = False, no_sort: bool = False) -> list[tuple]:
+        """The rows of ``sql(suffix)`` over every part (``suffix`` names a part's tables: ``""``
+        on one server, ``_p<n>`` sharded). Sharded, each shard server answers for its parts,
+        all servers at once; inside this thread's writing transaction, its connection to the
+        coordinator reads them all (through postgres_fdw), so the transaction's rows are seen.
+        ``no_sort``: the planner may not sort (``enable_sort`` off for this query), so an
+        ``ORDER BY`` that an index serves is read from the index."""
+        if self._writing():
+            self._flush()  # this transaction's buffered rows are read too
+
+        def run(conn: Any, query: str) -> list[tuple]:
+            query = query.replace("{s}", self.schema)
+            if not no_sort:
+                return conn.cursor(binary=binary).execute(query, args).fetchall()
+            with conn.transaction():  # (a savepoint inside the writing transaction)
+                conn.execute("SET LOCAL enable_sort = off")
+                rows = conn.cursor(binary=binary).execute(query, args).fetchall()
+                conn.execute("SET LOCAL enable_sort = on")
+            return rows
+        if list(self._parts.values()) == [None]:
+            with self._conn() as conn:
+                return run(conn, sql(""))
+
+        def union(parts: list[int]) -> str:
+            return " UNION ALL ".join(f"({sql(f'_p{p}')})" for p in parts)
+        if self._writing():
+            return run(self._tx, union(list(self._parts)))
+        found = self._on_servers(lambda conn, parts: run(conn, union(parts)))
+        return [row for rows in found for row in rows]
+
     @property
     def index_version(self) -> int:
         """A counter bumped by every committed change; caches are bound to it."""
@@ -597,57 +882,93 @@ class PostgresStore:
                        sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
                        chunker_config: str) -> None:
         """Store a new document version with its text, access groups, sections and chunks."""
-        self._write(
-            "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (document.doc_id, document.version, document.content_hash, document.path, document.title,
-             document.format, document.status.value, document.updated_at,
-             json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
-             json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, _now()))
-        self._write_acl(document)
-        self._write_chunks(document, sections, chunks, chunker_config)
-        self._write("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
-        self.log("add", document.doc_id, document.version,
-                 f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
-
-    def _write_acl(self, document: Document) -> None:
-        self._write("DELETE FROM {s}.acl WHERE doc_id = %s AND version = %s",
-                    (document.doc_id, document.version))
-        self._write("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
-                    (document.doc_id, document.version, sorted(set(document.acl))))
+        if self._tx is None:
+            raise StoreError("store writes must happen inside store.transaction()")
+        self._next_index_version()
+        # one round trip for the version's rows (pipeline mode; the chunks are buffered)
+        with self._tx.pipeline():
+            self._write(
+                "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                (document.doc_id, document.version, document.content_hash, document.path, document.title,
+                 document.format, document.status.value, document.updated_at,
+                 json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
+                 json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, _now()))
+            self._write("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
+                        (document.doc_id, document.version, sorted(set(document.acl))))
+            self._write("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
+            self.log("add", document.doc_id, document.version,
+                     f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
+        self._write_chunks(document, sections, chunks, chunker_config, new=True)
 
     def _vec_tables(self) -> list[str]:
         return [vec_table(n) for (n,) in self._all("SELECT n FROM {s}.spaces ORDER BY n")]
 
     def _write_chunks(self, document: Document, sections: tuple[Section, ...],
-                      chunks: tuple[Chunk, ...], chunker_config: str) -> None:
+                      chunks: tuple[Chunk, ...], chunker_config: str, *, new: bool = False) -> None:
+        """Buffer a version's sections and chunks (written by :meth:`_flush_chunks`); ``new``: the
+        version has no rows yet, so there are none to delete first."""
         key = (document.doc_id, document.version)
-        for table in self._vec_tables():
-            self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
-        self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
-        self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
-        self._insert("sections", _SECTION_TYPES, [
+        if not new:
+            self._flush()  # the rows to delete may still be buffered
+            self._drop_pending(lambda doc_id, version: (doc_id, version) == key)
+            for table in self._vec_tables():
+                self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
+            self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
+            self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
+        self._changed = True
+        self._pending_sections += [
             {"id": s.id, "doc_id": s.doc_id, "version": s.version, "start_at": s.start, "end_at": s.end,
              "heading_path": json.dumps(list(s.heading_path)), "level": s.level, "parent_id": s.parent_id}
-            for s in sections])
+            for s in sections]
         if not chunks:
             return
-        first = self._tx.execute(f"SELECT nextval('{self.schema}.chunk_rowid')").fetchone()[0]
-        self._tx.execute(f"SELECT setval('{self.schema}.chunk_rowid', %s)", (first + len(chunks) - 1,))
-        rows = []
+        first = self._rowids(len(chunks))
         for i, c in enumerate(chunks):
             lexemes, tf, length = chunk_terms(c)
-            rows.append({"rowid": first + i, "id": c.id, "doc_id": c.doc_id, "version": c.version, "ord": i,
-                         "start_at": c.start, "end_at": c.end, "text": c.text, "kind": c.kind.value,
-                         "heading_path": json.dumps(list(c.heading_path)), "section_id": c.section_id,
-                         "prefix": c.prefix, "header_start": c.header[0] if c.header else None,
-                         "header_end": c.header[1] if c.header else None, "token_count": c.token_count,
-                         "prev_id": c.prev_id, "next_id": c.next_id, "duplicate_of": c.duplicate_of,
-                         "over_limit": c.over_limit, "config_id": c.config_id, "lexemes": lexemes,
-                         "tf": tf, "length": length})
+            self._pending_chunks.append((
+                first + i, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
+                json.dumps(list(c.heading_path)), c.section_id, c.prefix, c.header[0] if c.header else None,
+                c.header[1] if c.header else None, c.token_count, c.prev_id, c.next_id, c.duplicate_of,
+                c.over_limit, c.config_id, lexemes, tf, length))
             self._fresh[c.id] = (first + i, c.doc_id, c.version)
-        self._insert("chunks", _CHUNK_TYPES, rows, _CHUNK_SELECT)
-        self._write("INSERT INTO {s}.configs VALUES (%s, 'chunker', %s) ON CONFLICT (id) DO NOTHING",
-                    (chunks[0].config_id, chunker_config))
+            if c.duplicate_of is None:  # a duplicate counts in the statistics, but is never returned
+                self._pending_postings.append((first + i, tf, length))
+        if chunks[0].config_id not in self._tx_configs:
+            self._tx_configs.add(chunks[0].config_id)
+            self._write("INSERT INTO {s}.configs VALUES (%s, 'chunker', %s) ON CONFLICT (id) DO NOTHING",
+                        (chunks[0].config_id, chunker_config))
+        if len(self._pending_chunks) >= self.flush_rows:
+            self._flush()
+
+    def _rowids(self, n: int) -> int:
+        """The first of ``n`` new chunk rows' ids, from a block of the sequence this transaction
+        reserved (one round trip per block; the rest of a block is skipped at commit)."""
+        if self._rowid_block is None or self._rowid_block[0] + n > self._rowid_block[1]:
+            size = max(n, self.flush_rows)
+            first = self._tx.execute(f"SELECT s, setval('{self.schema}.chunk_rowid', s + %s - 1) FROM "
+                                     f"(SELECT nextval('{self.schema}.chunk_rowid') AS s) x", (size,)).fetchone()[0]
+            self._rowid_block = [first, first + size]
+            if self._tx_first_rowid is None:
+                self._tx_first_rowid = first
+        first = self._rowid_block[0]
+        self._rowid_block[0] += n
+        return first
+
+    def _flush_chunks(self) -> None:
+        """Write the buffered sections and chunks: chunks by COPY on one server (the statistics
+        trigger runs once for them all), through postgres_fdw's batched inserts sharded."""
+        sections, self._pending_sections = self._pending_sections, []
+        chunks, self._pending_chunks = self._pending_chunks, []
+        self._insert("sections", _SECTION_TYPES, sections)
+        if not chunks:
+            return
+        if list(self._parts.values()) != [None]:
+            names = [c.split()[0] for c in _CHUNK_TYPES.split(", ")]
+            self._insert("chunks", _CHUNK_TYPES, [dict(zip(names, row)) for row in chunks], _CHUNK_SELECT)
+            return
+        with self._tx.cursor().copy(f"COPY {self.schema}.chunks FROM STDIN") as copy:
+            for row in chunks:
+                copy.write_row((*row[:20], " ".join(_tsv_lexeme(x) for x in row[20]), json.dumps(row[21]), row[22]))
 
     def replace_chunks(self, document: Document, parsed: ParsedDocument,
                        sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
@@ -700,6 +1021,7 @@ class PostgresStore:
                                             "ORDER BY seq", (doc_id,))]
         if not versions:
             raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
+        self._drop_pending(lambda doc, version: doc == doc_id)
         for table in [*self._vec_tables(), "chunks", "sections", "acl", "documents"]:
             self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s", (doc_id,))
         self._write("INSERT INTO {s}.tombstones VALUES (%s, %s, %s) ON CONFLICT (doc_id) DO UPDATE "
@@ -711,7 +1033,15 @@ class PostgresStore:
     def log(self, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
         self._write("INSERT INTO {s}.log (at, index_version, op, doc_id, version, detail) "
                     "VALUES (%s, %s, %s, %s, %s, %s)",
-                    (_now(), self.index_version + 1, op, doc_id, version, detail))
+                    (_now(), self._next_index_version(), op, doc_id, version, detail))
+
+    def _next_index_version(self) -> int:
+        """The index version this transaction commits (read once per transaction)."""
+        if not self._writing():
+            return self.index_version + 1
+        if self._tx_index_version is None:
+            self._tx_index_version = self.index_version + 1
+        return self._tx_index_version
 
     # -- reads ----------------------------------------------------------------------------
     @_decoding("documents")
@@ -786,8 +1116,8 @@ class PostgresStore:
     def _chunks_by_rowid(self, rowids: list[int]) -> dict[int, Chunk]:
         if not rowids:
             return {}
-        rows = self._all(f"SELECT {_CHUNK_COLUMNS}, c.rowid FROM {{s}}.chunks c WHERE c.rowid = ANY(%s)",
-                         (list(rowids),))
+        rows = self._fan(lambda sfx: f"SELECT {_CHUNK_COLUMNS}, c.rowid FROM {{s}}.chunks{sfx} c "
+                         "WHERE c.rowid = ANY(%(r)s)", {"r": list(rowids)})
         return {row[18]: self._chunk_row(row) for row in rows}
 
     @_decoding("sections")
@@ -860,10 +1190,21 @@ class PostgresStore:
 
     def bm25_statistics(self, tokens: Sequence[str]) -> tuple[int, int, dict[str, int]]:
         """The BM25 statistics over every part: rows, tokens, and rows holding each token."""
+        # every commit leaves term_delta empty: only the writing transaction has deltas to add
+        writing = self._writing()
+        if not writing:
+            n_rows = n_tokens = 0
+            df: dict[str, int] = {}
+            for term, n, tokens in self._fan(
+                    lambda sfx: f"SELECT NULL::text, n_rows, n_tokens FROM {{s}}.corpus{sfx} UNION ALL "
+                    f"SELECT term, df, 0 FROM {{s}}.term_df{sfx} WHERE term = ANY(%(t)s)", {"t": sorted(set(tokens))}):
+                if term is None:
+                    n_rows, n_tokens = n_rows + n, n_tokens + tokens
+                else:
+                    df[term] = df.get(term, 0) + n
+            return int(n_rows), int(n_tokens), {t: int(n) for t, n in df.items() if n > 0}
         n_rows, n_tokens = self._one("SELECT coalesce(sum(n_rows), 0), coalesce(sum(n_tokens), 0) "
                                      "FROM {s}.corpus")
-        # every commit leaves term_delta empty: only the writing transaction has deltas to add
-        writing = self._tx is not None and self._tx_thread == threading.get_ident()
         delta = " UNION ALL SELECT term, df FROM {s}.term_delta WHERE term = ANY(%(t)s)" if writing else ""
         df = dict(self._all("SELECT term, sum(df) FROM (SELECT term, df FROM {s}.term_df WHERE term = "
                             f"ANY(%(t)s){delta}) d GROUP BY term HAVING sum(df) > 0",
@@ -886,8 +1227,9 @@ class PostgresStore:
         while True:
             found = search(fetch)
             docs = sorted({c.doc_id for c, _ in found})
-            status = {(d, v): s for d, v, s in self._all(
-                "SELECT doc_id, version, status FROM {s}.documents WHERE doc_id = ANY(%s)", (docs,))} if docs else {}
+            status = {(d, v): s for d, v, s in self._fan(
+                lambda sfx: f"SELECT doc_id, version, status FROM {{s}}.documents{sfx} WHERE doc_id = ANY(%(d)s)",
+                {"d": docs})} if docs else {}
             kept = [(c, score) for c, score in found
                     if versions.allows(c.version, status.get((c.doc_id, c.version), "current"))]
             if len(kept) >= limit or len(found) < fetch:
@@ -904,6 +1246,15 @@ class PostgresStore:
         ``log((N - n + 0.5) / (n + 0.5))`` (1e-6 where that is <= 0) over every row, and its
         frequency in a row adds each column's weight per occurrence.
 
+        Scored from the postings with MaxScore pruning (Turtle & Flood, "Query evaluation:
+        strategies and optimizations", IP&M 31(6), 1995): a phrase adds less than
+        ``idf * (k1 + 1)`` to any row, so the most frequent phrases, whose bounds add up to less
+        than the ``limit``-th best readable score of the others, cannot bring a row into the
+        top on their own. Their postings (the longest) are never read: only the rows that the
+        other phrases put within their bounds of the top get their frequencies, from the
+        chunks' ``tf``. The final scores are computed phrase by phrase in the query's order,
+        as FTS5 adds them, so they are its floats.
+
         Args:
             terms: the query's terms (OR).
             groups: the principal's access groups.
@@ -913,47 +1264,143 @@ class PostgresStore:
         phrases = [token for term in terms for token in fts5_tokens(term)]
         if not phrases or not groups or limit <= 0:
             return []
+        if self._writing():
+            self._flush()
         n_rows, n_tokens, df = self.bm25_statistics(phrases)
-        if not n_rows or not any(df.get(t) for t in phrases):
+        present = [t for t in dict.fromkeys(phrases) if df.get(t)]
+        if not n_rows or not present:
             return []
         avgdl = n_tokens / n_rows
-        args: dict[str, Any] = {"k1": FTS_BM25_K1, "k1p1": FTS_BM25_K1 + 1.0, "b": FTS_BM25_B,
-                                "avgdl": avgdl, "wp": float(weights[0]), "wt": float(weights[1]),
-                                "q": _tsquery(phrases), "groups": list(groups)}
-        parts = []
-        for i, token in enumerate(phrases):
-            n = df.get(token, 0)
-            args[f"t{i}"], args[f"idf{i}"] = token, fts5_idf(n_rows, n)
-            freq = (f"(coalesce((c.tf -> %(t{i})s ->> 0)::float8, 0) * %(wp)s::float8 + "
-                    f"coalesce((c.tf -> %(t{i})s ->> 1)::float8, 0) * %(wt)s::float8)")
-            # fts5Bm25Function's very expression, in its order of evaluation
-            parts.append(f"%(idf{i})s::float8 * (({freq} * %(k1p1)s::float8) / ({freq} + %(k1)s::float8 * "
-                         f"(1.0::float8 - %(b)s::float8 + %(b)s::float8 * c.length::float8 / %(avgdl)s::float8)))")
-        score = "0.0::float8 + " + " + ".join(parts)
-        rows = self._all(self._top(
-            f"SELECT c.rowid AS rowid, {score} AS score FROM CHUNKS c JOIN ACL a ON "
-            "a.doc_id = c.doc_id AND a.version = c.version WHERE c.terms @@ %(q)s::tsquery AND "
-            "c.duplicate_of IS NULL AND a.groups && %(groups)s::text[]", "score DESC, rowid", limit), args)
-        chunks = self._chunks_by_rowid([r[0] for r in rows])
-        return [(chunks[rowid], float(score)) for rowid, score in rows]
+        idf = {t: fts5_idf(n_rows, df[t]) for t in present}
+        k1 = FTS_BM25_K1
+        # a phrase's bound, once per occurrence in the query; the rarest phrases are read first
+        bound = {t: idf[t] * (k1 + 1.0) * phrases.count(t) for t in present}
+        skipped: list[str] = []
+        if min(weights) >= 0:
+            held = 0.0
+            for t in sorted(present, key=lambda t: (-df[t], t)):
+                # a phrase held by over an eighth of the rows is worth skipping
+                if df[t] * 8 < n_rows or df[t] < 4 * limit or len(skipped) == len(present) - 1:
+                    break
+                held += bound[t]
+                skipped.append(t)
+        read = [t for t in present if t not in skipped]
+        postings = self._postings(read)
+        checked: dict[int, bool] = {}
+        if skipped:
+            rows, partial = self._score(postings, phrases, idf, weights, avgdl)
+            top = self._readable_top(rows, partial, limit, groups, checked)
+            theta = float(partial[np.searchsorted(rows, top[-1])]) if len(top) == limit else 0.0
+            margin = sum(bound[t] for t in skipped) * (1 + 1e-9)
+            if theta > margin:
+                keep = (partial + margin) * (1 + 1e-12) >= theta
+                rows = rows[keep]
+                postings = {t: p.keep(rows) for t, p in postings.items()}
+                postings.update(self._postings_of_rows(skipped, rows, postings))
+            else:  # the frequent phrases may decide: read them too
+                postings.update(self._postings(skipped))
+        rows, score = self._score(postings, phrases, idf, weights, avgdl)
+        found = self._readable_top(rows, score, limit, groups, checked)
+        chunks = self._chunks_by_rowid(found)
+        at = np.searchsorted(rows, found)
+        return [(chunks[rowid], float(score[i])) for rowid, i in zip(found, at) if rowid in chunks]
 
-    def _top(self, select: str, order: str, limit: int, *, table: str = "") -> str:
-        """A top-``limit`` query over every part: ``select`` names its tables ``CHUNKS``,
-        ``ACL`` and ``VEC`` (the space's ``table``) and yields ``rowid`` and ``score``.
+    def _postings(self, tokens: list[str]) -> dict[str, _Postings]:
+        """The postings of these tokens, over every segment and part."""
+        if not tokens:
+            return {}
+        lists: dict[str, list[_Postings]] = {}
+        for term, rowids, freqs, lengths in self._fan(
+                lambda sfx: f"SELECT term, rowids, freqs, lengths FROM {{s}}.postings{sfx} WHERE term = ANY(%(t)s)",
+                {"t": tokens}, binary=True):
+            lists.setdefault(term, []).append(_Postings.decode(rowids, freqs, lengths))
+        return {term: _Postings.concat(found) for term, found in lists.items()}
 
-        Sharded, it becomes one subquery per part, each a join of that part's foreign tables
-        that postgres_fdw ships to the part's server whole, filter, ``ORDER BY`` and ``LIMIT``
-        included; the coordinator merges the parts' top lists. Each part's list is its exact top
-        by (score, rowid), so the merge is the exact top of the whole table."""
+    def _postings_of_rows(self, tokens: list[str], rows: np.ndarray,
+                          known: dict[str, _Postings]) -> dict[str, _Postings]:
+        """The postings of these tokens restricted to these rows, read from the chunks' ``tf``
+        (the rows' lengths from ``known``)."""
+        if not rows.size:
+            return {t: _Postings(rows, np.zeros((0, 2), np.int32), np.zeros(0, np.int32)) for t in tokens}
+        length = np.zeros(rows.size, np.int64)
+        for p in known.values():
+            length[np.searchsorted(rows, p.rowids)] = p.lengths
+        picks = ", ".join(f"c.tf -> %(t{i})s" for i in range(len(tokens)))
+        args: dict[str, Any] = {"r": rows.tolist(), **{f"t{i}": t for i, t in enumerate(tokens)}}
+        found = sorted(self._fan(lambda sfx: f"SELECT c.rowid, {picks} FROM {{s}}.chunks{sfx} c "
+                                 "WHERE c.rowid = ANY(%(r)s)", args))
+        out = {}
+        for i, token in enumerate(tokens):
+            hits = [(r[0], r[i + 1]) for r in found if r[i + 1] is not None]
+            rowids = np.asarray([h[0] for h in hits], np.int64)
+            out[token] = _Postings(rowids, np.asarray([h[1] for h in hits], np.int64).reshape(-1, 2),
+                                   length[np.searchsorted(rows, rowids)])
+        return out
+
+    @staticmethod
+    def _score(postings: dict[str, _Postings], phrases: list[str], idf: dict[str, float],
+               weights: tuple[float, float], avgdl: float) -> tuple[np.ndarray, np.ndarray]:
+        """The rows holding any of these postings' tokens (ascending) and their BM25 over those
+        tokens, added phrase by phrase in the query's order (FTS5's fts5Bm25Function)."""
+        if not postings:
+            return np.zeros(0, np.int64), np.zeros(0)
+        rows = np.unique(np.concatenate([p.rowids for p in postings.values()]))
+        length = np.zeros(rows.size, np.float64)
+        for p in postings.values():
+            length[np.searchsorted(rows, p.rowids)] = p.lengths
+        k1, b = FTS_BM25_K1, FTS_BM25_B
+        norm = k1 * (1 - b + b * length / avgdl)
+        score = np.zeros(rows.size)
+        w = np.asarray(weights, np.float64)
+        for token in phrases:
+            p = postings.get(token)
+            if p is None or not p.rowids.size:
+                continue  # a phrase a row does not hold adds 0.0, as in FTS5
+            at = np.searchsorted(rows, p.rowids)
+            f = np.multiply(p.freqs[:, 0], w[0], dtype=np.float64)
+            f += np.multiply(p.freqs[:, 1], w[1], dtype=np.float64)
+            score[at] += idf[token] * ((f * (k1 + 1.0)) / (f + norm[at]))
+        return rows, score
+
+    def _readable_top(self, rows: np.ndarray, score: np.ndarray, limit: int, groups: tuple[str, ...],
+                      checked: dict[int, bool]) -> list[int]:
+        """The best ``limit`` rows by (score descending, rowid) that still exist, are no
+        duplicates and that the groups may read: checked best first, a batch at a time."""
+        want = 2 * limit + 16
+        while True:
+            n = min(want, rows.size)
+            if n < rows.size:
+                kth = np.partition(score, rows.size - n)[rows.size - n]
+                idx = np.flatnonzero(score >= kth)
+            else:
+                idx = np.arange(rows.size)
+            idx = idx[np.lexsort((rows[idx], -score[idx]))]
+            ask = [int(r) for r in rows[idx] if int(r) not in checked]
+            if ask:
+                ok = {r for (r,) in self._fan(
+                    lambda sfx: f"SELECT c.rowid FROM {{s}}.chunks{sfx} c JOIN {{s}}.acl{sfx} a ON a.doc_id = "
+                    "c.doc_id AND a.version = c.version WHERE c.rowid = ANY(%(r)s) AND c.duplicate_of IS NULL "
+                    "AND a.groups && %(g)s::text[]", {"r": ask, "g": list(groups)})}
+                checked.update((r, r in ok) for r in ask)
+            top = [int(r) for r in rows[idx] if checked[int(r)]][:limit]
+            if len(top) == limit or n == rows.size:
+                return top
+            want *= 4
+
+    def _top(self, select: str, order: str, limit: int, args: dict, *, table: str = "",
+             no_sort: bool = False) -> list[tuple]:
+        """The top ``limit`` rows of a query over every part: ``select`` names its tables
+        ``VEC`` (the space's ``table``) and ``ACL``, and yields ``rowid`` and ``score`` first.
+
+        Sharded, each part's top ``limit`` is found on its shard (join, filter, ``ORDER BY`` and
+        ``LIMIT``), the shards at once (:meth:`_fan`), and merged here by (score, rowid). Each
+        part's list is its exact top, so the merge is the exact top of the whole table."""
         def on(sfx: str) -> str:
-            return (select.replace("CHUNKS", f"{{s}}.chunks{sfx}").replace("ACL", f"{{s}}.acl{sfx}")
-                    .replace("VEC", f"{{s}}.{table}{sfx}"))
-        if list(self._parts.values()) == [None]:
-            return f"{on('')} ORDER BY {order} LIMIT {int(limit)}"
-        # a literal LIMIT: postgres_fdw ships it to the shard (a top-k sort there), a parameter not
-        subqueries = [f"({on(f'_p{part}')} ORDER BY {order} LIMIT {int(limit)})" for part in self._parts]
-        return (f"SELECT rowid, score FROM ({' UNION ALL '.join(subqueries)}) u "
-                f"ORDER BY score DESC, rowid LIMIT {int(limit)}")
+            return (select.replace("ACL", f"{{s}}.acl{sfx}").replace("VEC", f"{{s}}.{table}{sfx}")
+                    + f" ORDER BY {order} LIMIT {int(limit)}")
+        rows = self._fan(on, args, no_sort=no_sort, binary=True)  # binary: the vectors' floats as they are
+        rows.sort(key=lambda r: (-r[1], r[0]))
+        return rows[:limit]
 
     def _analyze(self) -> None:
         """Refresh the coordinator's statistics of the shards' tables when they grew by a tenth
@@ -1001,6 +1448,8 @@ class PostgresStore:
     @_decoding("spaces")
     def spaces(self) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
         """Every registered space: the space, its backend, its state and its vector count."""
+        if self._writing():
+            self._flush()
         out = []
         for n, body, backend, state in self._all("SELECT n, body, backend, state FROM {s}.spaces "
                                                   "ORDER BY created_at, id"):
@@ -1026,6 +1475,8 @@ class PostgresStore:
 
     def vectors_by_input(self, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
         """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+        if self._writing():
+            self._flush()
         found = self._space_table(space_id)
         if found is None or not hashes:
             return {}
@@ -1048,14 +1499,24 @@ class PostgresStore:
                 self._fresh[cid] = (rowid, doc_id, version)
         known = [(self._fresh[cid], h, blob, end) for cid, h, blob, end in rows if cid in self._fresh]
         table = found[0]
-        self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", ([k[0][0] for k in known],))
-        self._insert(table, "chunk_rowid bigint, doc_id text, version text, input_hash text, embedding text, "
-                     "window_end int", [{"chunk_rowid": rowid, "doc_id": doc_id, "version": version,
-                                         "input_hash": h, "embedding": _vector_text(blob), "window_end": end}
-                                        for (rowid, doc_id, version), h, blob, end in known],
-                     "chunk_rowid, doc_id, version, input_hash, embedding::vector, window_end")
+        # a chunk stored before this transaction may have a vector already; this transaction's
+        # own chunks have none but the buffered one, replaced below
+        flushed = self._tx_vectors.get(table, [0, 0, set()])[2]
+        older = [rowid for (rowid, _, _), *_ in known
+                 if rowid < (self._tx_first_rowid or rowid + 1) or rowid in flushed]
+        if older:
+            self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", (older,))
+        self._changed = True
+        pending = self._pending_vectors.setdefault(table, {})
+        for (rowid, doc_id, version), h, blob, end in known:
+            pending[rowid] = (rowid, doc_id, version, h, blob, end)
+            self._pending_keys.add((doc_id, version))
+        if len(pending) >= self.flush_rows:
+            self._flush_vectors(table)
 
     def chunks_without_vectors(self, space_id: str) -> list[Chunk]:
+        if self._writing():
+            self._flush()
         found = self._space_table(space_id)
         if found is None:
             return [c for c in self.chunks_in_order() if c.duplicate_of is None]
@@ -1072,6 +1533,8 @@ class PostgresStore:
     def vector_table(self, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
         """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
         window ends, in chunk order. Duplicate chunks are left out."""
+        if self._writing():
+            self._flush()
         ids, docs, blobs, ends = [], [], [], []
         found = self._space_table(space_id)
         if found is None:
@@ -1111,21 +1574,30 @@ class PostgresStore:
         query = _vector_text(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
         # inner_product() is no index operator, so ordering by it compares every row; "<#>" (the
         # negative inner product) is what the HNSW index serves
-        order = "score DESC, rowid" if exact else "v.embedding <#> %(q)s::vector, rowid"
+        # (one key only: a second one would keep the planner from the index's order)
+        order = "score DESC, rowid" if exact else "v.embedding <#> %(q)s::vector"
         # a few more than k, re-scored below as the embedded store scores (numpy, float32): the
         # server sums a dot product in another order, so two near-equal scores can swap
         deeper = k + max(16, k // 4)
-        rows = self._all(self._top(
-            "SELECT v.chunk_rowid AS rowid, inner_product(v.embedding, %(q)s::vector) AS score "
-            "FROM VEC v JOIN ACL a ON a.doc_id = v.doc_id AND a.version = v.version "
-            "WHERE a.groups && %(groups)s::text[]", order, deeper, table=found[0]),
-            {"q": query, "groups": list(groups)})
+        if self._writing():
+            self._flush()
+        select = "SELECT v.chunk_rowid AS rowid, inner_product(v.embedding, %(q)s::vector) AS score, v.embedding::real[] "
+        if exact:
+            select += ("FROM VEC v JOIN ACL a ON a.doc_id = v.doc_id AND a.version = v.version "
+                       "WHERE a.groups && %(groups)s::text[]")
+        else:
+            # the access check as a scalar subquery, which the planner cannot turn into a join: so
+            # the plan is the index's ordered scan, filtered row by row (pgvector's iterative scan
+            # goes on until the limit is met); as a join, the planner sorted every vector
+            select += ("FROM VEC v WHERE (SELECT a.groups FROM ACL a WHERE a.doc_id = v.doc_id AND "
+                       "a.version = v.version) && %(groups)s::text[]")
+        rows = self._top(select, order, deeper, {"q": query, "groups": list(groups)}, table=found[0],
+                         no_sort=not exact)
         if not rows:
             return []
-        rowids = sorted(r[0] for r in rows)
-        matrix = np.asarray([v for (v,) in self._all(
-            f"SELECT embedding::real[] FROM {{s}}.{found[0]} WHERE chunk_rowid = ANY(%s) ORDER BY chunk_rowid",
-            (rowids,))], dtype=np.float32)
+        rows.sort()
+        rowids = [r[0] for r in rows]
+        matrix = np.asarray([r[2] for r in rows], dtype=np.float32)
         scores = matrix @ np.asarray(vector, dtype=np.float32)
         ranked = sorted(range(len(rowids)), key=lambda i: (-scores[i], rowids[i]))[:k]
         chunks = self._chunks_by_rowid([rowids[i] for i in ranked])
@@ -1133,6 +1605,8 @@ class PostgresStore:
 
     def window_end(self, space_id: str, chunk_id: str) -> int | None:
         """How many characters of a chunk the encoder of a space read (None: all of it)."""
+        if self._writing():
+            self._flush()
         found = self._space_table(space_id)
         if found is None:
             return None

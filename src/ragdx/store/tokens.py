@@ -117,4 +117,11 @@ def fts5_porter(word: str) -> str:
 
 def fts5_tokens(text: str) -> list[str]:
     """The tokens FTS5's ``porter unicode61 remove_diacritics 2`` indexes for ``text``, in order."""
-    return [fts5_porter(fold(token)) for token in _WORD.findall(text)]
+    return [_fts5_token(token) for token in _WORD.findall(text)]
+
+
+@functools.lru_cache(maxsize=1 << 18)
+def _fts5_token(word: str) -> str:
+    """One word folded and stemmed (cached: a corpus repeats its words, and folding is a regex
+    substitution per word)."""
+    return fts5_porter(fold(word))
