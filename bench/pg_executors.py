@@ -29,6 +29,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -125,9 +126,13 @@ def _embed(executor_spec: str | None, texts: list[str]) -> tuple[dict, object]:
 
 
 def speedup(n_queries: int, n_chunks: int, out: Path) -> None:
+    """The run folders go to a temporary folder, removed at the end."""
+    with tempfile.TemporaryDirectory(prefix="ragdx-executors-") as where:
+        _speedup(n_queries, n_chunks, out, Path(where))
+
+
+def _speedup(n_queries: int, n_chunks: int, out: Path, work: Path) -> None:
     import numpy as np
-    work = out.parent / "executors-work"
-    work.mkdir(parents=True, exist_ok=True)
     queries = work / "queries.jsonl"
     queries.write_text("".join((DEVSET / "queries.test.jsonl").read_text().splitlines(keepends=True)[:n_queries]))
     runs, first = [], None
