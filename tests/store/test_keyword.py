@@ -197,3 +197,42 @@ def test_a_deletion_below_an_eighth_of_the_rows_is_buried_with_exact_statistics(
     assert found == reference(reader, ["banana", "cherry"])
     assert [d for d, _, _ in found] == ["a", "more0", "more1", "more2", "more3", "more4"]
     reader.close()
+
+
+def test_max_score_ranks_as_fts5_and_as_the_full_pass(tmp_path, monkeypatch):
+    """480 rows of words drawn with Zipf's law (rare words decide, common words only add): the
+    rows MaxScore leaves unscored cannot reach the top 10, so the top 10 and their scores are
+    FTS5's and the full pass's, ties ordered by row alike, whatever the groups."""
+    import random
+
+    from ragdx.store import keyword
+    monkeypatch.setattr(keyword, "MAX_SCORE_POSTINGS", 0)  # (482 rows: the dense pass would decide alone)
+    rng = random.Random(7)
+    vocab = [f"w{i}" for i in range(300)]
+    weights = [1 / (i + 1) for i in range(300)]
+    store = SQLiteStore(tmp_path / "store.db")
+    for n in range(480):
+        words = rng.choices(vocab, weights, k=rng.randrange(3, 15))
+        add(store, f"d{n}", " ".join(words), acl=("staff",) if n % 7 == 0 else PUBLIC)
+    add(store, "twin", "w150 w151 w3")  # a tie with its twin on every score
+    add(store, "twin2", "w150 w151 w3")
+    queries = [rng.sample(vocab[:40], 2) + rng.sample(vocab[100:], 4) for _ in range(60)] + [["w150", "w151", "w3"]]
+    decided = []
+    real = keyword.KeywordIndex._max_score
+
+    def spy(self, *args):
+        found, floor = real(self, *args)
+        decided.append("pruned" if found is not None else "floor" if floor > 0 else "full")
+        return found, floor
+    monkeypatch.setattr(keyword.KeywordIndex, "_max_score", spy)
+    everyone = ("public", "staff")
+    for groups in (PUBLIC, everyone):
+        for limit in (3, 10):
+            got = [search(store, q, groups, limit) for q in queries]
+            assert got == [reference(store, q, groups, limit) for q in queries]
+            assert got[-1][:2] == [("twin", "v1", got[-1][0][2]), ("twin2", "v1", got[-1][0][2])]
+    # each way was taken: MaxScore alone, the full pass above its floor, the full pass alone
+    assert min(decided.count("pruned"), decided.count("floor"), decided.count("full")) >= 10
+    monkeypatch.setattr(keyword.KeywordIndex, "_max_score", lambda self, *args: (None, 0.0))
+    assert [search(store, q, everyone) for q in queries] == got  # the full pass alone
+    store.close()

@@ -11,9 +11,13 @@ the query, in order,
 where f_i is the phrase's column-weighted frequency in the row, D the row's length in tokens
 (every column), avgdl the mean length over all N rows of the FTS5 table and n_i the number of rows
 holding the phrase. A question's OR expression matches half the rows through its common words, and
-FTS5 scores every match; here the phrases whose idf is floored (they hold at most 1e-6 each) are
-left out of the first pass, and only the rows that can still reach the top are scored in full, so
-the top ``limit`` and their scores are FTS5's.
+FTS5 scores every match; here a first pass chooses the rows that can still reach the top, and
+only those are scored in full (float64, phrase by phrase in the query's order), so the top
+``limit`` and their scores are FTS5's. The first pass is MaxScore (:meth:`KeywordIndex._max_score`):
+a floor under the ``limit``-th score from a few rows of the rarest phrases, then the postings of
+only the phrases whose bounds could lift a row past it; when those are too many, one dense pass
+over every row with float32 parts, the floor (or the ``limit``-th partial sum) choosing the rows.
+The phrases whose idf is floored (they hold at most 1e-6 each) only ever add their bound.
 
 The tokens are FTS5's, read from its index (``fts5vocab``): no tokenizer is re-implemented, so
 the matrix holds what SQLite matches. The mirror is bound to the store's ``index_version``: the
@@ -50,8 +54,19 @@ def fts5_idf(rows: int, hits: int) -> float:
     value = math.log((rows - hits + 0.5) / (hits + 0.5))
     return value if value > 0.0 else IDF_FLOOR
 #: Up to this many postings, a query's first use of a pair of column weights computes every
-#: posting's BM25 part at once (8 bytes each); above it, each term's on its first use.
-WHOLE_PARTS = 8_000_000
+#: posting's BM25 part at once (4 bytes each: a million chunks hold some 45 M postings); above
+#: it, each term's on its first use.
+WHOLE_PARTS = 64_000_000
+#: The parts are float32, each within a relative 2**-24 of its float64 value: sums of them
+#: choose the candidates with this much room (relative), and the candidates are scored again
+#: in float64 from the counts, as FTS5 scores them.
+SLACK = 1e-6
+#: MaxScore scores the rare phrases' postings on their own while they hold at most this share
+#: of the rows' count; past it, one dense pass over every row is cheaper.
+SPARSE_SHARE = 0.125
+#: Below this many postings in a query's phrases, the dense pass costs less than MaxScore's fixed
+#: cost (a few dozen numpy calls) and decides alone.
+MAX_SCORE_POSTINGS = 250_000
 _COLUMNS = ("prefix", "text")  # chunks_fts's columns, in FTS5's order (the bm25() weights')
 
 
@@ -360,26 +375,33 @@ class KeywordIndex:
         weak = [i for i in present if idf[i] <= IDF_FLOOR]
         norm = self._norm(avgdl)
         w = np.asarray(weights, np.float64)
-        # first pass: the phrases that are not floored, summed in the query's order as FTS5 does,
-        # so that without floored phrases these are FTS5's scores
-        # (bincount adds in array order, so each row's sum runs in phrase order too)
+        floor = 0.0
+        if min(weights) >= 0:
+            found, floor = self._max_score(phrases, idf, present, w, norm, allowed, limit)
+            if found is not None:
+                return found
+        # first pass, over every row: the phrases that are not floored, from their float32 parts;
+        # the rows that can still reach the top are then scored in full as FTS5 scores them
         if strong:
             partial = np.bincount(
                 np.concatenate([self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]] for i in strong]),
                 np.concatenate([idf[i] * self._part(phrases[i], w, norm) for i in strong]), minlength=n)
         else:
             partial = np.zeros(n)
+        # a floored phrase adds at most 1e-6 * (k1 + 1) to a row (a little more, for rounding)
+        floored = len(weak) * IDF_FLOOR * (self.k1 + 1.0) * (1 + 1e-9)
+        reach = floor - floored - SLACK * floor - 1e-12
+        if reach > 0:  # MaxScore's floor under the limit-th score: the rows that can reach it
+            candidates = np.flatnonzero(partial >= reach)
+            candidates = candidates[allowed[candidates]]
+            return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
         # (with a negative weight, a share can be negative: only the full pass below is exact)
         positive = np.flatnonzero(partial > 0) if min(weights) >= 0 else np.zeros(0, np.int64)
         positive = positive[allowed[positive]]
         if positive.size >= limit:
             values = partial[positive]
             kth = np.partition(values, positive.size - limit)[positive.size - limit]
-            if not weak:
-                candidates = positive[values >= kth]
-                return self._rank(candidates, partial[candidates], limit)
-            # a floored phrase adds at most 1e-6 * (k1 + 1) to a row (a little more, for rounding)
-            margin = len(weak) * IDF_FLOOR * (self.k1 + 1.0) * (1 + 1e-9) + 1e-12 * kth
+            margin = floored + SLACK * kth + 1e-12
             if kth > margin:
                 candidates = positive[values >= kth - margin]
                 return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
@@ -390,6 +412,82 @@ class KeywordIndex:
         candidates = np.flatnonzero(held & allowed)
         return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
 
+    def _max_score(self, phrases: Sequence[int], idf: list[float], present: list[int], w: np.ndarray,
+                   norm: np.ndarray, allowed: np.ndarray,
+                   limit: int) -> tuple[list[tuple[int, float]] | None, float]:
+        """The top ``limit`` by MaxScore (Turtle & Flood, "Query evaluation: strategies and
+        optimizations", IP&M 31(6), 1995), or None when the phrases that must be read hold more
+        postings than :data:`SPARSE_SHARE` of the rows, or fewer than ``limit`` allowed rows hold
+        the rarest phrases (the full pass decides then); and the floor ``theta`` (0.0 if none).
+
+        A phrase adds less than ``idf * (k1 + 1)`` to any row (``f / (f + norm) < 1`` for weights
+        that are not negative). First a floor under the true ``limit``-th score, ``theta``: the
+        ``limit``-th best full score of a few rows that hold the rarest phrases. Then the rarest
+        phrases are *essential* until the other phrases' bounds add up to less than ``theta``:
+        a row holding no essential phrase scores below that sum, so cannot reach the top (nor
+        tie it). The rows holding an essential phrase are summed from its postings; then each
+        other phrase, rarest first, is looked up for the rows still able to reach ``theta``
+        only. The rows left are scored in full as FTS5 scores them.
+        """
+        order = sorted(present, key=lambda i: (-idf[i], i))  # the highest bound first
+        if not order:
+            return [], 0.0
+        ceiling = self.k1 + 1.0
+        left = [0.0] * (len(order) + 1)  # left[j]: the bounds of order[j:] added up
+        for j in range(len(order) - 1, -1, -1):
+            left[j] = left[j + 1] + idf[order[j]] * ceiling
+        sizes = np.cumsum([int(self.indptr[phrases[i] + 1] - self.indptr[phrases[i]]) for i in order])
+        if sizes[-1] < MAX_SCORE_POSTINGS:
+            return None, 0.0
+        budget = self.rowid.size * SPARSE_SHARE
+        # the floor: the best rows of the rarest phrases (by their sums there), scored in full
+        seed = min(int(np.searchsorted(sizes, 8 * limit)) + 1, len(order))
+        if seed > 1 and sizes[seed - 1] > budget:
+            seed = 1
+        rows, partial = self._sums(phrases, idf, order[:seed], w, norm, allowed)
+        if rows.size < limit:
+            if seed == len(order):  # every row holding a phrase is here
+                return self._rank(rows, self._score(rows, phrases, idf, w, norm), limit), 0.0
+            return None, 0.0
+        best = rows if rows.size <= 4 * limit else rows[np.argpartition(-partial, 4 * limit)[:4 * limit]]
+        full = self._score(best, phrases, idf, w, norm)
+        theta = float(np.partition(full, full.size - limit)[full.size - limit])
+        theta -= SLACK * (theta + left[0]) + 1e-12  # room for sums of float32 parts
+        if theta <= 0:
+            return None, 0.0
+        essential = next(j for j in range(1, len(order) + 1) if left[j] * (1 + SLACK) < theta)
+        if sizes[essential - 1] > budget:
+            return None, theta
+        if essential != seed:
+            rows, partial = self._sums(phrases, idf, order[:essential], w, norm, allowed)
+        # the other phrases looked up for the rows left only, each dropping the rows that can no
+        # longer reach theta
+        for j in range(essential, len(order) + 1):
+            keep = partial + left[j] * (1 + SLACK) >= theta
+            rows, partial = rows[keep], partial[keep]
+            if j == len(order) or rows.size <= limit:
+                break
+            partial = partial + self._share(phrases[order[j]], idf[order[j]], rows, w, norm)
+        return self._rank(rows, self._score(rows, phrases, idf, w, norm), limit), theta
+
+    def _postings(self, t: int) -> np.ndarray:
+        """The term's rows (positions, ascending)."""
+        return self.pos[self.indptr[t]:self.indptr[t + 1]]
+
+    def _sums(self, phrases: Sequence[int], idf: list[float], which: Sequence[int], w: np.ndarray,
+              norm: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The allowed rows holding any of the phrases ``which`` (positions, ascending) and the
+        sum of those phrases' shares in each."""
+        pos = [self._postings(phrases[i]) for i in which]
+        part = [idf[i] * self._part(phrases[i], w, norm) for i in which]
+        if len(which) == 1:
+            rows, partial = pos[0], part[0]
+        else:
+            rows, inverse = np.unique(np.concatenate(pos), return_inverse=True)
+            partial = np.bincount(inverse, np.concatenate(part), minlength=rows.size)
+        keep = allowed[rows]
+        return rows[keep], partial[keep]
+
     def _norm(self, avgdl: float) -> np.ndarray:
         """k1 * (1 - b + b * D / avgdl) per row, as FTS5 computes it (cached per generation)."""
         found = self._masks.get(("norm",))
@@ -398,15 +496,21 @@ class KeywordIndex:
         return found
 
     def _part(self, t: int, w: np.ndarray, norm: np.ndarray) -> np.ndarray:
-        """A term's postings' BM25 part without the idf (cached per generation and weights: for
-        every posting at once up to :data:`WHOLE_PARTS` postings in a mirror as built, else term
-        by term, at most the matrix's size again; after a patch, term by term, so that the query
-        after an edit pays for its own terms only)."""
+        """A term's postings' BM25 part without the idf, in float32 (cached per generation and
+        weights: for every posting at once up to :data:`WHOLE_PARTS` postings in a mirror as
+        built, a few million at a time, else term by term, at most the matrix's size again;
+        after a patch, term by term, so that the query after an edit pays for its own terms
+        only)."""
         if self.pos.size <= WHOLE_PARTS and not self.patched:
             key = ("parts", float(w[0]), float(w[1]))
             every = self._masks.get(key)
             if every is None:
-                every = self._masks[key] = self._contribution(1.0, self._freq(slice(None), w), norm[self.pos])
+                every = np.empty(self.pos.size, np.float32)
+                step = 1 << 22  # (float64 temporaries of this many postings at a time)
+                for lo in range(0, self.pos.size, step):
+                    sl = slice(lo, lo + step)
+                    every[sl] = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]])
+                self._masks[key] = every
             return every[self.indptr[t]:self.indptr[t + 1]]
         key = ("part", t, float(w[0]), float(w[1]))
         found = self._masks.get(key)
@@ -415,7 +519,8 @@ class KeywordIndex:
                 self._masks = {k: v for k, v in self._masks.items() if k[0] != "part"}
                 self._cached = 0
             sl = slice(self.indptr[t], self.indptr[t + 1])
-            found = self._masks[key] = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]])
+            found = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]]).astype(np.float32)
+            self._masks[key] = found
             self._cached += found.size
         return found
 
@@ -435,17 +540,26 @@ class KeywordIndex:
         """Full scores of the rows (positions, ascending), phrase by phrase in the query's order."""
         score = np.zeros(rows.size)
         row_norm = norm[rows]
-        k1_1 = self.k1 + 1.0
         for i, t in enumerate(phrases):
-            if t < 0:
-                continue
-            lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
-            pos = self.pos[lo:hi]
-            at = np.minimum(np.searchsorted(pos, rows), hi - lo - 1)
-            # a row without the phrase has f = 0, so adds 0.0 exactly, as in FTS5
-            f = self._freq(lo + at, w) * (pos[at] == rows)
-            score += idf[i] * ((f * k1_1) / (f + row_norm))
+            if t >= 0:
+                score += self._share(t, idf[i], rows, w, norm, row_norm)
         return score
+
+    def _share(self, t: int, idf: float, rows: np.ndarray, w: np.ndarray, norm: np.ndarray,
+               row_norm: np.ndarray | None = None) -> np.ndarray:
+        """A phrase's share of the score of each row (positions), 0.0 where it does not hold it."""
+        lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
+        pos = self.pos[lo:hi]
+        # a row without the phrase has f = 0, so adds 0.0 exactly, as in FTS5
+        if rows.size * 16 < pos.size:  # a few rows: found by binary search
+            at = np.minimum(np.searchsorted(pos, rows), hi - lo - 1)
+            f = self._freq(lo + at, w) * (pos[at] == rows)
+        else:  # many: the postings laid over every row, then read at the rows
+            spread = self.cached(("spread",), lambda: np.zeros(self.rowid.size))
+            spread[pos] = self._freq(slice(lo, hi), w)
+            f = spread[rows]
+            spread[pos] = 0.0
+        return idf * ((f * (self.k1 + 1.0)) / (f + (norm[rows] if row_norm is None else row_norm)))
 
     def _rank(self, rows: np.ndarray, score: np.ndarray, limit: int) -> list[tuple[int, float]]:
         rowid = self.rowid[rows]
