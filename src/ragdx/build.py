@@ -9,10 +9,12 @@ default ones with :func:`default_stages` and change the list.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import logging
 from pathlib import Path
 from typing import Any, Callable
 
-from ragdx.config import DenseSettings, Settings
+from ragdx.config import DenseSettings, GenerationSettings, Settings
 from ragdx.errors import ConfigError
 from ragdx.executors import Executor, ParallelEncoder
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
@@ -32,6 +34,8 @@ from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
 from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
 from ragdx.types import StageKind
+
+log = logging.getLogger("ragdx")
 
 __all__ = ["open_store", "cache_path", "open_cache", "build_encoder", "chunker_for", "build_ingestor", "default_stages",
            "build_pipeline"]
@@ -213,16 +217,18 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                   else RegexTokenCounter())
     stages.append(ContextAssembler(store, counter, budget_tokens=c.budget_tokens, expand=c.expand,
                                    min_tokens=c.min_tokens))
-    reader = None
+    reader, weights = None, None
     if g.method == "extractive" and g.reader == "cross-encoder":
         from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
         reader = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens)
+    elif g.method == "extractive" and g.reader == "learned":
+        reader, weights = learned_reader(g)
     stages.append(ChatGenerator(client) if g.method == "chat" and client else
                   ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
                                       max_sentences=g.max_sentences, encoder=encoder,
                                       semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
                                       tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
-                                      reader_scale=g.reader_scale,
+                                      reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
                                       store=store if g.check_names else None))
     v = settings.verify
     checker: Any = LexicalChecker()
@@ -232,6 +238,23 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
         checker = LlmJudge(client)
     stages.append(ClaimVerifier(store, checker))
     return stages
+
+
+def learned_reader(g: GenerationSettings) -> tuple[Any, Any]:
+    """The generator's learned reader (:mod:`ragdx.stages.reader`): the cross-encoder and the
+    weights fitted with it when it can run here (a ``reader_model`` given, or the packaged model
+    with the extras ``onnx`` and ``models``), else no model and the weights fitted without it,
+    said on the log with the extra that would add it."""
+    from ragdx.encoders.packaged import EXTRA, packaged_root
+    from ragdx.stages.reader import READER_FILE, load_weights
+    readers = load_weights(g.reader_weights or READER_FILE)
+    runs = all(importlib.util.find_spec(m) is not None for m in ("onnxruntime", "tokenizers"))
+    if runs and (g.reader_model or packaged_root() is not None):
+        from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
+        return CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens), readers["cross"]
+    log.warning("the generator's reader runs without its cross-encoder (words, meaning and place only): "
+                "pip install 'ragdx[%s]' adds it", EXTRA if runs else f"onnx,{EXTRA}")
+    return None, readers["plain"]
 
 
 def _rewrite_stage(store: Store, settings: Settings, client: ChatClient | None) -> RoutedRewrite:

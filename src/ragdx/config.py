@@ -167,14 +167,18 @@ class GenerationSettings:
     method: str = _choice("extractive", "extractive", "chat")
     min_coverage: float = _at_least(0.51, 0.0, 1.0)  # fitted on the dev set (docs/benchmarks.md)
     keep_ratio: float = _at_least(0.5, 0.0, 1.0)
-    max_sentences: int = _at_least(7, 1)
+    max_sentences: int = _at_least(3, 1)  # fitted with the learned reader (bench/train_reader.py)
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0, 10.0)
     tie_ratio: float = _at_least(0.0, 0.0, 1.0)
-    reader: str = _choice("none", "none", "cross-encoder")  # a model reading the question with each sentence
+    # which sentences answer: 'learned' (a fitted scorer over words, meaning, place and, with the
+    # extra 'models', a cross-encoder), 'cross-encoder' (the model's score blended in) or 'none'
+    reader: str = _choice("learned", "learned", "none", "cross-encoder")
     reader_model: str = ""  # default: the packaged ms-marco-MiniLM-L-12-v2 (extra 'models')
+    reader_weights: str = ""  # the learned reader's weights file; default the one ragdx ships
+    reader_keep: float = _at_least(0.0, 0.0, 1.0)  # learned reader: a further sentence's least share of the first's probability
     reader_weight: float = _at_least(0.5, 0.0, 1.0)
-    reader_depth: int = _at_least(40, 1)
+    reader_depth: int = _at_least(12, 1)
     reader_scale: float = _at_least(1.0, 0.001, 1000.0)
     reader_max_tokens: int = _at_least(128, 8, 4096)
     check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable

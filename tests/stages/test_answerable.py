@@ -85,7 +85,7 @@ def test_the_settings_build_the_reader_and_the_name_check(small):
     from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
 
     store, encoder, settings = small
-    plain = build_pipeline(store, settings, encoder=encoder).generator
+    plain = build_pipeline(store, with_overrides(settings, ["generation.reader=none"]), encoder=encoder).generator
     assert plain.reader is None and plain.reader_weight == 0.0 and plain.names is not None
     read = build_pipeline(store, with_overrides(settings, ["generation.reader=cross-encoder", "generation.reader_depth=12",
                                                            "generation.check_names=false"]), encoder=encoder).generator

@@ -2,7 +2,8 @@
 
 - :class:`ExtractiveGenerator` (the default): offline and deterministic. It answers with the
   context's own sentences that best answer the question — by the question's content words they
-  hold and, given the dense encoder, by meaning — each cited, with the exception that follows a
+  hold and, given the dense encoder, by meaning, ordered by a learned reader when it has one
+  (:mod:`ragdx.stages.reader`) — each cited, with the exception that follows a
   rule, and abstains, naming what is missing, when no sentence scores enough. Sentences
   of a passage flagged as instruction-like (``ContextUnit.flagged``), or that read like
   instructions to the system, or hold a citation marker of their own (``[S1]``), are never used
@@ -25,14 +26,17 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.answerable import Answerability, NameCoverage
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
-from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statements,
-                        states_quantity, stem)
+from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
+from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statement_spans,
+                        statements, states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -64,6 +68,9 @@ class _Candidate:
     density: float  # covered question terms per word: among equal scores, the more focused
     index: int = 0  # the statement's position in its unit
     content: float = 0.0  # the score before the unit's rank prior: what abstention compares
+    lexical: float = 0.0  # the weighted share of the question's terms it holds
+    cosine: float = 0.0  # its cosine with the question (0 without an encoder)
+    table_row: bool = False
 
 
 class ExtractiveGenerator:
@@ -106,6 +113,12 @@ class ExtractiveGenerator:
             Re-ranking with BERT", 2019). It reads the ``reader_depth`` best sentences by the
             blend above, and its score, ``sigmoid(logit / reader_scale)``, is ``reader_weight``
             of theirs (the others count it 0); abstention compares this combined score.
+        weights: a learned reader (:mod:`ragdx.stages.reader`): given, it orders the sentences by
+            the probability it gives each (from their words, meaning, place and, when it reads
+            one, the ``reader``'s logit for the ``reader_depth`` best by words and meaning),
+            instead of the blend and the rank prior; abstention still compares the blend. A reader
+            fitted with the cross-encoder's features needs the ``reader``.
+        reader_keep: with ``weights``, a further sentence's least share of the first's probability.
         store: given, the generator abstains when one of the question's distinctive names (a
             function, an extension, a product, a version) or words occurs nowhere the asker may
             read, naming it (:class:`ragdx.stages.answerable.Answerability`); None: no such check.
@@ -117,11 +130,15 @@ class ExtractiveGenerator:
                  encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
                  tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
                  reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
+                 weights: ReaderWeights | None = None, reader_keep: float = 0.0,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
         self.reader, self.reader_depth, self.reader_scale = reader, reader_depth, reader_scale
-        self.reader_weight = reader_weight if reader is not None else 0.0
+        self.reader_weight = reader_weight if reader is not None and weights is None else 0.0
+        if weights is not None and weights.cross and reader is None:
+            raise ConfigError("the generator's learned reader reads a cross-encoder's score, and none was given")
+        self.weights, self.reader_keep = weights, reader_keep
         self.store = store
         self.names = NameCoverage(store, encoder) if store is not None else None
         self.answerability = Answerability(self.names)
@@ -136,7 +153,11 @@ class ExtractiveGenerator:
                 "semantic_weight": self.semantic_weight, "rank_weight": self.rank_weight,
                 "tie_ratio": self.tie_ratio, "reader_weight": self.reader_weight,
                 "reader_depth": self.reader_depth, "reader_scale": self.reader_scale,
-                "reader": dict(self.reader.config) if self.reader is not None else None, "check_names": self.names is not None,
+                "reader": dict(self.reader.config) if self.reader is not None else None,
+                "learned": {"weights": self.weights.digest, "cross": self.weights.cross}
+                if self.weights is not None else None,
+                "reader_keep": self.reader_keep if self.weights is not None else None,
+                "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -159,7 +180,8 @@ class ExtractiveGenerator:
         for unit in context.units:
             by_version = version_terms if asked.names(unit.version) else set()
             barred = barred_statements(unit)  # a passage with an instruction in it is never quoted
-            for index, text in enumerate(statements(unit.text, unit.header_text)):
+            for index, said in enumerate(statement_spans(unit.text, unit.header_text)):
+                text = said.text
                 if _untrusted(text) or text in barred or text.endswith("?") \
                         or (len(text.split()) < MIN_WORDS and not SIGNATURE.search(text)):
                     continue  # a document's instructions have no authority; a question or a bare
@@ -170,12 +192,13 @@ class ExtractiveGenerator:
                 score = sum(weights[t] for t in covered) / total
                 if score > 0 or self.semantic_weight > 0:
                     density = len(covered) / max(1, len(text.split()))
-                    found.append(_Candidate(unit, text, covered, score, density, index))
+                    found.append(_Candidate(unit, text, covered, score, density, index, lexical=score,
+                                            table_row=said.head is not None))
         if self.semantic_weight > 0 and found:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
-            found = [replace(c, score=(1 - w) * c.score + w * m) for c, m in zip(found, meaning)]
-        if self.reader is not None and found:
+            found = [replace(c, score=(1 - w) * c.score + w * m, cosine=m) for c, m in zip(found, meaning)]
+        if self.reader is not None and self.weights is None and self.reader_weight > 0 and found:
             found = self._read(question, found)
         found = [replace(c, content=c.score, score=c.score + self.rank_weight / math.log2(1 + c.unit.rank))
                  for c in found]
@@ -184,7 +207,34 @@ class ExtractiveGenerator:
             of_version = [c for c in found if asked.names(c.unit.version)]
             if any(c.content >= self.min_coverage for c in of_version):
                 found = of_version
+        if self.weights is not None and found:
+            # the learned reader orders the sentences; abstention still compares ``content``
+            chances = self.weights.probabilities(self.reader_rows(question, found))
+            found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def reader_rows(self, question: str, found: list[_Candidate]) -> np.ndarray:
+        """The learned reader's features of each candidate (:func:`ragdx.stages.reader.feature_matrix`):
+        the cross-encoder, when the generator has one, reads the ``reader_depth`` best by
+        ``content`` (words and meaning), each sentence after its heading."""
+        weights = question_weights(question)
+        total = sum(weights.values()) or 1.0
+        heads: dict[str, float] = {}
+        for c in found:
+            if c.unit.id not in heads:
+                held = _terms(" ".join(c.unit.heading_path))
+                heads[c.unit.id] = sum(v for t, v in weights.items() if t in held) / total
+        facts = [SentenceFacts(c.lexical, c.cosine, c.density, c.unit.rank, c.index, len(c.text.split()),
+                               c.text.endswith(":"), any(ch.isdigit() for ch in c.text), c.table_row,
+                               heads[c.unit.id]) for c in found]
+        blend = [c.content for c in found]
+        cross: list[float | None] | None = None
+        if self.reader is not None:
+            top = sorted(range(len(found)), key=lambda i: (-blend[i], -found[i].density,
+                                                           found[i].unit.rank))[:self.reader_depth]
+            read = dict(zip(top, (float(x) for x in self.reader.score(question, [_in_place(found[i]) for i in top]))))
+            cross = [read.get(i) for i in range(len(found))]
+        return feature_matrix(facts, blend, cross)
 
     def _read(self, question: str, found: list[_Candidate]) -> list[_Candidate]:
         """The candidates' scores with the reader's share: the ``reader_depth`` best are read, each
@@ -268,7 +318,9 @@ class ExtractiveGenerator:
         # further statements that score well enough and say something not said yet, each time
         # from a unit not yet cited first
         best = found[0].score
-        rest = [c for c in found[1:] if c.score >= self.keep_ratio * best and c.text != found[0].text]
+        # with the learned reader: its probability against the first's
+        floor = (self.reader_keep if self.weights is not None else self.keep_ratio) * best
+        rest = [c for c in found[1:] if c.score >= floor and c.text != found[0].text]
         while len(chosen) < self.max_sentences:
             rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
             if not rest:
