@@ -308,8 +308,8 @@ class ExtractiveGenerator:
         started = time.perf_counter()
         found = self._candidates(query.question, context)
         top = max(found, key=lambda c: c.content, default=None)
-        verdict = self.answerability.run(query, context, top.content if top else None, top.covered if top else frozenset(),
-                                         self.min_coverage)
+        verdict = self.answerability.run(query, context, top.content if top else None,
+                                         top.covered if top else frozenset(), self.min_coverage)
         if not verdict.answer:
             return self._abstain(verdict.why, verdict.missing, started)
         chosen = [found[0]]
