@@ -584,7 +584,7 @@ def cmd_label(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.tests:
         return _label_propose(args, out)
-    from ragdx.label.review import apply_decisions, write_review
+    from ragdx.report.review import apply_decisions, write_review
     from ragdx.queryset import load_queries
     if not args.queries:
         raise _UsageError(f"label --{modes[0]} needs --queries (the proposed query set from 'ragdx label --tests')")
