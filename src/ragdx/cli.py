@@ -612,6 +612,7 @@ def _label_propose(args: argparse.Namespace, out: Path) -> int:
     lines, traces = [], []
     with _store(args) as store:
         labeller = build_labeller(store, settings, args.scorer)
+        log.debug("labeller: %s", labeller.config)
         with Progress("labelling", len(data.cases), unit="questions") as progress:
             for case in data.cases:
                 lines.append(labeller.run(case).to_line())

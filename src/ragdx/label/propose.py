@@ -30,9 +30,9 @@ from ragdx.diagnosis.evidence import RESOLVED, EvidenceResolver
 from ragdx.ingest.quotes import find_quote
 from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
-from ragdx.queryset import parse_query, query_to_dict
+from ragdx.queryset import parse_query
 from ragdx.text import content_terms, sentence_spans, statement_spans, stem
-from ragdx.types import Alternative, DocStatus, Principal, Query, VersionFilter
+from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
 __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
 
@@ -490,8 +490,3 @@ class Labeller:
             if places:
                 groups.append(replace(group, places=places))
         return replace(proposal, groups=tuple(groups))
-
-
-def query_line(query: Query) -> dict[str, Any]:
-    """A query as its query-set line (re-exported for the review's apply step)."""
-    return query_to_dict(query)
