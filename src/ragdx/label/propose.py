@@ -227,7 +227,7 @@ class Labeller:
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
-                 scorer_weight: float = 0.5, tie: float = 0.05) -> None:
+                 scorer_weight: float = 0.5, tie: float = 0.2) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
