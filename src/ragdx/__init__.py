@@ -40,6 +40,9 @@ from ragdx.store.cache import SQLiteCache
 from ragdx.diagnosis.evidence import EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.records import Diagnosis, Loss, Outcome, StagePresence
 from ragdx.diagnosis.locate import Diagnoser, TraceView
+from ragdx.label import (
+    DatasetFormat, EvalCase, EvalSet, Labeller, Proposal, ProposedGroup, build_labeller, read_eval_set,
+)
 from ragdx.evaluation.layered import Metric, Metrics
 from ragdx.experiments.run import RunResult, run, run_pipeline
 from ragdx.experiments.durable import DurableRun, Fault, inspect_run, run_durable
@@ -84,6 +87,8 @@ __all__ = [
     # queries, evidence and diagnosis
     "load_queries", "EvidenceResolver", "EvidenceStatus", "QueryEvidence", "ResolvedAlternative",
     "Diagnoser", "Diagnosis", "Outcome", "Loss", "StagePresence", "TraceView",
+    # labels from evaluation sets
+    "read_eval_set", "EvalSet", "EvalCase", "DatasetFormat", "Labeller", "build_labeller", "Proposal", "ProposedGroup",
     # evaluation and experiments
     "Metric", "Metrics", "run", "run_pipeline", "RunResult", "ablate", "ablate_pipelines", "Variant",
     "AblationResult", "diagnose_imported", "ImportedRun", "example_dir",

@@ -607,7 +607,7 @@ def cmd_label(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if args.tests:
         return _label_propose(args, out)
-    from ragdx.label.review import apply_decisions, write_review
+    from ragdx.report.review import apply_decisions, write_review
     from ragdx.queryset import load_queries
     if not args.queries:
         raise _UsageError(f"label --{modes[0]} needs --queries (the proposed query set from 'ragdx label --tests')")
@@ -635,6 +635,7 @@ def _label_propose(args: argparse.Namespace, out: Path) -> int:
     lines, traces = [], []
     with _store(args) as store:
         labeller = build_labeller(store, settings, args.scorer)
+        log.debug("labeller: %s", labeller.config)
         with Progress("labelling", len(data.cases), unit="questions") as progress:
             for case in data.cases:
                 lines.append(labeller.run(case).to_line())

@@ -125,7 +125,7 @@ def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) 
 
 def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path) -> None:
     from ragdx.errors import InputError
-    from ragdx.label.review import apply_decisions
+    from ragdx.report.review import apply_decisions
     _, proposed, _ = labelled
     bad = write(tmp_path / "d.json", json.dumps({"format": "ragdx-label-decisions",
                                                  "decisions": {"q2": {"3": {"status": "reject"}}}}))

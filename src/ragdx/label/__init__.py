@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ragdx.label.propose import Claim, Labeller, Place, Proposal, ProposedGroup, split_claims
+from ragdx.label.propose import Labeller, Place, Proposal, ProposedGroup, ReferenceClaim, split_claims
 from ragdx.label.readers import DatasetFormat, EvalCase, EvalSet, case_trace, read_eval_set
 
-__all__ = ["Claim", "Labeller", "Place", "Proposal", "ProposedGroup", "split_claims", "DatasetFormat",
+__all__ = ["ReferenceClaim", "Labeller", "Place", "Proposal", "ProposedGroup", "split_claims", "DatasetFormat",
            "EvalCase", "EvalSet", "case_trace", "read_eval_set", "build_labeller", "SCORERS"]
 
 #: the scorers ``ragdx label --scorer`` takes: ``auto`` is the cross-encoder where the ``models``

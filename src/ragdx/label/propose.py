@@ -30,11 +30,11 @@ from ragdx.diagnosis.evidence import RESOLVED, EvidenceResolver
 from ragdx.ingest.quotes import find_quote
 from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
-from ragdx.queryset import parse_query, query_to_dict
+from ragdx.queryset import parse_query
 from ragdx.text import content_terms, sentence_spans, statement_spans, stem
-from ragdx.types import Alternative, DocStatus, Principal, Query, VersionFilter
+from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
-__all__ = ["Claim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
+__all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
 
 _SPACE = re.compile(r"\s+")
 #: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
@@ -117,7 +117,7 @@ class Place:
 
 
 @dataclass(frozen=True, slots=True)
-class Claim:
+class ReferenceClaim:
     """One claim of the reference answer and the best place found stating it (None: none does)."""
 
     text: str
@@ -150,7 +150,7 @@ class Proposal:
 
     case: EvalCase
     groups: tuple[ProposedGroup, ...]
-    unsupported: tuple[Claim, ...] = ()
+    unsupported: tuple[ReferenceClaim, ...] = ()
     note: str = ""
     restricted: bool = False
     candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
@@ -227,7 +227,7 @@ class Labeller:
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
-                 scorer_weight: float = 0.5, tie: float = 0.05) -> None:
+                 scorer_weight: float = 0.5, tie: float = 0.2) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
@@ -361,7 +361,7 @@ class Labeller:
             return Proposal(case, (), note="no reference answer: nothing to label; taken as a question "
                             "the system should abstain on")
         named = VersionFilter.for_question(case.question, current_only=False)
-        claims: list[Claim] = []
+        claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
         for text in split_claims(case.reference):
             scored, how = self._best(case, text, [c.place for c in claims if c.place is not None])
@@ -369,7 +369,7 @@ class Labeller:
                 best = scored[0][0] if scored else 0.0
                 where = f"; the best place, {scored[0][1].place.doc}@{scored[0][1].place.version}, scores " \
                     f"{best:.2f}" if scored else "; the channels found nothing"
-                claims.append(Claim(text, best, None, f"no statement in the store states it ({how}: below "
+                claims.append(ReferenceClaim(text, best, None, f"no statement in the store states it ({how}: below "
                                     f"{self.min_score}{where})"))
                 others.append([])
                 continue
@@ -384,7 +384,7 @@ class Labeller:
                     break
                 if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
                     also.append(s.place)
-            claims.append(Claim(text, score, top.place, reason, rival, tuple(also)))
+            claims.append(ReferenceClaim(text, score, top.place, reason, rival, tuple(also)))
             others.append([s.place for _, s in scored[1:6]
                            if _compact(s.place.text) != _compact(top.place.text)])
         verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
@@ -393,7 +393,7 @@ class Labeller:
                 continue  # a second look, in the pages the other claims were quoted from
             scored, _ = self._best(case, text, verbatim, only_near=True)
             if scored and scored[0][0] >= 1.0:
-                claims[n] = Claim(text, 1.0, scored[0][1].place, "the reference's words, verbatim")
+                claims[n] = ReferenceClaim(text, 1.0, scored[0][1].place, "the reference's words, verbatim")
                 others[n] = []
         stated = [(c, o) for c, o in zip(claims, others) if c.place is not None]
         groups, candidates = self._groups(stated, named)
@@ -406,10 +406,10 @@ class Labeller:
                             tuple(candidates))
         return self._check(proposal)
 
-    def _groups(self, stated: list[tuple[Claim, list[Place]]], named: VersionFilter
+    def _groups(self, stated: list[tuple[ReferenceClaim, list[Place]]], named: VersionFilter
                 ) -> tuple[list[ProposedGroup], list[tuple[Place, ...]]]:
         """Claims stated in one paragraph of one page made one group; each group's alternatives."""
-        runs: list[list[tuple[Claim, list[Place]]]] = []
+        runs: list[list[tuple[ReferenceClaim, list[Place]]]] = []
         for claim, other in stated:
             p = claim.place
             assert p is not None
@@ -490,8 +490,3 @@ class Labeller:
             if places:
                 groups.append(replace(group, places=places))
         return replace(proposal, groups=tuple(groups))
-
-
-def query_line(query: Query) -> dict[str, Any]:
-    """A query as its query-set line (re-exported for the review's apply step)."""
-    return query_to_dict(query)
