@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ragdx.cli import example_dir
+from ragdx.examples import example_dir
 from ragdx.config import load_settings
 from ragdx.diagnosis.evidence import BY_ID, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, Diagnoser, DroppedView, ItemView, StageView, TraceView

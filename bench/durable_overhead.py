@@ -33,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ragdx.build import build_ingestor, build_pipeline
-from ragdx.cli import example_dir
+from ragdx.examples import example_dir
 from ragdx.config import load_settings
 from ragdx.experiments.durable import run_durable
 from ragdx.experiments.run import run_pipeline

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from ragdx.binding import RecheckStatus, SpanChange, bind_evidence, recheck
 from ragdx.build import build_ingestor, build_pipeline
-from ragdx.cli import example_dir
+from ragdx.examples import example_dir
 from ragdx.config import load_settings
 from ragdx.queryset import load_queries
 from ragdx.store.sqlite import SQLiteStore

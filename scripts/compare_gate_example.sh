@@ -8,7 +8,7 @@ RAGDX=${1:-ragdx}
 work=$(mktemp -d /tmp/ragdx-gate.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 python=$(dirname "$(command -v "$RAGDX")")/python  # the interpreter ragdx is installed in
-example=$("$python" -c 'from ragdx.cli import example_dir; print(example_dir())') \
+example=$("$python" -c 'from ragdx.examples import example_dir; print(example_dir())') \
     || { echo "compare_gate_example: cannot find the bundled example with $python" >&2; exit 2; }
 set -e
 "$RAGDX" ingest --store "$work/store.db" "$example/manifest.jsonl" --quiet >/dev/null
