@@ -171,20 +171,23 @@ def test_the_fit_judges_each_answer_as_the_pipeline_gives_it_with_a_multi_hop_an
     assert calls == [0.0, float("inf")]
 
 
-def test_a_hallucination_limit_is_kept_before_success(small):
+def _abroad(small):
+    """A lexical pipeline, and two answerable questions whose best sentences cover 4 of 7 weighted
+    terms (0.571), one answerable at 5/5 (1.0) and one unanswerable that scores 4/6 (0.667)."""
     store, encoder, settings = small
     from ragdx.config import load_settings
     lexical = load_settings(overrides=["rerank.method=none", "chunking.tokenizer=regex",
                                        "generation.semantic_weight=0"])
-    pipeline = build_pipeline(store, lexical, encoder=encoder)
-    # two answerable questions whose best sentences cover 4 of 7 weighted terms (0.571), one
-    # unanswerable that scores 4/6 (0.667), one answerable at 5/5 (1.0)
     shipping = Query("s", "How many business days until parcels are delivered to customers abroad?", required=(
         (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),))
     refund = Query("r", "How many days after delivery are refunds accepted for gifts bought abroad?", required=(
         (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),))
     u = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
-    queries = [shipping, refund, QUERIES[1], u]
+    return build_pipeline(store, lexical, encoder=encoder), [shipping, refund, QUERIES[1], u]
+
+
+def test_a_hallucination_limit_is_kept_before_success(small):
+    pipeline, queries = _abroad(small)
     free = fit.fit_abstention(pipeline, queries)
     scores = {qid: score for qid, score, _, _ in free.rows}
     assert (scores["s"], scores["r"], scores["u"], scores["q2"]) == (
@@ -197,20 +200,11 @@ def test_a_hallucination_limit_is_kept_before_success(small):
 
 
 def test_a_question_the_name_check_abstains_on_does_not_bind_the_threshold(small):
-    store, encoder, settings = small
-    from ragdx.config import load_settings
-    lexical = load_settings(overrides=["rerank.method=none", "chunking.tokenizer=regex",
-                                       "generation.semantic_weight=0"])
-    pipeline = build_pipeline(store, lexical, encoder=encoder)
-    shipping = Query("s", "How many business days until parcels are delivered to customers abroad?", required=(
-        (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),))
-    refund = Query("r", "How many days after delivery are refunds accepted for gifts bought abroad?", required=(
-        (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),))
-    u = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    pipeline, queries = _abroad(small)
     # zx81 is held by no page: abstained on whatever the threshold. Its terms: error, rfd, 4021 (2),
     # mean, refund, zx81 (2) -> 8; "Error RFD-4021 means the refund window expired." holds 6 of them
     w = Query("w", "What does error RFD-4021 mean for a refund on a zx81?", answerable=False)
-    found = fit.fit_abstention(pipeline, [shipping, refund, QUERIES[1], u, w])
+    found = fit.fit_abstention(pipeline, queries + [w])
     rows = {qid: (score, answered, abstained) for qid, score, answered, abstained in found.rows}
     assert rows["w"] == (pytest.approx(6 / 8), "correct_abstention", "correct_abstention")
     # answering the rest: s, r, q2 supported, u hallucinated, w abstained -> 4 of 5; any threshold
@@ -218,7 +212,7 @@ def test_a_question_the_name_check_abstains_on_does_not_bind_the_threshold(small
     assert (found.min_coverage, found.success, found.hallucination) == (0.0, 0.8, 0.2)
     assert (found.hallucinated, found.negatives, found.wrong_abstention) == (1, 2, 0.0)
     # no hallucination: the lowest candidate above u's 4/6 is w's own score, 6/8
-    limited = fit.fit_abstention(pipeline, [shipping, refund, QUERIES[1], u, w], max_hallucination=0.0)
+    limited = fit.fit_abstention(pipeline, queries + [w], max_hallucination=0.0)
     assert limited.min_coverage == pytest.approx(0.75) and (limited.success, limited.wrong_abstention) == (0.6, 0.4)
     assert limited.to_dict()["hallucinated"] == "0/2"
 

@@ -49,12 +49,18 @@ def both(tmp_path, pg_store_factory):
     return make
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_maxscore_skips_the_frequent_term_and_keeps_fts5s_top_and_floats(both, kind, monkeypatch):
-    sqlite, store = both(kind)
+def _postings_read(store, monkeypatch) -> list[list[str]]:
+    """The phrases whose postings the store reads, in order (filled as it searches)."""
     read: list[list[str]] = []
     original = store._postings
     monkeypatch.setattr(store, "_postings", lambda tokens: read.append(list(tokens)) or original(tokens))
+    return read
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_maxscore_skips_the_frequent_term_and_keeps_fts5s_top_and_floats(both, kind, monkeypatch):
+    sqlite, store = both(kind)
+    read = _postings_read(store, monkeypatch)
     # 'common' is in all 48 rows (idf floored), 'mid' in 16 (a third: over an eighth, and >= 4 x 3)
     got = [(c.id, s) for c, s in store.bm25(["common", "rare", "mid"], ("public",), 3)]
     want = [(c.id, s) for c, s in sqlite.bm25(["common", "rare", "mid"], ("public",), 3)]
@@ -67,9 +73,7 @@ def test_maxscore_skips_the_frequent_term_and_keeps_fts5s_top_and_floats(both, k
 @pytest.mark.parametrize("kind", KINDS)
 def test_when_the_frequent_terms_decide_they_are_read_and_the_top_is_still_exact(both, kind, monkeypatch):
     sqlite, store = both(kind)
-    read: list[list[str]] = []
-    original = store._postings
-    monkeypatch.setattr(store, "_postings", lambda tokens: read.append(list(tokens)) or original(tokens))
+    read = _postings_read(store, monkeypatch)
     # 'mid' (16 rows, >= 4 x 4) is skipped first, but 'staff' reads one row holding 'rare' (d24):
     # there is no 4th score to prune against, so 'mid' is read after all (d09, d24 and d39 hold it)
     found = store.bm25(["rare", "mid"], ("staff",), 4)

@@ -22,6 +22,7 @@ from ragdx.diagnosis.records import GOOD_OUTCOMES, Outcome
 from ragdx.errors import ConfigError, InputError
 from ragdx.pipeline import Pipeline
 from ragdx.stages.fuse import ChannelCalibration, WeightedFusion
+from ragdx.stages.reader import newton_logistic
 from ragdx.stages.rerank import FEATURES, FeatureReranker, SentenceSimilarity, features, sentence_ranks
 from ragdx.types import Query, Ranked, StageKind
 
@@ -121,15 +122,7 @@ def fit_reranker(pipeline: Pipeline, run: ValidationRun, *, l2: float = 1.0, ite
     weight = np.where(y == 1, len(y) / (2 * y.sum()), len(y) / (2 * (len(y) - y.sum())))
     penalty = np.full(x.shape[1], l2)
     penalty[-1] = 0.0                                               # the bias is not regularised
-    w = np.zeros(x.shape[1])
-    for _ in range(iterations):
-        p = 1 / (1 + np.exp(-(x @ w)))
-        gradient = x.T @ (weight * (p - y)) + penalty * w
-        hessian = (x * (weight * p * (1 - p))[:, None]).T @ x + np.diag(penalty)
-        step = np.linalg.solve(hessian, gradient)
-        w -= step
-        if np.max(np.abs(step)) < 1e-9:
-            break
+    w = newton_logistic(x, y, penalty, sample_weight=weight, iterations=iterations)
     weights = {f: round(float(v), 6) for f, v in zip(FEATURES, w[:-1])} | {"bias": round(float(w[-1]), 6)}
     note = f"{fitted_on}; {len(run.queries)} queries, {len(y)} candidates, {int(y.sum())} relevant"
     return FeatureReranker(pipeline.store, top_n=top_n, weights=weights, fitted_on=note,

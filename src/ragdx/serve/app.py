@@ -296,10 +296,8 @@ def build_app(config: ServeConfig):
         if kind == "run" and name in runs():
             return data / "runs" / name
         if kind == "window":
-            try:
+            with contextlib.suppress(ValueError):  # not a number: the error below
                 return window_folder(float(name))
-            except ValueError:
-                pass
         raise InputError(f"{choice!r} is neither run:NAME (a folder under DATA/runs) nor window:START")
 
     def compare_page(base: str, new: str) -> str:

@@ -30,7 +30,7 @@ import numpy as np
 
 from ragdx.errors import ConfigError
 
-__all__ = ["FEATURES", "READER_FILE", "ReaderWeights", "SentenceFacts", "feature_matrix", "fit_logistic",
+__all__ = ["FEATURES", "READER_FILE", "ReaderWeights", "SentenceFacts", "feature_matrix", "fit_logistic", "newton_logistic",
            "load_weights"]
 
 READER_FILE = Path(__file__).with_name("reader.json")
@@ -141,6 +141,26 @@ class ReaderWeights:
                 "intercept": round(self.intercept, 6)}
 
 
+def newton_logistic(z: np.ndarray, y: np.ndarray, penalty: np.ndarray, *, sample_weight: np.ndarray | None = None,
+                    iterations: int = 50, tol: float = 1e-10) -> np.ndarray:
+    """The coefficients of a logistic regression of ``y`` on the columns of ``z`` by Newton's
+    method (iteratively reweighted least squares), each coefficient under its own L2 ``penalty``
+    (0 for an intercept column), each row counted ``sample_weight`` times (default once).
+    Deterministic: the same rows give the same coefficients. The reader's fit and the feature
+    reranker's (:func:`ragdx.experiments.fit.fit_reranker`) both use it."""
+    weight = np.ones(len(y)) if sample_weight is None else sample_weight
+    w = np.zeros(z.shape[1])
+    for _ in range(iterations):
+        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -60, 60)))
+        grad = z.T @ (weight * (p - y)) + penalty * w
+        hess = (z * (weight * p * (1 - p))[:, None]).T @ z + np.diag(penalty + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        w -= step
+        if np.abs(step).max() < tol:
+            break
+    return w
+
+
 def fit_logistic(rows: np.ndarray, labels: np.ndarray, features: Sequence[str], l2: float = 1.0,
                  iterations: int = 50) -> ReaderWeights:
     """A logistic regression on the named columns of ``rows``, standardised, by Newton's method
@@ -158,17 +178,9 @@ def fit_logistic(rows: np.ndarray, labels: np.ndarray, features: Sequence[str], 
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
     z = np.hstack([np.ones((len(y), 1)), (x - mean) / scale])
-    w = np.zeros(z.shape[1])
     penalty = np.full(z.shape[1], l2)
     penalty[0] = 0.0
-    for _ in range(iterations):
-        p = 1.0 / (1.0 + np.exp(-np.clip(z @ w, -60, 60)))
-        grad = z.T @ (p - y) + penalty * w
-        hess = (z * (p * (1 - p))[:, None]).T @ z + np.diag(penalty + 1e-9)
-        step = np.linalg.solve(hess, grad)
-        w -= step
-        if np.abs(step).max() < 1e-10:
-            break
+    w = newton_logistic(z, y, penalty, iterations=iterations)
     return ReaderWeights(tuple(features), tuple(float(v) for v in mean), tuple(float(v) for v in scale),
                          tuple(float(v) for v in w[1:]), float(w[0]))
 
