@@ -48,7 +48,7 @@ import numpy as np
 from ragdx.errors import StoreError
 from ragdx.protocols import Store
 from ragdx.store.keyword import fts5_idf, fts5_tokenized
-from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
+from ragdx.store.lexical import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
 from ragdx.types import CacheEntry, CacheKind, Dependencies
 
 __all__ = ["CacheKind", "Dependencies", "CacheEntry", "SQLiteCache", "fts5_terms", "cache_key", "listed_counts"]

@@ -13,11 +13,14 @@ consonant but l, s, z is undoubled after -ed/-ing, and bare "ies"/"sses" lose on
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 import unicodedata
+from collections import Counter
 from typing import Any
 
 from ragdx.errors import MissingExtraError
+from ragdx.types import Chunk
 
 __all__ = ["fold", "fts5_porter", "fts5_tokens"]
 
@@ -125,3 +128,25 @@ def _fts5_token(word: str) -> str:
     """One word folded and stemmed (cached: a corpus repeats its words, and folding is a regex
     substitution per word)."""
     return fts5_porter(fold(word))
+
+
+def _lexeme(token: str) -> str:
+    """A token as a tsvector lexeme (PostgreSQL refuses lexemes of 2 KB and more: those are
+    replaced by their hash, in the index and in queries alike)."""
+    return token if len(token.encode()) < 2000 else "#" + hashlib.sha1(token.encode()).hexdigest()
+
+
+def chunk_terms(chunk: Chunk) -> tuple[list[str], dict[str, list[int]], int]:
+    """A chunk's distinct lexemes, its term frequencies ``term -> [in prefix, in text]`` and its
+    length in tokens over both columns (what FTS5 indexes for the chunk)."""
+    prefix, text = fts5_tokens(chunk.prefix), fts5_tokens(chunk.text)
+    tf: dict[str, list[int]] = {}
+    for column, tokens in enumerate((prefix, text)):
+        for token, n in Counter(tokens).items():
+            tf.setdefault(token, [0, 0])[column] = n
+    return sorted({_lexeme(t) for t in tf}), tf, len(prefix) + len(text)
+
+
+def tsv_lexeme(token: str) -> str:
+    """A lexeme quoted for tsvector's text input."""
+    return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"

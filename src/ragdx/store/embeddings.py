@@ -1,0 +1,462 @@
+"""Embedding spaces and their vectors in the stores: which spaces are registered and in what
+state, each chunk's vector in a space (keyed by its input's hash, so unchanged text is never
+encoded twice), and the dense search.
+
+SQLite keeps every space's vectors in one ``vectors`` table (float32 bytes), searched in numpy
+(:mod:`ragdx.store.vectors`). PostgreSQL keeps one ``vec_<n>`` table per space (pgvector's
+``vector(dim)``, under an HNSW index built after the first load), buffers a transaction's vectors
+and writes them by ``COPY`` (:func:`_pg_flush_vectors`), and searches in SQL with the access
+check inside the search (:func:`_pg_vector_search`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+
+from ragdx.errors import StoreError
+from ragdx.store import documents
+from ragdx.store._common import decoding, now
+from ragdx.store.schema import sharded_table_ddl
+from ragdx.types import Chunk, EmbeddingSpace, SpaceState, VectorBatch, VersionFilter
+
+if TYPE_CHECKING:
+    from ragdx.store.postgres import PostgresStore
+    from ragdx.store.sqlite import SQLiteStore
+
+log = logging.getLogger("ragdx.store")
+
+
+_VEC_COLUMNS = ("chunk_rowid bigint NOT NULL, doc_id text NOT NULL, version text NOT NULL, "
+                "input_hash text NOT NULL, embedding vector({dim}) NOT NULL, window_end int")
+# the HNSW index is built after the first load, not row by row (PostgresStore._build_hnsw)
+_VEC_INDEXES = ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (chunk_rowid)",
+                "CREATE INDEX ON {s}.{t} (input_hash)")
+
+
+def vec_table(n: int) -> str:
+    return f"vec_{n}"
+
+
+def _vec_ddl(schema: str, table: str, dim: int) -> list[str]:
+    return [f"CREATE TABLE {schema}.{table} ({_VEC_COLUMNS.format(dim=dim)})",
+            *[ddl.format(s=schema, t=table) for ddl in _VEC_INDEXES]]
+
+
+def _vector_text(blob: bytes) -> str:
+    return "[" + ",".join(map(repr, np.frombuffer(blob, np.float32).tolist())) + "]"
+
+
+def sqlite_register_space(self: SQLiteStore, space: EmbeddingSpace, backend: str) -> None:
+    """Record an embedding space (state ``building``) if it is new."""
+    if self._db.execute("SELECT 1 FROM spaces WHERE id = ?", (space.id,)).fetchone():
+        return
+    body = json.dumps({k: getattr(space, k) for k in space.__slots__}, sort_keys=True)
+    self._write("INSERT INTO spaces VALUES (?,?,?,'building',?,?)",
+                (space.id, body, backend, now(), now()))
+    self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
+
+
+@decoding("spaces")
+def sqlite_spaces(self: SQLiteStore) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
+    """Every registered space: the space, its backend, its state and its vector count."""
+    out = []
+    for sid, body, backend, state in self._db.execute(
+            "SELECT id, body, backend, state FROM spaces ORDER BY created_at, id"):
+        count = self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?",
+                                 (sid,)).fetchone()[0]
+        out.append((EmbeddingSpace(**json.loads(body)), backend, SpaceState(state), count))
+    return out
+
+
+def sqlite_space_state(self: SQLiteStore, space_id: str) -> SpaceState | None:
+    row = self._db.execute("SELECT state FROM spaces WHERE id = ?", (space_id,)).fetchone()
+    return SpaceState(row[0]) if row else None
+
+
+def sqlite_set_space_state(self: SQLiteStore, space_id: str, state: SpaceState, reason: str) -> None:
+    self._write("UPDATE spaces SET state = ?, updated_at = ? WHERE id = ?",
+                (state, now(), space_id))
+    self.log("space", None, None, f"{space_id} -> {state}: {reason}")
+
+
+@decoding("spaces")
+def sqlite_active_space(self: SQLiteStore) -> EmbeddingSpace | None:
+    """The space the dense channel searches, if any."""
+    row = self._db.execute("SELECT body FROM spaces WHERE state = 'active'").fetchone()
+    return EmbeddingSpace(**json.loads(row[0])) if row else None
+
+
+def sqlite_vectors_by_input(self: SQLiteStore, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+    """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+    out: dict[str, tuple[bytes, int | None]] = {}
+    for i in range(0, len(hashes), 500):
+        batch = hashes[i:i + 500]
+        marks = ",".join("?" * len(batch))
+        for h, vector, end in self._db.execute(
+                f"SELECT input_hash, vector, window_end FROM vectors WHERE space_id = ? "
+                f"AND input_hash IN ({marks})", (space_id, *batch)):
+            out[h] = (vector, end)
+    return out
+
+
+def sqlite_write_vectors(self: SQLiteStore, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+    """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk.
+
+    ``window_end`` is how many characters of the chunk's text the encoder read before its
+    window was full, or ``None`` when it read all of it.
+    """
+    if rows:
+        self._changed = True
+    self._db.executemany(
+        "INSERT OR REPLACE INTO vectors SELECT rowid, ?, ?, ?, ? FROM chunks WHERE id = ?",
+        [(space_id, h, vector, end, cid) for cid, h, vector, end in rows])
+
+
+def sqlite_chunks_without_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
+    columns = documents.SQLITE_CHUNK_COLUMNS_C
+    return [self._chunk_row(r) for r in self._db.execute(
+        f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+        "SELECT 1 FROM vectors v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
+        "ORDER BY c.rowid", (space_id,))]
+
+
+def sqlite_vector_table(self: SQLiteStore, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
+    """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
+    window ends, in chunk order. Duplicate chunks are left out."""
+    ids, docs, blobs, ends = [], [], [], []
+    for cid, doc_id, version, blob, end in self._db.execute(
+            "SELECT c.id, c.doc_id, c.version, v.vector, v.window_end FROM vectors v "
+            "JOIN chunks c ON c.rowid = v.chunk_rowid WHERE v.space_id = ? "
+            "AND c.duplicate_of IS NULL ORDER BY c.rowid", (space_id,)):
+        ids.append(cid)
+        docs.append((doc_id, version))
+        blobs.append(blob)
+        ends.append(end)
+    return ids, docs, blobs, ends
+
+
+def sqlite_vector_rows(self: SQLiteStore, space_id: str, doc_ids: Sequence[str] | None = None,
+                       batch: int = 50_000) -> Iterator[VectorBatch]:
+    """A space's vectors in batches, without holding them all, in row order; of every
+    document, or of ``doc_ids`` only. Duplicates are included (flagged), so the rows match
+    :meth:`vector_count`."""
+    columns = "c.rowid, c.doc_id, c.version, c.duplicate_of IS NOT NULL, v.vector"
+    if doc_ids is None:
+        cursor = self._db.execute(f"SELECT {columns} FROM vectors v JOIN chunks c ON c.rowid = v.chunk_rowid "
+                                  "WHERE v.space_id = ? ORDER BY v.chunk_rowid", (space_id,))
+    else:  # from the documents' chunks (CROSS JOIN keeps that order), not a scan of every vector
+        cursor = self._db.execute(
+            f"SELECT {columns} FROM chunks c CROSS JOIN vectors v ON v.space_id = ? AND v.chunk_rowid = c.rowid "
+            f"WHERE c.doc_id IN ({','.join('?' * len(doc_ids))}) ORDER BY c.rowid", (space_id, *doc_ids))
+    while rows := cursor.fetchmany(batch):
+        yield VectorBatch(tuple(r[0] for r in rows), tuple((r[1], r[2]) for r in rows),
+                          tuple(bool(r[3]) for r in rows), tuple(r[4] for r in rows))
+
+
+def sqlite_vector_count(self: SQLiteStore, space_id: str) -> int:
+    """How many vectors a space holds (duplicates' included)."""
+    return self._db.execute("SELECT COUNT(*) FROM vectors WHERE space_id = ?", (space_id,)).fetchone()[0]
+
+
+def sqlite_vectors_at(self: SQLiteStore, space_id: str, rowids: Sequence[int]) -> dict[int, tuple[str, str, str, bytes]]:
+    """The chunk id, doc_id, version and float32 bytes of a space's vectors at these chunk
+    row ids (those still stored)."""
+    out: dict[int, tuple[str, str, str, bytes]] = {}
+    for i in range(0, len(rowids), 500):
+        batch = list(rowids[i:i + 500])
+        for rowid, chunk_id, doc_id, version, vector in self._db.execute(
+                "SELECT v.chunk_rowid, c.id, c.doc_id, c.version, v.vector FROM vectors v JOIN chunks c "
+                f"ON c.rowid = v.chunk_rowid WHERE v.space_id = ? AND v.chunk_rowid IN ({','.join('?' * len(batch))})",
+                (space_id, *batch)):
+            out[rowid] = (chunk_id, doc_id, version, vector)
+    return out
+
+
+def sqlite_window_end(self: SQLiteStore, space_id: str, chunk_id: str) -> int | None:
+    """How many characters of a chunk the encoder of a space read (None: all of it)."""
+    row = self._db.execute("SELECT v.window_end FROM vectors v JOIN chunks c ON "
+                           "c.rowid = v.chunk_rowid WHERE v.space_id = ? AND c.id = ?",
+                           (space_id, chunk_id)).fetchone()
+    return row[0] if row else None
+
+
+def sqlite_chunk_vectors(self: SQLiteStore, space_id: str, doc_id: str, version: str | None = None) -> list[bytes]:
+    """The float32 vectors of a space for one document's searchable chunks (of one version,
+    or of all): what a cache asks when the document changed."""
+    where, args = ("AND c.version = ?", (version,)) if version is not None else ("", ())
+    return [r[0] for r in self._db.execute(
+        "SELECT v.vector FROM chunks c JOIN vectors v ON v.chunk_rowid = c.rowid AND v.space_id = ? "
+        f"WHERE c.doc_id = ? {where} AND c.duplicate_of IS NULL", (space_id, doc_id, *args))]
+
+
+def pg_register_space(self: PostgresStore, space: EmbeddingSpace, backend: str) -> None:
+    """Record an embedding space (state ``building``) if it is new, with its vector table."""
+    if self._one("SELECT 1 FROM {s}.spaces WHERE id = %s", (space.id,)):
+        return
+    if self._tx is None:
+        raise StoreError("store writes must happen inside store.transaction()")
+    body = json.dumps({k: getattr(space, k) for k in space.__slots__}, sort_keys=True)
+    n = self._tx.execute(f"INSERT INTO {self.schema}.spaces (id, dim, body, backend, state, created_at, "
+                         "updated_at) VALUES (%s, %s, %s, %s, 'building', %s, %s) RETURNING n",
+                         (space.id, space.dim, body, backend, now(), now())).fetchone()[0]
+    self._changed = True
+    table, s = vec_table(n), self.schema
+    parts = self.partitions()
+    if list(parts.values()) == [None]:
+        for statement in _vec_ddl(s, table, space.dim):
+            self._tx.execute(statement)
+    else:
+        self._on_each_shard(lambda part: [f"DROP TABLE IF EXISTS {s}.{table}_p{part}",
+                                          *_vec_ddl(s, f"{table}_p{part}", space.dim)])
+        for statement in sharded_table_ddl(s, table, _VEC_COLUMNS.format(dim=space.dim), parts):
+            self._tx.execute(statement)
+    self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
+
+
+def _pg_space_table(self: PostgresStore, space_id: str) -> tuple[str, int] | None:
+    row = self._one("SELECT n, dim FROM {s}.spaces WHERE id = %s", (space_id,))
+    return (vec_table(row[0]), row[1]) if row else None
+
+
+@decoding("spaces")
+def pg_spaces(self: PostgresStore) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
+    """Every registered space: the space, its backend, its state and its vector count."""
+    if self._writing():
+        self._flush()
+    out = []
+    for n, body, backend, state in self._all("SELECT n, body, backend, state FROM {s}.spaces "
+                                              "ORDER BY created_at, id"):
+        count = self._one(f"SELECT count(*) FROM {{s}}.{vec_table(n)}")[0]
+        out.append((EmbeddingSpace(**json.loads(body)), backend, SpaceState(state), count))
+    return out
+
+
+def pg_space_state(self: PostgresStore, space_id: str) -> SpaceState | None:
+    row = self._one("SELECT state FROM {s}.spaces WHERE id = %s", (space_id,))
+    return SpaceState(row[0]) if row else None
+
+
+def pg_set_space_state(self: PostgresStore, space_id: str, state: SpaceState, reason: str) -> None:
+    state = SpaceState.parse(state, what="space state")
+    self._write("UPDATE {s}.spaces SET state = %s, updated_at = %s WHERE id = %s",
+                (state.value, now(), space_id))
+    self.log("space", None, None, f"{space_id} -> {state}: {reason}")
+
+
+@decoding("spaces")
+def pg_active_space(self: PostgresStore) -> EmbeddingSpace | None:
+    """The space the dense channel searches, if any."""
+    row = self._one("SELECT body FROM {s}.spaces WHERE state = 'active'")
+    return EmbeddingSpace(**json.loads(row[0])) if row else None
+
+
+def pg_vectors_by_input(self: PostgresStore, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+    """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None or not hashes:
+        return {}
+    rows = self._all(f"SELECT DISTINCT ON (input_hash) input_hash, embedding::real[], window_end "
+                     f"FROM {{s}}.{found[0]} WHERE input_hash = ANY(%s)", (list(hashes),))
+    return {h: (np.asarray(v, np.float32).tobytes(), end) for h, v, end in rows}
+
+
+def pg_write_vectors(self: PostgresStore, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+    """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk (a
+    chunk's earlier vector in the space is replaced)."""
+    if not rows:
+        return
+    found = self._space_table(space_id)
+    if found is None:
+        raise StoreError(f"no embedding space {space_id!r} is registered")
+    missing = [cid for cid, *_ in rows if cid not in self._fresh]
+    if missing:
+        for cid, rowid, doc_id, version in self._all(
+                "SELECT id, rowid, doc_id, version FROM {s}.chunks WHERE id = ANY(%s)", (missing,)):
+            self._fresh[cid] = (rowid, doc_id, version)
+    known = [(self._fresh[cid], h, blob, end) for cid, h, blob, end in rows if cid in self._fresh]
+    table = found[0]
+    # a chunk stored before this transaction may have a vector already; this transaction's
+    # own chunks have none but the buffered one, replaced below
+    flushed = self._tx_vectors.get(table, [0, 0, set()])[2]
+    older = [rowid for (rowid, _, _), *_ in known
+             if rowid < (self._tx_first_rowid or rowid + 1) or rowid in flushed]
+    if older:
+        self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", (older,))
+    self._changed = True
+    pending = self._pending_vectors.setdefault(table, {})
+    for (rowid, doc_id, version), h, blob, end in known:
+        pending[rowid] = (rowid, doc_id, version, h, blob, end)
+        self._pending_keys.add((doc_id, version))
+    if len(pending) >= self.flush_rows:
+        self._flush_vectors(table)
+
+
+def pg_chunks_without_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None:
+        return [c for c in self.chunks_in_order() if c.duplicate_of is None]
+    return [self._chunk_row(r) for r in self._all(
+        f"SELECT {documents.PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+        f"SELECT 1 FROM {{s}}.{found[0]} v WHERE v.chunk_rowid = c.rowid AND v.doc_id = c.doc_id) "
+        "ORDER BY c.rowid")]
+
+
+def pg_vector_table(self: PostgresStore, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
+    """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
+    window ends, in chunk order. Duplicate chunks are left out."""
+    if self._writing():
+        self._flush()
+    ids, docs, blobs, ends = [], [], [], []
+    found = self._space_table(space_id)
+    if found is None:
+        return ids, docs, blobs, ends
+    for cid, doc_id, version, vector, end in self._all(
+            f"SELECT c.id, c.doc_id, c.version, v.embedding::real[], v.window_end FROM {{s}}.{found[0]} v "
+            "JOIN {s}.chunks c ON c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id "
+            "WHERE c.duplicate_of IS NULL ORDER BY c.rowid"):
+        ids.append(cid)
+        docs.append((doc_id, version))
+        blobs.append(np.asarray(vector, np.float32).tobytes())
+        ends.append(end)
+    return ids, docs, blobs, ends
+
+
+def pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
+                     exact: bool = True, versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+    """:meth:`_vector_search` among the versions the filter allows (every version when None)."""
+    return self._with_versions(lambda n: self._vector_search(space_id, vector, groups, n, exact=exact),
+                               k, versions)
+
+
+def _pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
+                      exact: bool = True) -> list[tuple[Chunk, float]]:
+    """The ``k`` readable chunks whose vectors have the highest dot product with ``vector``,
+    best first, ties to the older row.
+
+    Args:
+        space_id: the embedding space.
+        vector: the query's vector in that space.
+        groups: the principal's access groups (filtered inside the search).
+        k: how many.
+        exact: compare with every readable vector (as the embedded store does); False: walk
+            the HNSW index (pgvector's iterative scan, so filtering never starves the list).
+    """
+    found = self._space_table(space_id)
+    if found is None or not groups or k <= 0:
+        return []
+    query = _vector_text(np.ascontiguousarray(vector, dtype=np.float32).tobytes())
+    # inner_product() is no index operator, so ordering by it compares every row; "<#>" (the
+    # negative inner product) is what the HNSW index serves
+    # (one key only: a second one would keep the planner from the index's order)
+    order = "score DESC, rowid" if exact else "v.embedding <#> %(q)s::vector"
+    # a few more than k, re-scored below as the embedded store scores (numpy, float32): the
+    # server sums a dot product in another order, so two near-equal scores can swap
+    deeper = k + max(16, k // 4)
+    if self._writing():
+        self._flush()
+    select = "SELECT v.chunk_rowid AS rowid, inner_product(v.embedding, %(q)s::vector) AS score, v.embedding::real[] "
+    if exact:
+        select += ("FROM VEC v JOIN ACL a ON a.doc_id = v.doc_id AND a.version = v.version "
+                   "WHERE a.groups && %(groups)s::text[]")
+    else:
+        # the access check as a scalar subquery, which the planner cannot turn into a join: so
+        # the plan is the index's ordered scan, filtered row by row (pgvector's iterative scan
+        # goes on until the limit is met); as a join, the planner sorted every vector
+        select += ("FROM VEC v WHERE (SELECT a.groups FROM ACL a WHERE a.doc_id = v.doc_id AND "
+                   "a.version = v.version) && %(groups)s::text[]")
+    rows = self._top(select, order, deeper, {"q": query, "groups": list(groups)}, table=found[0],
+                     no_sort=not exact)
+    if not rows:
+        return []
+    rows.sort()
+    rowids = [r[0] for r in rows]
+    matrix = np.asarray([r[2] for r in rows], dtype=np.float32)
+    scores = matrix @ np.asarray(vector, dtype=np.float32)
+    ranked = sorted(range(len(rowids)), key=lambda i: (-scores[i], rowids[i]))[:k]
+    chunks = self._chunks_by_rowid([rowids[i] for i in ranked])
+    return [(chunks[rowids[i]], float(scores[i])) for i in ranked if rowids[i] in chunks]
+
+
+def pg_window_end(self: PostgresStore, space_id: str, chunk_id: str) -> int | None:
+    """How many characters of a chunk the encoder of a space read (None: all of it)."""
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None:
+        return None
+    row = self._one(f"SELECT v.window_end FROM {{s}}.{found[0]} v JOIN {{s}}.chunks c ON "
+                    "c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id WHERE c.id = %s", (chunk_id,))
+    return row[0] if row else None
+
+
+def _pg_top(self: PostgresStore, select: str, order: str, limit: int, args: dict, *, table: str = "",
+            no_sort: bool = False) -> list[tuple]:
+    """The top ``limit`` rows of a query over every part: ``select`` names its tables
+    ``VEC`` (the space's ``table``) and ``ACL``, and yields ``rowid`` and ``score`` first.
+
+    Sharded, each part's top ``limit`` is found on its shard (join, filter, ``ORDER BY`` and
+    ``LIMIT``), the shards at once (:meth:`_fan`), and merged here by (score, rowid). Each
+    part's list is its exact top, so the merge is the exact top of the whole table."""
+    def on(sfx: str) -> str:
+        return (select.replace("ACL", f"{{s}}.acl{sfx}").replace("VEC", f"{{s}}.{table}{sfx}")
+                + f" ORDER BY {order} LIMIT {int(limit)}")
+    rows = self._fan(on, args, no_sort=no_sort, binary=True)  # binary: the vectors' floats as they are
+    rows.sort(key=lambda r: (-r[1], r[0]))
+    return rows[:limit]
+
+
+def _pg_vec_tables(self: PostgresStore) -> list[str]:
+    return [vec_table(n) for (n,) in self._all("SELECT n FROM {s}.spaces ORDER BY n")]
+
+
+def _pg_flush_vectors(self: PostgresStore, table: str) -> None:
+    """Write a space's buffered vectors with COPY. On one server, a transaction that writes
+    at least as many vectors as the table held before drops the HNSW index first: it is
+    built again after the commit (:meth:`_build_hnsw`), faster than inserting each vector
+    into the graph."""
+    pending = self._pending_vectors.pop(table, {})
+    if not pending:
+        return
+    s = self.schema
+    state = self._tx_vectors.get(table)
+    if state is None:
+        before = self._tx.execute(f"SELECT count(*) FROM {s}.{table}").fetchone()[0]
+        state = self._tx_vectors[table] = [before, 0, set()]
+    state[1] += len(pending)
+    state[2].update(pending)
+    if list(self._parts.values()) == [None] and state[1] >= state[0]:
+        self._tx.execute(f"DROP INDEX IF EXISTS {s}.{table}_hnsw")
+    with self._tx.cursor().copy(f"COPY {s}.{table} (chunk_rowid, doc_id, version, input_hash, embedding, "
+                                "window_end) FROM STDIN") as copy:
+        for rowid, doc_id, version, h, blob, end in pending.values():
+            copy.write_row((rowid, doc_id, version, h, _vector_text(blob), end))
+    self._changed = True
+
+
+def _pg_build_hnsw(self: PostgresStore, tables: list[str]) -> None:
+    """Build the HNSW index of each vector table (each part's, sharded) that lacks one,
+    after the load that filled it (``m`` and ``ef_construction`` as the store was opened
+    with). Until it exists, an HNSW search sorts every vector: exact, and slower."""
+    def build(conn: Any, name: str) -> None:
+        if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.{name}_hnsw",)).fetchone()[0]:
+            return
+        started = time.perf_counter()
+        conn.execute(f"CREATE INDEX IF NOT EXISTS {name}_hnsw ON {self.schema}.{name} USING hnsw "
+                     f"(embedding vector_ip_ops) WITH (m = {int(self.hnsw_m)}, "
+                     f"ef_construction = {int(self.hnsw_ef_construction)})")
+        log.info("built the HNSW index of %s in %.1f s", name, time.perf_counter() - started)
+    for table in tables:
+        if list(self._parts.values()) == [None]:
+            with self._pool.connection() as conn:
+                build(conn, table)
+        else:
+            self._on_servers(lambda conn, parts: [build(conn, f"{table}_p{p}") for p in parts])
