@@ -68,16 +68,7 @@ def sqlite_audit(self: SQLiteStore) -> tuple[list[str], list[str]]:
     rollback, or built beside the live one).
     """
     q = self._db.execute
-    problems: list[str] = []
-    for doc_id, versions in q("SELECT doc_id, versions FROM tombstones").fetchall():
-        stored = q("SELECT COUNT(*) FROM documents WHERE doc_id = ?", (doc_id,)).fetchone()[0]
-        chunks = q("SELECT COUNT(*) FROM chunks WHERE doc_id = ?", (doc_id,)).fetchone()[0]
-        if stored or chunks:
-            problems.append(f"deleted document {doc_id} is still reachable: {stored} versions, {chunks} chunks")
-    orphans = q("SELECT COUNT(*), MIN(id) FROM chunks c WHERE NOT EXISTS (SELECT 1 FROM documents d "
-                "WHERE d.doc_id = c.doc_id AND d.version = c.version)").fetchone()
-    if orphans[0]:
-        problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
+    problems: list[str] = _unreachable_rows(self)
     indexed = q("SELECT COUNT(*) FROM chunks_fts_docsize f WHERE NOT EXISTS (SELECT 1 FROM chunks c "
                 "WHERE c.rowid = f.id)").fetchone()[0]
     if indexed:
@@ -90,11 +81,7 @@ def sqlite_audit(self: SQLiteStore) -> tuple[list[str], list[str]]:
         "SELECT space_id, COUNT(*) FROM vectors WHERE space_id NOT IN (SELECT id FROM spaces) "
         "GROUP BY space_id ORDER BY space_id")]
     problems += self.fts_problems()
-    notes = [f"{n} {status} versions still indexed ({c} chunks): searchable only by a question naming "
-             "their version" for status, n, c in q(
-                 "SELECT d.status, COUNT(DISTINCT d.doc_id || '@' || d.version), COUNT(c.id) FROM documents d "
-                 "LEFT JOIN chunks c ON c.doc_id = d.doc_id AND c.version = d.version "
-                 "WHERE d.status != 'current' GROUP BY d.status ORDER BY d.status")]
+    notes = _old_versions_indexed(self)
     notes += [f"{n} vectors of space {sid}, which is not live ({state})" for sid, state, n in q(
         "SELECT s.id, s.state, COUNT(*) FROM vectors v JOIN spaces s ON s.id = v.space_id "
         "WHERE s.state != 'active' GROUP BY s.id ORDER BY s.id")]
@@ -157,16 +144,7 @@ def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
     statistics recounted (:meth:`fts_problems`). Notes: superseded and expired versions still
     indexed, and vectors of spaces that are not live. A PostgreSQL store keeps no index
     versions beside the live one (docs/postgres.md)."""
-    problems: list[str] = []
-    for doc_id, in self._all("SELECT doc_id FROM {s}.tombstones ORDER BY doc_id"):
-        stored = self._one("SELECT count(*) FROM {s}.documents WHERE doc_id = %s", (doc_id,))[0]
-        chunks = self._one("SELECT count(*) FROM {s}.chunks WHERE doc_id = %s", (doc_id,))[0]
-        if stored or chunks:
-            problems.append(f"deleted document {doc_id} is still reachable: {stored} versions, {chunks} chunks")
-    orphans = self._one("SELECT count(*), min(c.id) FROM {s}.chunks c WHERE NOT EXISTS (SELECT 1 FROM "
-                        "{s}.documents d WHERE d.doc_id = c.doc_id AND d.version = c.version)")
-    if orphans[0]:
-        problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
+    problems = _unreachable_rows(self)
     notes: list[str] = []
     for n, space_id, state in self._all("SELECT n, id, state FROM {s}.spaces ORDER BY n"):
         table = vec_table(n)
@@ -179,9 +157,31 @@ def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
             if count:
                 notes.append(f"{count} vectors of space {space_id}, which is not live ({state})")
     problems += self.fts_problems()
-    notes = [f"{n} {status} versions still indexed ({c} chunks): searchable only by a question naming "
-             "their version" for status, n, c in self._all(
-                 "SELECT d.status, count(DISTINCT (d.doc_id, d.version)), count(c.id) FROM {s}.documents d "
-                 "LEFT JOIN {s}.chunks c ON c.doc_id = d.doc_id AND c.version = d.version "
-                 "WHERE d.status <> 'current' GROUP BY d.status ORDER BY d.status")] + notes
+    notes = _old_versions_indexed(self) + notes
     return problems, notes
+
+
+# -- both --------------------------------------------------------------------------------------
+def _unreachable_rows(self: SQLiteStore | PostgresStore) -> list[str]:
+    """Documents deleted but still stored or chunked, and chunks without a document version."""
+    problems = []
+    for doc_id, in self._all("SELECT doc_id FROM {s}.tombstones ORDER BY doc_id"):
+        stored = self._one("SELECT count(*) FROM {s}.documents WHERE doc_id = %s", (doc_id,))[0]
+        chunks = self._one("SELECT count(*) FROM {s}.chunks WHERE doc_id = %s", (doc_id,))[0]
+        if stored or chunks:
+            problems.append(f"deleted document {doc_id} is still reachable: {stored} versions, {chunks} chunks")
+    orphans = self._one("SELECT count(*), min(c.id) FROM {s}.chunks c WHERE NOT EXISTS (SELECT 1 FROM "
+                        "{s}.documents d WHERE d.doc_id = c.doc_id AND d.version = c.version)")
+    if orphans[0]:
+        problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
+    return problems
+
+
+def _old_versions_indexed(self: SQLiteStore | PostgresStore) -> list[str]:
+    """A note per status other than current: how many such versions (and chunks) are still indexed."""
+    return [f"{n} {status} versions still indexed ({int(c)} chunks): searchable only by a question naming "
+            "their version" for status, n, c in self._all(
+                "SELECT status, count(*), sum(n) FROM (SELECT d.status, d.doc_id, d.version, count(c.id) AS n "
+                "FROM {s}.documents d LEFT JOIN {s}.chunks c ON c.doc_id = d.doc_id AND c.version = d.version "
+                "WHERE d.status <> 'current' GROUP BY d.status, d.doc_id, d.version) v GROUP BY status "
+                "ORDER BY status")]

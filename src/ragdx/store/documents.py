@@ -53,6 +53,9 @@ PG_VERSION_COLUMNS = ("d.doc_id, d.version, d.seq, d.content_hash, d.path, d.tit
                     "d.ingested_at, a.groups")
 PG_VERSIONS = ("SELECT " + PG_VERSION_COLUMNS + " FROM {s}.documents d LEFT JOIN {s}.acl a "
              "ON a.doc_id = d.doc_id AND a.version = d.version")
+#: a section's columns, named alike in both stores (what :func:`_section_row` decodes)
+SQLITE_SECTION_SELECT = ("SELECT id, doc_id, version, start AS start_at, end AS end_at, heading_path, level, "
+                         "parent_id FROM {s}.sections")
 PG_SECTION_SELECT = "SELECT id, doc_id, version, start_at, end_at, heading_path, level, parent_id FROM {s}.sections"
 
 
@@ -167,34 +170,6 @@ def sqlite_chunks_by_id(self: SQLiteStore, ids: list[str]) -> dict[str, Chunk]:
             chunk = self._chunk_row(row)
             out[chunk.id] = chunk
     return out
-
-
-@decoding("sections")
-def sqlite_section(self: SQLiteStore, section_id: str) -> Section | None:
-    row = self._db.execute("SELECT id, doc_id, version, start, end, heading_path, level, parent_id "
-                           "FROM sections WHERE id = ?", (section_id,)).fetchone()
-    if row is None:
-        return None
-    return Section(row[0], row[1], row[2], row[3], row[4], tuple(json.loads(row[5])), row[6], row[7])
-
-
-def sqlite_sections(self: SQLiteStore, doc_id: str, version: str) -> list[Section]:
-    rows = self._db.execute("SELECT id FROM sections WHERE doc_id = ? AND version = ? "
-                            "ORDER BY start, level", (doc_id, version)).fetchall()
-    return [s for s in (self.section(r[0]) for r in rows) if s is not None]
-
-
-def sqlite_neighbours(self: SQLiteStore, chunk_id: str, n: int = 1) -> list[Chunk]:
-    """The chunk with up to ``n`` chunks on each side, in reading order (small-to-big)."""
-    found = self.chunks_by_id([chunk_id])
-    if chunk_id not in found:
-        raise InputError(f"no chunk {chunk_id!r} in the store")
-    centre = found[chunk_id]
-    ords = self._db.execute("SELECT ord FROM chunks WHERE id = ?", (chunk_id,)).fetchone()[0]
-    rows = self._db.execute(
-        f"SELECT {SQLITE_CHUNK_COLUMNS} FROM chunks WHERE doc_id = ? AND version = ? "
-        "AND ord BETWEEN ? AND ? ORDER BY ord", (centre.doc_id, centre.version, ords - n, ords + n))
-    return [self._chunk_row(r) for r in rows]
 
 
 def sqlite_counts(self: SQLiteStore) -> dict[str, int]:
@@ -468,27 +443,27 @@ def _pg_chunks_by_rowid(self: PostgresStore, rowids: list[int]) -> dict[int, Chu
 
 
 @decoding("sections")
-def _pg_section_row(self: PostgresStore, row: tuple) -> Section:
+def _section_row(self: SQLiteStore | PostgresStore, row: tuple) -> Section:
     return Section(row[0], row[1], row[2], row[3], row[4], tuple(json.loads(row[5])), row[6], row[7])
 
 
-def pg_section(self: PostgresStore, section_id: str) -> Section | None:
-    row = self._one(PG_SECTION_SELECT + " WHERE id = %s", (section_id,))
+def section(self: SQLiteStore | PostgresStore, section_id: str) -> Section | None:
+    row = self._one(self._SECTION_SELECT + " WHERE id = %s", (section_id,))
     return self._section_row(row) if row else None
 
 
-def pg_sections(self: PostgresStore, doc_id: str, version: str) -> list[Section]:
+def sections(self: SQLiteStore | PostgresStore, doc_id: str, version: str) -> list[Section]:
     return [self._section_row(r) for r in self._all(
-        PG_SECTION_SELECT + " WHERE doc_id = %s AND version = %s ORDER BY start_at, level", (doc_id, version))]
+        self._SECTION_SELECT + " WHERE doc_id = %s AND version = %s ORDER BY start_at, level", (doc_id, version))]
 
 
-def pg_neighbours(self: PostgresStore, chunk_id: str, n: int = 1) -> list[Chunk]:
+def neighbours(self: SQLiteStore | PostgresStore, chunk_id: str, n: int = 1) -> list[Chunk]:
     """The chunk with up to ``n`` chunks on each side, in reading order (small-to-big)."""
     row = self._one("SELECT doc_id, version, ord FROM {s}.chunks WHERE id = %s", (chunk_id,))
     if row is None:
         raise InputError(f"no chunk {chunk_id!r} in the store")
     return [self._chunk_row(r) for r in self._all(
-        f"SELECT {PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.doc_id = %s AND c.version = %s "
+        f"SELECT {self._CHUNK_COLUMNS_C} FROM {{s}}.chunks c WHERE c.doc_id = %s AND c.version = %s "
         "AND c.ord BETWEEN %s AND %s ORDER BY c.ord", (row[0], row[1], row[2] - n, row[2] + n))]
 
 

@@ -368,10 +368,11 @@ class PostgresStore:
     chunk_count = documents.chunk_count
     chunks_by_id = documents.pg_chunks_by_id
     _chunks_by_rowid = documents._pg_chunks_by_rowid
-    _section_row = documents._pg_section_row
-    section = documents.pg_section
-    sections = documents.pg_sections
-    neighbours = documents.pg_neighbours
+    _section_row = documents._section_row
+    _SECTION_SELECT = documents.PG_SECTION_SELECT  # what _section_row decodes
+    section = documents.section
+    sections = documents.sections
+    neighbours = documents.neighbours
     tombstone = documents.tombstone
     log_entries = documents.log_entries
     counts = documents.pg_counts

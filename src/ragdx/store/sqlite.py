@@ -236,9 +236,11 @@ class SQLiteStore:
     _CHUNK_COLUMNS_C = documents.SQLITE_CHUNK_COLUMNS_C  # what _chunk_row decodes
     chunk_count = documents.chunk_count
     chunks_by_id = documents.sqlite_chunks_by_id
-    section = documents.sqlite_section
-    sections = documents.sqlite_sections
-    neighbours = documents.sqlite_neighbours
+    _section_row = documents._section_row
+    _SECTION_SELECT = documents.SQLITE_SECTION_SELECT  # what _section_row decodes
+    section = documents.section
+    sections = documents.sections
+    neighbours = documents.neighbours
     tombstone = documents.tombstone
     log_entries = documents.log_entries
     counts = documents.sqlite_counts
