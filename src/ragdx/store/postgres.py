@@ -24,17 +24,21 @@ The keyword channel ranks by FTS5's own BM25 (Robertson & Zaragoza, "The Probabi
 Relevance Framework: BM25 and Beyond", 2009, in FTS5's variant: ``fts5Bm25Function``): the same
 tokens (:mod:`ragdx.store.tokens`), k1 = 1.2, b = 0.75, column weights on term frequencies, the
 row length over both columns, and N, avgdl and document frequencies over every row, computed in
-SQL from the statistics tables, scored from the postings with MaxScore pruning (:meth:`PostgresStore._bm25`).
+SQL from the statistics tables, scored from the postings with MaxScore pruning (:func:`ragdx.store.lexical._pg_bm25`).
 PostgreSQL's own ``ts_rank`` is not used: it is no BM25.
 
 Sharded, the coordinator's per-document tables are partitioned by hash of ``doc_id`` into parts
 that are ``postgres_fdw`` foreign tables on the shard servers (created with ``extensions
 'vector'``). A search is sent to every shard at once, over connections of ragdx's own (one
-thread per shard, :meth:`PostgresStore._fan`), and merged here with the statistics of every
+thread per shard, :func:`ragdx.store.shards._pg_fan`), and merged here with the statistics of every
 part. Writes go
 through the coordinator in one transaction; postgres_fdw commits the shards' transactions when
 the coordinator commits (not two-phase: a shard failing at that very moment can leave the others
 committed; see docs/postgres.md).
+
+This module holds the connections, the transaction and its buffered writes; each concern's SQL
+lives in its own module beside SQLite's, and the class assigns its methods from them (docs/api.md,
+"Where each store's code lives").
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ update log.
 Writes happen inside :meth:`SQLiteStore.transaction`; a failure or a killed process leaves the
 file exactly as before the transaction (SQLite's atomic commit). Every committed write bumps the
 store's ``index_version``, which caches and run manifests record.
+
+This module holds how the store connects and how a transaction runs; each concern's SQL (schema,
+documents, access, BM25, embeddings, checks, index versions) lives in its own module beside
+PostgreSQL's, and the class assigns its methods from them (docs/api.md, "Where each store's code
+lives").
 """
 
 from __future__ import annotations
