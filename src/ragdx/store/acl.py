@@ -24,6 +24,11 @@ def _sqlite_write_acl(self: SQLiteStore, document: Document) -> None:
         self._write("INSERT INTO acl VALUES (?,?,?)", (document.doc_id, document.version, group))
 
 
+def _pg_write_acl(self: PostgresStore, document: Document) -> None:
+    self._write("UPDATE {s}.acl SET groups = %s WHERE doc_id = %s AND version = %s",
+                (sorted(set(document.acl)), document.doc_id, document.version))
+
+
 def sqlite_readable(self: SQLiteStore, groups: tuple[str, ...], doc_id: str, version: str) -> bool:
     """Whether a principal with these groups may read this version (checked on every read)."""
     marks = ",".join("?" * len(groups))
@@ -32,12 +37,23 @@ def sqlite_readable(self: SQLiteStore, groups: tuple[str, ...], doc_id: str, ver
         (doc_id, version, *groups)).fetchone() is not None
 
 
+def pg_readable(self: PostgresStore, groups: tuple[str, ...], doc_id: str, version: str) -> bool:
+    """Whether a principal with these groups may read this version (checked on every read)."""
+    return self._one("SELECT 1 FROM {s}.acl WHERE doc_id = %s AND version = %s AND groups && %s",
+                     (doc_id, version, list(groups))) is not None
+
+
 def sqlite_acl_table(self: SQLiteStore) -> dict[tuple[str, str], frozenset[str]]:
     """Every version's access groups."""
     out: dict[tuple[str, str], set[str]] = {}
     for doc_id, version, grp in self._db.execute("SELECT doc_id, version, grp FROM acl"):
         out.setdefault((doc_id, version), set()).add(grp)
     return {k: frozenset(v) for k, v in out.items()}
+
+
+def pg_acl_table(self: PostgresStore) -> dict[tuple[str, str], frozenset[str]]:
+    """Every version's access groups."""
+    return {(d, v): frozenset(g) for d, v, g in self._all("SELECT doc_id, version, groups FROM {s}.acl")}
 
 
 def sqlite_readable_rowids(self: SQLiteStore, groups: tuple[str, ...], versions: VersionFilter | None = None) -> frozenset[int]:
@@ -77,12 +93,6 @@ def _sqlite_readable_versions(self: SQLiteStore, groups: tuple[str, ...]) -> lis
                             groups).fetchall()
 
 
-def pg_readable(self: PostgresStore, groups: tuple[str, ...], doc_id: str, version: str) -> bool:
-    """Whether a principal with these groups may read this version (checked on every read)."""
-    return self._one("SELECT 1 FROM {s}.acl WHERE doc_id = %s AND version = %s AND groups && %s",
-                     (doc_id, version, list(groups))) is not None
-
-
 def pg_readable_many(self: PostgresStore, groups: tuple[str, ...], keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
     """Which of these (doc_id, version) pairs the groups may read, in one query."""
     keys = list(dict.fromkeys(keys))
@@ -93,13 +103,3 @@ def pg_readable_many(self: PostgresStore, groups: tuple[str, ...], keys: Sequenc
                      "WHERE a.groups && %s",
                      ([k[0] for k in keys], [k[1] for k in keys], list(groups)))
     return {(r[0], r[1]) for r in rows}
-
-
-def pg_acl_table(self: PostgresStore) -> dict[tuple[str, str], frozenset[str]]:
-    """Every version's access groups."""
-    return {(d, v): frozenset(g) for d, v, g in self._all("SELECT doc_id, version, groups FROM {s}.acl")}
-
-
-def _pg_write_acl(self: PostgresStore, document: Document) -> None:
-    self._write("UPDATE {s}.acl SET groups = %s WHERE doc_id = %s AND version = %s",
-                (sorted(set(document.acl)), document.doc_id, document.version))

@@ -31,6 +31,28 @@ def sqlite_fts_problems(self: SQLiteStore) -> list[str]:
     return []
 
 
+def pg_fts_problems(self: PostgresStore) -> list[str]:
+    """The BM25 statistics recounted from the chunk rows: any difference is a problem."""
+    problems = []
+    recount = self._one("SELECT count(*), coalesce(sum(length), 0) FROM {s}.chunks")
+    kept = self._one("SELECT coalesce(sum(n_rows), 0), coalesce(sum(n_tokens), 0) FROM {s}.corpus")
+    if tuple(map(int, recount)) != tuple(map(int, kept)):
+        problems.append(f"the BM25 statistics count {kept[0]} rows and {kept[1]} tokens; the chunks "
+                        f"hold {recount[0]} and {recount[1]}")
+    wrong = self._all("SELECT coalesce(t.term, d.term), t.n, d.df FROM (SELECT k AS term, count(*) AS n "
+                      "FROM {s}.chunks, jsonb_object_keys(tf) k GROUP BY k) t FULL JOIN (SELECT term, "
+                      "sum(df) AS df FROM (SELECT term, df FROM {s}.term_df UNION ALL SELECT term, df FROM "
+                      "{s}.term_delta) u GROUP BY term HAVING sum(df) <> 0) d ON d.term = t.term "
+                      "WHERE t.n IS DISTINCT FROM d.df ORDER BY 1 LIMIT 5")
+    problems += [f"the BM25 statistics say {df} rows hold {term!r}; {n or 0} do"
+                 for term, n, df in wrong]
+    stale = self._one("SELECT count(*) FROM {s}.chunks WHERE terms <> array_to_tsvector("
+                      "ARRAY(SELECT jsonb_object_keys(tf)))")
+    if stale and stale[0]:
+        problems.append(f"{stale[0]} chunks' tsvector disagrees with their term frequencies")
+    return problems
+
+
 def sqlite_verify(self: SQLiteStore) -> list[str]:
     """Check the store's invariants; returns the problems found (empty when consistent).
 
@@ -54,6 +76,28 @@ def sqlite_verify(self: SQLiteStore) -> list[str]:
     problems += [f"{r[0]}@{r[1]}: no access groups" for r in self._db.execute(
         "SELECT doc_id, version FROM documents d WHERE NOT EXISTS (SELECT 1 FROM acl a "
         "WHERE a.doc_id = d.doc_id AND a.version = d.version)")]
+    return problems
+
+
+def pg_verify(self: PostgresStore) -> list[str]:
+    """Check the store's invariants; returns the problems found (empty when consistent):
+    every chunk's text is its span of its version's parsed text, every chunk's section
+    exists, every version has access groups and chunk rows belong to a stored version, and
+    the BM25 statistics are exact."""
+    problems = self.fts_problems()
+    for cid, doc_id, version, ok in self._all(
+            "SELECT c.id, c.doc_id, c.version, substr(d.parsed_text, c.start_at + 1, c.end_at - c.start_at) "
+            "= c.text FROM {s}.chunks c LEFT JOIN {s}.documents d ON d.doc_id = c.doc_id AND "
+            "d.version = c.version WHERE d.doc_id IS NULL OR substr(d.parsed_text, c.start_at + 1, "
+            "c.end_at - c.start_at) <> c.text"):
+        problems.append(f"chunk {cid} of {doc_id}@{version}: " + (
+            "no such version stored" if ok is None else "text is not its span of the parsed text"))
+    problems += [f"chunk {r[0]}: section {r[1]} missing" for r in self._all(
+        "SELECT c.id, c.section_id FROM {s}.chunks c WHERE NOT EXISTS (SELECT 1 FROM {s}.sections s "
+        "WHERE s.id = c.section_id AND s.doc_id = c.doc_id)")]
+    problems += [f"{r[0]}@{r[1]}: no access groups" for r in self._all(
+        "SELECT d.doc_id, d.version FROM {s}.documents d WHERE NOT EXISTS (SELECT 1 FROM {s}.acl a "
+        "WHERE a.doc_id = d.doc_id AND a.version = d.version AND cardinality(a.groups) > 0)")]
     return problems
 
 
@@ -89,50 +133,6 @@ def sqlite_audit(self: SQLiteStore) -> tuple[list[str], list[str]]:
               f"{v.versions} versions, invisible to queries" for v in self.index_versions()
               if v.state is not SpaceState.ACTIVE]
     return problems, notes
-
-
-def pg_fts_problems(self: PostgresStore) -> list[str]:
-    """The BM25 statistics recounted from the chunk rows: any difference is a problem."""
-    problems = []
-    recount = self._one("SELECT count(*), coalesce(sum(length), 0) FROM {s}.chunks")
-    kept = self._one("SELECT coalesce(sum(n_rows), 0), coalesce(sum(n_tokens), 0) FROM {s}.corpus")
-    if tuple(map(int, recount)) != tuple(map(int, kept)):
-        problems.append(f"the BM25 statistics count {kept[0]} rows and {kept[1]} tokens; the chunks "
-                        f"hold {recount[0]} and {recount[1]}")
-    wrong = self._all("SELECT coalesce(t.term, d.term), t.n, d.df FROM (SELECT k AS term, count(*) AS n "
-                      "FROM {s}.chunks, jsonb_object_keys(tf) k GROUP BY k) t FULL JOIN (SELECT term, "
-                      "sum(df) AS df FROM (SELECT term, df FROM {s}.term_df UNION ALL SELECT term, df FROM "
-                      "{s}.term_delta) u GROUP BY term HAVING sum(df) <> 0) d ON d.term = t.term "
-                      "WHERE t.n IS DISTINCT FROM d.df ORDER BY 1 LIMIT 5")
-    problems += [f"the BM25 statistics say {df} rows hold {term!r}; {n or 0} do"
-                 for term, n, df in wrong]
-    stale = self._one("SELECT count(*) FROM {s}.chunks WHERE terms <> array_to_tsvector("
-                      "ARRAY(SELECT jsonb_object_keys(tf)))")
-    if stale and stale[0]:
-        problems.append(f"{stale[0]} chunks' tsvector disagrees with their term frequencies")
-    return problems
-
-
-def pg_verify(self: PostgresStore) -> list[str]:
-    """Check the store's invariants; returns the problems found (empty when consistent):
-    every chunk's text is its span of its version's parsed text, every chunk's section
-    exists, every version has access groups and chunk rows belong to a stored version, and
-    the BM25 statistics are exact."""
-    problems = self.fts_problems()
-    for cid, doc_id, version, ok in self._all(
-            "SELECT c.id, c.doc_id, c.version, substr(d.parsed_text, c.start_at + 1, c.end_at - c.start_at) "
-            "= c.text FROM {s}.chunks c LEFT JOIN {s}.documents d ON d.doc_id = c.doc_id AND "
-            "d.version = c.version WHERE d.doc_id IS NULL OR substr(d.parsed_text, c.start_at + 1, "
-            "c.end_at - c.start_at) <> c.text"):
-        problems.append(f"chunk {cid} of {doc_id}@{version}: " + (
-            "no such version stored" if ok is None else "text is not its span of the parsed text"))
-    problems += [f"chunk {r[0]}: section {r[1]} missing" for r in self._all(
-        "SELECT c.id, c.section_id FROM {s}.chunks c WHERE NOT EXISTS (SELECT 1 FROM {s}.sections s "
-        "WHERE s.id = c.section_id AND s.doc_id = c.doc_id)")]
-    problems += [f"{r[0]}@{r[1]}: no access groups" for r in self._all(
-        "SELECT d.doc_id, d.version FROM {s}.documents d WHERE NOT EXISTS (SELECT 1 FROM {s}.acl a "
-        "WHERE a.doc_id = d.doc_id AND a.version = d.version AND cardinality(a.groups) > 0)")]
-    return problems
 
 
 def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:

@@ -77,12 +77,73 @@ def sqlite_insert_version(self: SQLiteStore, document: Document, raw_text: str, 
              f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
 
 
+def pg_insert_version(self: PostgresStore, document: Document, raw_text: str, parsed: ParsedDocument,
+                      sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
+                      chunker_config: str) -> None:
+    """Store a new document version with its text, access groups, sections and chunks."""
+    if self._tx is None:
+        raise StoreError("store writes must happen inside store.transaction()")
+    self._next_index_version()
+    # one round trip for the version's rows (pipeline mode; the chunks are buffered)
+    with self._tx.pipeline():
+        self._write(
+            "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+            (document.doc_id, document.version, document.content_hash, document.path, document.title,
+             document.format, document.status.value, document.updated_at,
+             json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
+             json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, now()))
+        self._write("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
+                    (document.doc_id, document.version, sorted(set(document.acl))))
+        self._write("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
+        self.log("add", document.doc_id, document.version,
+                 f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
+    self._write_chunks(document, sections, chunks, chunker_config, new=True)
+
+
 def _sqlite_write_chunks(self: SQLiteStore, document: Document, sections: tuple[Section, ...],
                          chunks: tuple[Chunk, ...], chunker_config: str) -> None:
     key = (document.doc_id, document.version)
     self._write("DELETE FROM chunks WHERE doc_id = ? AND version = ?", key)
     self._write("DELETE FROM sections WHERE doc_id = ? AND version = ?", key)
     self._insert_rows("", (), sections, chunks, chunker_config)
+
+
+def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Section, ...],
+                     chunks: tuple[Chunk, ...], chunker_config: str, *, new: bool = False) -> None:
+    """Buffer a version's sections and chunks (written by :meth:`_flush_chunks`); ``new``: the
+    version has no rows yet, so there are none to delete first."""
+    key = (document.doc_id, document.version)
+    if not new:
+        self._flush()  # the rows to delete may still be buffered
+        self._drop_pending(lambda doc_id, version: (doc_id, version) == key)
+        for table in self._vec_tables():
+            self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
+        self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
+        self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
+    self._changed = True
+    self._pending_sections += [
+        {"id": s.id, "doc_id": s.doc_id, "version": s.version, "start_at": s.start, "end_at": s.end,
+         "heading_path": json.dumps(list(s.heading_path)), "level": s.level, "parent_id": s.parent_id}
+        for s in sections]
+    if not chunks:
+        return
+    first = self._rowids(len(chunks))
+    for i, c in enumerate(chunks):
+        lexemes, tf, length = chunk_terms(c)
+        self._pending_chunks.append((
+            first + i, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
+            json.dumps(list(c.heading_path)), c.section_id, c.prefix, c.header[0] if c.header else None,
+            c.header[1] if c.header else None, c.token_count, c.prev_id, c.next_id, c.duplicate_of,
+            c.over_limit, c.config_id, lexemes, tf, length))
+        self._fresh[c.id] = (first + i, c.doc_id, c.version)
+        if c.duplicate_of is None:  # a duplicate counts in the statistics, but is never returned
+            self._pending_postings.append((first + i, tf, length))
+    if chunks[0].config_id not in self._tx_configs:
+        self._tx_configs.add(chunks[0].config_id)
+        self._write("INSERT INTO {s}.configs VALUES (%s, 'chunker', %s) ON CONFLICT (id) DO NOTHING",
+                    (chunks[0].config_id, chunker_config))
+    if len(self._pending_chunks) >= self.flush_rows:
+        self._flush()
 
 
 def _sqlite_insert_rows(self: SQLiteStore, table_prefix: str, key: tuple, sections: Sequence[Section],
@@ -129,9 +190,36 @@ def sqlite_delete_document(self: SQLiteStore, doc_id: str) -> list[str]:
     return versions
 
 
+def pg_delete_document(self: PostgresStore, doc_id: str) -> list[str]:
+    """Delete every version of a document (text, chunks, sections, vectors) and leave a
+    tombstone.
+
+    Raises:
+        InputError: no document with that id is stored.
+    """
+    versions = [r[0] for r in self._all("SELECT version FROM {s}.documents WHERE doc_id = %s "
+                                        "ORDER BY seq", (doc_id,))]
+    if not versions:
+        raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
+    self._drop_pending(lambda doc, version: doc == doc_id)
+    for table in [*self._vec_tables(), "chunks", "sections", "acl", "documents"]:
+        self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s", (doc_id,))
+    self._write("INSERT INTO {s}.tombstones VALUES (%s, %s, %s) ON CONFLICT (doc_id) DO UPDATE "
+                "SET deleted_at = EXCLUDED.deleted_at, versions = EXCLUDED.versions",
+                (doc_id, now(), json.dumps(versions)))
+    self.log("delete", doc_id, None, f"versions {versions}")
+    return versions
+
+
 def sqlite_log(self: SQLiteStore, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
     self._write("INSERT INTO log (at, index_version, op, doc_id, version, detail) "
                 "VALUES (?,?,?,?,?,?)", (now(), self.index_version + 1, op, doc_id, version, detail))
+
+
+def pg_log(self: PostgresStore, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
+    self._write("INSERT INTO {s}.log (at, index_version, op, doc_id, version, detail) "
+                "VALUES (%s, %s, %s, %s, %s, %s)",
+                (now(), self._next_index_version(), op, doc_id, version, detail))
 
 
 @decoding("documents")
@@ -146,9 +234,24 @@ def _sqlite_version_row(self: SQLiteStore, row: tuple) -> StoredVersion:
                          ingested_at)
 
 
+@decoding("documents")
+def _pg_version_row(self: PostgresStore, row: tuple) -> StoredVersion:
+    (doc_id, version, seq, content_hash, path, title, fmt, status, updated_at, metadata,
+     parser, warnings, chunker_config, ingested_at, groups) = row
+    document = Document(doc_id, version, content_hash, path, title, tuple(sorted(groups or ())),
+                        DocStatus(status), updated_at, json.loads(metadata), fmt)
+    return StoredVersion(document, seq, parser, tuple(json.loads(warnings)), chunker_config,
+                         ingested_at)
+
+
 def sqlite_version(self: SQLiteStore, doc_id: str, version: str) -> StoredVersion | None:
     row = self._db.execute(f"SELECT {SQLITE_VERSION_COLUMNS} FROM documents "
                            "WHERE doc_id = ? AND version = ?", (doc_id, version)).fetchone()
+    return self._version_row(row) if row else None
+
+
+def pg_version(self: PostgresStore, doc_id: str, version: str) -> StoredVersion | None:
+    row = self._one(PG_VERSIONS + " WHERE d.doc_id = %s AND d.version = %s", (doc_id, version))
     return self._version_row(row) if row else None
 
 
@@ -158,6 +261,12 @@ def sqlite_versions(self: SQLiteStore, doc_id: str | None = None) -> list[Stored
     rows = self._db.execute(f"SELECT {SQLITE_VERSION_COLUMNS} FROM documents {where} "
                             "ORDER BY seq", args).fetchall()
     return [self._version_row(r) for r in rows]
+
+
+def pg_versions(self: PostgresStore, doc_id: str | None = None) -> list[StoredVersion]:
+    """Stored versions in ingestion order, of one document or of all."""
+    where, args = (" WHERE d.doc_id = %s", (doc_id,)) if doc_id is not None else ("", ())
+    return [self._version_row(r) for r in self._all(PG_VERSIONS + where + " ORDER BY d.seq", args)]
 
 
 def sqlite_chunks_by_id(self: SQLiteStore, ids: list[str]) -> dict[str, Chunk]:
@@ -172,6 +281,13 @@ def sqlite_chunks_by_id(self: SQLiteStore, ids: list[str]) -> dict[str, Chunk]:
     return out
 
 
+def pg_chunks_by_id(self: PostgresStore, ids: list[str]) -> dict[str, Chunk]:
+    if not ids:
+        return {}
+    rows = self._all(f"SELECT {PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.id = ANY(%s)", (list(ids),))
+    return {chunk.id: chunk for chunk in map(self._chunk_row, rows)}
+
+
 def sqlite_counts(self: SQLiteStore) -> dict[str, int]:
     """How many documents, versions, chunks and sections the store holds."""
     q = self._db.execute
@@ -182,70 +298,17 @@ def sqlite_counts(self: SQLiteStore) -> dict[str, int]:
             "deleted": q("SELECT COUNT(*) FROM tombstones").fetchone()[0]}
 
 
+def pg_counts(self: PostgresStore) -> dict[str, int]:
+    """How many documents, versions, chunks and sections the store holds."""
+    row = self._one("SELECT (SELECT count(DISTINCT doc_id) FROM {s}.documents), "
+                    "(SELECT count(*) FROM {s}.documents), (SELECT count(*) FROM {s}.chunks), "
+                    "(SELECT count(*) FROM {s}.sections), (SELECT count(*) FROM {s}.tombstones)")
+    return dict(zip(("documents", "versions", "chunks", "sections", "deleted"), row))
+
+
 def sqlite_version_statuses(self: SQLiteStore) -> dict[tuple[str, str], str]:
     """Every stored version's status (``current``, ``superseded``, ``expired``)."""
     return {(d, v): s for d, v, s in self._db.execute("SELECT doc_id, version, status FROM documents")}
-
-
-def pg_insert_version(self: PostgresStore, document: Document, raw_text: str, parsed: ParsedDocument,
-                      sections: tuple[Section, ...], chunks: tuple[Chunk, ...],
-                      chunker_config: str) -> None:
-    """Store a new document version with its text, access groups, sections and chunks."""
-    if self._tx is None:
-        raise StoreError("store writes must happen inside store.transaction()")
-    self._next_index_version()
-    # one round trip for the version's rows (pipeline mode; the chunks are buffered)
-    with self._tx.pipeline():
-        self._write(
-            "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (document.doc_id, document.version, document.content_hash, document.path, document.title,
-             document.format, document.status.value, document.updated_at,
-             json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
-             json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, now()))
-        self._write("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
-                    (document.doc_id, document.version, sorted(set(document.acl))))
-        self._write("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
-        self.log("add", document.doc_id, document.version,
-                 f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
-    self._write_chunks(document, sections, chunks, chunker_config, new=True)
-
-
-def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Section, ...],
-                     chunks: tuple[Chunk, ...], chunker_config: str, *, new: bool = False) -> None:
-    """Buffer a version's sections and chunks (written by :meth:`_flush_chunks`); ``new``: the
-    version has no rows yet, so there are none to delete first."""
-    key = (document.doc_id, document.version)
-    if not new:
-        self._flush()  # the rows to delete may still be buffered
-        self._drop_pending(lambda doc_id, version: (doc_id, version) == key)
-        for table in self._vec_tables():
-            self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
-        self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
-        self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
-    self._changed = True
-    self._pending_sections += [
-        {"id": s.id, "doc_id": s.doc_id, "version": s.version, "start_at": s.start, "end_at": s.end,
-         "heading_path": json.dumps(list(s.heading_path)), "level": s.level, "parent_id": s.parent_id}
-        for s in sections]
-    if not chunks:
-        return
-    first = self._rowids(len(chunks))
-    for i, c in enumerate(chunks):
-        lexemes, tf, length = chunk_terms(c)
-        self._pending_chunks.append((
-            first + i, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
-            json.dumps(list(c.heading_path)), c.section_id, c.prefix, c.header[0] if c.header else None,
-            c.header[1] if c.header else None, c.token_count, c.prev_id, c.next_id, c.duplicate_of,
-            c.over_limit, c.config_id, lexemes, tf, length))
-        self._fresh[c.id] = (first + i, c.doc_id, c.version)
-        if c.duplicate_of is None:  # a duplicate counts in the statistics, but is never returned
-            self._pending_postings.append((first + i, tf, length))
-    if chunks[0].config_id not in self._tx_configs:
-        self._tx_configs.add(chunks[0].config_id)
-        self._write("INSERT INTO {s}.configs VALUES (%s, 'chunker', %s) ON CONFLICT (id) DO NOTHING",
-                    (chunks[0].config_id, chunker_config))
-    if len(self._pending_chunks) >= self.flush_rows:
-        self._flush()
 
 
 def _pg_rowids(self: PostgresStore, n: int) -> int:
@@ -322,33 +385,6 @@ def set_status(self: SQLiteStore | PostgresStore, doc_id: str, version: str, sta
     self.log("status", doc_id, version, f"-> {DocStatus(status).value}: {reason}")
 
 
-def pg_delete_document(self: PostgresStore, doc_id: str) -> list[str]:
-    """Delete every version of a document (text, chunks, sections, vectors) and leave a
-    tombstone.
-
-    Raises:
-        InputError: no document with that id is stored.
-    """
-    versions = [r[0] for r in self._all("SELECT version FROM {s}.documents WHERE doc_id = %s "
-                                        "ORDER BY seq", (doc_id,))]
-    if not versions:
-        raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
-    self._drop_pending(lambda doc, version: doc == doc_id)
-    for table in [*self._vec_tables(), "chunks", "sections", "acl", "documents"]:
-        self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s", (doc_id,))
-    self._write("INSERT INTO {s}.tombstones VALUES (%s, %s, %s) ON CONFLICT (doc_id) DO UPDATE "
-                "SET deleted_at = EXCLUDED.deleted_at, versions = EXCLUDED.versions",
-                (doc_id, now(), json.dumps(versions)))
-    self.log("delete", doc_id, None, f"versions {versions}")
-    return versions
-
-
-def pg_log(self: PostgresStore, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
-    self._write("INSERT INTO {s}.log (at, index_version, op, doc_id, version, detail) "
-                "VALUES (%s, %s, %s, %s, %s, %s)",
-                (now(), self._next_index_version(), op, doc_id, version, detail))
-
-
 def _pg_next_index_version(self: PostgresStore) -> int:
     """The index version this transaction commits (read once per transaction)."""
     if not self._writing():
@@ -356,27 +392,6 @@ def _pg_next_index_version(self: PostgresStore) -> int:
     if self._tx_index_version is None:
         self._tx_index_version = self.index_version + 1
     return self._tx_index_version
-
-
-@decoding("documents")
-def _pg_version_row(self: PostgresStore, row: tuple) -> StoredVersion:
-    (doc_id, version, seq, content_hash, path, title, fmt, status, updated_at, metadata,
-     parser, warnings, chunker_config, ingested_at, groups) = row
-    document = Document(doc_id, version, content_hash, path, title, tuple(sorted(groups or ())),
-                        DocStatus(status), updated_at, json.loads(metadata), fmt)
-    return StoredVersion(document, seq, parser, tuple(json.loads(warnings)), chunker_config,
-                         ingested_at)
-
-
-def pg_version(self: PostgresStore, doc_id: str, version: str) -> StoredVersion | None:
-    row = self._one(PG_VERSIONS + " WHERE d.doc_id = %s AND d.version = %s", (doc_id, version))
-    return self._version_row(row) if row else None
-
-
-def pg_versions(self: PostgresStore, doc_id: str | None = None) -> list[StoredVersion]:
-    """Stored versions in ingestion order, of one document or of all."""
-    where, args = (" WHERE d.doc_id = %s", (doc_id,)) if doc_id is not None else ("", ())
-    return [self._version_row(r) for r in self._all(PG_VERSIONS + where + " ORDER BY d.seq", args)]
 
 
 def latest(self: SQLiteStore | PostgresStore, doc_id: str) -> StoredVersion | None:
@@ -427,13 +442,6 @@ def chunk_count(self: SQLiteStore | PostgresStore, doc_id: str, version: str) ->
                      (doc_id, version))[0]
 
 
-def pg_chunks_by_id(self: PostgresStore, ids: list[str]) -> dict[str, Chunk]:
-    if not ids:
-        return {}
-    rows = self._all(f"SELECT {PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.id = ANY(%s)", (list(ids),))
-    return {chunk.id: chunk for chunk in map(self._chunk_row, rows)}
-
-
 def _pg_chunks_by_rowid(self: PostgresStore, rowids: list[int]) -> dict[int, Chunk]:
     if not rowids:
         return {}
@@ -478,14 +486,6 @@ def log_entries(self: SQLiteStore | PostgresStore, since: int = 0) -> list[LogEn
     return [LogEntry(*r) for r in self._all(
         "SELECT seq, at, index_version, op, doc_id, version, detail FROM {s}.log WHERE seq > %s "
         "ORDER BY seq", (since,))]
-
-
-def pg_counts(self: PostgresStore) -> dict[str, int]:
-    """How many documents, versions, chunks and sections the store holds."""
-    row = self._one("SELECT (SELECT count(DISTINCT doc_id) FROM {s}.documents), "
-                    "(SELECT count(*) FROM {s}.documents), (SELECT count(*) FROM {s}.chunks), "
-                    "(SELECT count(*) FROM {s}.sections), (SELECT count(*) FROM {s}.tombstones)")
-    return dict(zip(("documents", "versions", "chunks", "sections", "deleted"), row))
 
 
 def pg_chunks_in_order(self: PostgresStore) -> list[Chunk]:

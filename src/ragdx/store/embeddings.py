@@ -61,6 +61,30 @@ def sqlite_register_space(self: SQLiteStore, space: EmbeddingSpace, backend: str
     self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
 
 
+def pg_register_space(self: PostgresStore, space: EmbeddingSpace, backend: str) -> None:
+    """Record an embedding space (state ``building``) if it is new, with its vector table."""
+    if self._one("SELECT 1 FROM {s}.spaces WHERE id = %s", (space.id,)):
+        return
+    if self._tx is None:
+        raise StoreError("store writes must happen inside store.transaction()")
+    body = json.dumps({k: getattr(space, k) for k in space.__slots__}, sort_keys=True)
+    n = self._tx.execute(f"INSERT INTO {self.schema}.spaces (id, dim, body, backend, state, created_at, "
+                         "updated_at) VALUES (%s, %s, %s, %s, 'building', %s, %s) RETURNING n",
+                         (space.id, space.dim, body, backend, now(), now())).fetchone()[0]
+    self._changed = True
+    table, s = vec_table(n), self.schema
+    parts = self.partitions()
+    if list(parts.values()) == [None]:
+        for statement in _vec_ddl(s, table, space.dim):
+            self._tx.execute(statement)
+    else:
+        self._on_each_shard(lambda part: [f"DROP TABLE IF EXISTS {s}.{table}_p{part}",
+                                          *_vec_ddl(s, f"{table}_p{part}", space.dim)])
+        for statement in sharded_table_ddl(s, table, _VEC_COLUMNS.format(dim=space.dim), parts):
+            self._tx.execute(statement)
+    self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
+
+
 @decoding("spaces")
 def sqlite_spaces(self: SQLiteStore) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
     """Every registered space: the space, its backend, its state and its vector count."""
@@ -73,8 +97,26 @@ def sqlite_spaces(self: SQLiteStore) -> list[tuple[EmbeddingSpace, str, SpaceSta
     return out
 
 
+@decoding("spaces")
+def pg_spaces(self: PostgresStore) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
+    """Every registered space: the space, its backend, its state and its vector count."""
+    if self._writing():
+        self._flush()
+    out = []
+    for n, body, backend, state in self._all("SELECT n, body, backend, state FROM {s}.spaces "
+                                              "ORDER BY created_at, id"):
+        count = self._one(f"SELECT count(*) FROM {{s}}.{vec_table(n)}")[0]
+        out.append((EmbeddingSpace(**json.loads(body)), backend, SpaceState(state), count))
+    return out
+
+
 def sqlite_space_state(self: SQLiteStore, space_id: str) -> SpaceState | None:
     row = self._db.execute("SELECT state FROM spaces WHERE id = ?", (space_id,)).fetchone()
+    return SpaceState(row[0]) if row else None
+
+
+def pg_space_state(self: PostgresStore, space_id: str) -> SpaceState | None:
+    row = self._one("SELECT state FROM {s}.spaces WHERE id = %s", (space_id,))
     return SpaceState(row[0]) if row else None
 
 
@@ -84,10 +126,24 @@ def sqlite_set_space_state(self: SQLiteStore, space_id: str, state: SpaceState, 
     self.log("space", None, None, f"{space_id} -> {state}: {reason}")
 
 
+def pg_set_space_state(self: PostgresStore, space_id: str, state: SpaceState, reason: str) -> None:
+    state = SpaceState.parse(state, what="space state")
+    self._write("UPDATE {s}.spaces SET state = %s, updated_at = %s WHERE id = %s",
+                (state.value, now(), space_id))
+    self.log("space", None, None, f"{space_id} -> {state}: {reason}")
+
+
 @decoding("spaces")
 def sqlite_active_space(self: SQLiteStore) -> EmbeddingSpace | None:
     """The space the dense channel searches, if any."""
     row = self._db.execute("SELECT body FROM spaces WHERE state = 'active'").fetchone()
+    return EmbeddingSpace(**json.loads(row[0])) if row else None
+
+
+@decoding("spaces")
+def pg_active_space(self: PostgresStore) -> EmbeddingSpace | None:
+    """The space the dense channel searches, if any."""
+    row = self._one("SELECT body FROM {s}.spaces WHERE state = 'active'")
     return EmbeddingSpace(**json.loads(row[0])) if row else None
 
 
@@ -104,6 +160,18 @@ def sqlite_vectors_by_input(self: SQLiteStore, space_id: str, hashes: list[str])
     return out
 
 
+def pg_vectors_by_input(self: PostgresStore, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
+    """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None or not hashes:
+        return {}
+    rows = self._all(f"SELECT DISTINCT ON (input_hash) input_hash, embedding::real[], window_end "
+                     f"FROM {{s}}.{found[0]} WHERE input_hash = ANY(%s)", (list(hashes),))
+    return {h: (np.asarray(v, np.float32).tobytes(), end) for h, v, end in rows}
+
+
 def sqlite_write_vectors(self: SQLiteStore, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
     """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk.
 
@@ -117,12 +185,55 @@ def sqlite_write_vectors(self: SQLiteStore, space_id: str, rows: list[tuple[str,
         [(space_id, h, vector, end, cid) for cid, h, vector, end in rows])
 
 
+def pg_write_vectors(self: PostgresStore, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
+    """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk (a
+    chunk's earlier vector in the space is replaced)."""
+    if not rows:
+        return
+    found = self._space_table(space_id)
+    if found is None:
+        raise StoreError(f"no embedding space {space_id!r} is registered")
+    missing = [cid for cid, *_ in rows if cid not in self._fresh]
+    if missing:
+        for cid, rowid, doc_id, version in self._all(
+                "SELECT id, rowid, doc_id, version FROM {s}.chunks WHERE id = ANY(%s)", (missing,)):
+            self._fresh[cid] = (rowid, doc_id, version)
+    known = [(self._fresh[cid], h, blob, end) for cid, h, blob, end in rows if cid in self._fresh]
+    table = found[0]
+    # a chunk stored before this transaction may have a vector already; this transaction's
+    # own chunks have none but the buffered one, replaced below
+    flushed = self._tx_vectors.get(table, [0, 0, set()])[2]
+    older = [rowid for (rowid, _, _), *_ in known
+             if rowid < (self._tx_first_rowid or rowid + 1) or rowid in flushed]
+    if older:
+        self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", (older,))
+    self._changed = True
+    pending = self._pending_vectors.setdefault(table, {})
+    for (rowid, doc_id, version), h, blob, end in known:
+        pending[rowid] = (rowid, doc_id, version, h, blob, end)
+        self._pending_keys.add((doc_id, version))
+    if len(pending) >= self.flush_rows:
+        self._flush_vectors(table)
+
+
 def sqlite_chunks_without_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
     columns = documents.SQLITE_CHUNK_COLUMNS_C
     return [self._chunk_row(r) for r in self._db.execute(
         f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
         "SELECT 1 FROM vectors v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
         "ORDER BY c.rowid", (space_id,))]
+
+
+def pg_chunks_without_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None:
+        return [c for c in self.chunks_in_order() if c.duplicate_of is None]
+    return [self._chunk_row(r) for r in self._all(
+        f"SELECT {documents.PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+        f"SELECT 1 FROM {{s}}.{found[0]} v WHERE v.chunk_rowid = c.rowid AND v.doc_id = c.doc_id) "
+        "ORDER BY c.rowid")]
 
 
 def sqlite_vector_table(self: SQLiteStore, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
@@ -136,6 +247,26 @@ def sqlite_vector_table(self: SQLiteStore, space_id: str) -> tuple[list[str], li
         ids.append(cid)
         docs.append((doc_id, version))
         blobs.append(blob)
+        ends.append(end)
+    return ids, docs, blobs, ends
+
+
+def pg_vector_table(self: PostgresStore, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
+    """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
+    window ends, in chunk order. Duplicate chunks are left out."""
+    if self._writing():
+        self._flush()
+    ids, docs, blobs, ends = [], [], [], []
+    found = self._space_table(space_id)
+    if found is None:
+        return ids, docs, blobs, ends
+    for cid, doc_id, version, vector, end in self._all(
+            f"SELECT c.id, c.doc_id, c.version, v.embedding::real[], v.window_end FROM {{s}}.{found[0]} v "
+            "JOIN {s}.chunks c ON c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id "
+            "WHERE c.duplicate_of IS NULL ORDER BY c.rowid"):
+        ids.append(cid)
+        docs.append((doc_id, version))
+        blobs.append(np.asarray(vector, np.float32).tobytes())
         ends.append(end)
     return ids, docs, blobs, ends
 
@@ -185,6 +316,18 @@ def sqlite_window_end(self: SQLiteStore, space_id: str, chunk_id: str) -> int | 
     return row[0] if row else None
 
 
+def pg_window_end(self: PostgresStore, space_id: str, chunk_id: str) -> int | None:
+    """How many characters of a chunk the encoder of a space read (None: all of it)."""
+    if self._writing():
+        self._flush()
+    found = self._space_table(space_id)
+    if found is None:
+        return None
+    row = self._one(f"SELECT v.window_end FROM {{s}}.{found[0]} v JOIN {{s}}.chunks c ON "
+                    "c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id WHERE c.id = %s", (chunk_id,))
+    return row[0] if row else None
+
+
 def sqlite_chunk_vectors(self: SQLiteStore, space_id: str, doc_id: str, version: str | None = None) -> list[bytes]:
     """The float32 vectors of a space for one document's searchable chunks (of one version,
     or of all): what a cache asks when the document changed."""
@@ -194,140 +337,9 @@ def sqlite_chunk_vectors(self: SQLiteStore, space_id: str, doc_id: str, version:
         f"WHERE c.doc_id = ? {where} AND c.duplicate_of IS NULL", (space_id, doc_id, *args))]
 
 
-def pg_register_space(self: PostgresStore, space: EmbeddingSpace, backend: str) -> None:
-    """Record an embedding space (state ``building``) if it is new, with its vector table."""
-    if self._one("SELECT 1 FROM {s}.spaces WHERE id = %s", (space.id,)):
-        return
-    if self._tx is None:
-        raise StoreError("store writes must happen inside store.transaction()")
-    body = json.dumps({k: getattr(space, k) for k in space.__slots__}, sort_keys=True)
-    n = self._tx.execute(f"INSERT INTO {self.schema}.spaces (id, dim, body, backend, state, created_at, "
-                         "updated_at) VALUES (%s, %s, %s, %s, 'building', %s, %s) RETURNING n",
-                         (space.id, space.dim, body, backend, now(), now())).fetchone()[0]
-    self._changed = True
-    table, s = vec_table(n), self.schema
-    parts = self.partitions()
-    if list(parts.values()) == [None]:
-        for statement in _vec_ddl(s, table, space.dim):
-            self._tx.execute(statement)
-    else:
-        self._on_each_shard(lambda part: [f"DROP TABLE IF EXISTS {s}.{table}_p{part}",
-                                          *_vec_ddl(s, f"{table}_p{part}", space.dim)])
-        for statement in sharded_table_ddl(s, table, _VEC_COLUMNS.format(dim=space.dim), parts):
-            self._tx.execute(statement)
-    self.log("space", None, None, f"registered {space.id} ({space.model_id}, {backend})")
-
-
 def _pg_space_table(self: PostgresStore, space_id: str) -> tuple[str, int] | None:
     row = self._one("SELECT n, dim FROM {s}.spaces WHERE id = %s", (space_id,))
     return (vec_table(row[0]), row[1]) if row else None
-
-
-@decoding("spaces")
-def pg_spaces(self: PostgresStore) -> list[tuple[EmbeddingSpace, str, SpaceState, int]]:
-    """Every registered space: the space, its backend, its state and its vector count."""
-    if self._writing():
-        self._flush()
-    out = []
-    for n, body, backend, state in self._all("SELECT n, body, backend, state FROM {s}.spaces "
-                                              "ORDER BY created_at, id"):
-        count = self._one(f"SELECT count(*) FROM {{s}}.{vec_table(n)}")[0]
-        out.append((EmbeddingSpace(**json.loads(body)), backend, SpaceState(state), count))
-    return out
-
-
-def pg_space_state(self: PostgresStore, space_id: str) -> SpaceState | None:
-    row = self._one("SELECT state FROM {s}.spaces WHERE id = %s", (space_id,))
-    return SpaceState(row[0]) if row else None
-
-
-def pg_set_space_state(self: PostgresStore, space_id: str, state: SpaceState, reason: str) -> None:
-    state = SpaceState.parse(state, what="space state")
-    self._write("UPDATE {s}.spaces SET state = %s, updated_at = %s WHERE id = %s",
-                (state.value, now(), space_id))
-    self.log("space", None, None, f"{space_id} -> {state}: {reason}")
-
-
-@decoding("spaces")
-def pg_active_space(self: PostgresStore) -> EmbeddingSpace | None:
-    """The space the dense channel searches, if any."""
-    row = self._one("SELECT body FROM {s}.spaces WHERE state = 'active'")
-    return EmbeddingSpace(**json.loads(row[0])) if row else None
-
-
-def pg_vectors_by_input(self: PostgresStore, space_id: str, hashes: list[str]) -> dict[str, tuple[bytes, int | None]]:
-    """Stored vectors of this space whose input text has these hashes (to skip re-encoding)."""
-    if self._writing():
-        self._flush()
-    found = self._space_table(space_id)
-    if found is None or not hashes:
-        return {}
-    rows = self._all(f"SELECT DISTINCT ON (input_hash) input_hash, embedding::real[], window_end "
-                     f"FROM {{s}}.{found[0]} WHERE input_hash = ANY(%s)", (list(hashes),))
-    return {h: (np.asarray(v, np.float32).tobytes(), end) for h, v, end in rows}
-
-
-def pg_write_vectors(self: PostgresStore, space_id: str, rows: list[tuple[str, str, bytes, int | None]]) -> None:
-    """Store vectors: ``(chunk_id, input_hash, float32 bytes, window_end)`` per chunk (a
-    chunk's earlier vector in the space is replaced)."""
-    if not rows:
-        return
-    found = self._space_table(space_id)
-    if found is None:
-        raise StoreError(f"no embedding space {space_id!r} is registered")
-    missing = [cid for cid, *_ in rows if cid not in self._fresh]
-    if missing:
-        for cid, rowid, doc_id, version in self._all(
-                "SELECT id, rowid, doc_id, version FROM {s}.chunks WHERE id = ANY(%s)", (missing,)):
-            self._fresh[cid] = (rowid, doc_id, version)
-    known = [(self._fresh[cid], h, blob, end) for cid, h, blob, end in rows if cid in self._fresh]
-    table = found[0]
-    # a chunk stored before this transaction may have a vector already; this transaction's
-    # own chunks have none but the buffered one, replaced below
-    flushed = self._tx_vectors.get(table, [0, 0, set()])[2]
-    older = [rowid for (rowid, _, _), *_ in known
-             if rowid < (self._tx_first_rowid or rowid + 1) or rowid in flushed]
-    if older:
-        self._write(f"DELETE FROM {{s}}.{table} WHERE chunk_rowid = ANY(%s)", (older,))
-    self._changed = True
-    pending = self._pending_vectors.setdefault(table, {})
-    for (rowid, doc_id, version), h, blob, end in known:
-        pending[rowid] = (rowid, doc_id, version, h, blob, end)
-        self._pending_keys.add((doc_id, version))
-    if len(pending) >= self.flush_rows:
-        self._flush_vectors(table)
-
-
-def pg_chunks_without_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:
-    if self._writing():
-        self._flush()
-    found = self._space_table(space_id)
-    if found is None:
-        return [c for c in self.chunks_in_order() if c.duplicate_of is None]
-    return [self._chunk_row(r) for r in self._all(
-        f"SELECT {documents.PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
-        f"SELECT 1 FROM {{s}}.{found[0]} v WHERE v.chunk_rowid = c.rowid AND v.doc_id = c.doc_id) "
-        "ORDER BY c.rowid")]
-
-
-def pg_vector_table(self: PostgresStore, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes], list[int | None]]:
-    """Every searchable vector of a space: chunk ids, (doc_id, version), vector bytes and
-    window ends, in chunk order. Duplicate chunks are left out."""
-    if self._writing():
-        self._flush()
-    ids, docs, blobs, ends = [], [], [], []
-    found = self._space_table(space_id)
-    if found is None:
-        return ids, docs, blobs, ends
-    for cid, doc_id, version, vector, end in self._all(
-            f"SELECT c.id, c.doc_id, c.version, v.embedding::real[], v.window_end FROM {{s}}.{found[0]} v "
-            "JOIN {s}.chunks c ON c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id "
-            "WHERE c.duplicate_of IS NULL ORDER BY c.rowid"):
-        ids.append(cid)
-        docs.append((doc_id, version))
-        blobs.append(np.asarray(vector, np.float32).tobytes())
-        ends.append(end)
-    return ids, docs, blobs, ends
 
 
 def pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
@@ -384,18 +396,6 @@ def _pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, gr
     ranked = sorted(range(len(rowids)), key=lambda i: (-scores[i], rowids[i]))[:k]
     chunks = self._chunks_by_rowid([rowids[i] for i in ranked])
     return [(chunks[rowids[i]], float(scores[i])) for i in ranked if rowids[i] in chunks]
-
-
-def pg_window_end(self: PostgresStore, space_id: str, chunk_id: str) -> int | None:
-    """How many characters of a chunk the encoder of a space read (None: all of it)."""
-    if self._writing():
-        self._flush()
-    found = self._space_table(space_id)
-    if found is None:
-        return None
-    row = self._one(f"SELECT v.window_end FROM {{s}}.{found[0]} v JOIN {{s}}.chunks c ON "
-                    "c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id WHERE c.id = %s", (chunk_id,))
-    return row[0] if row else None
 
 
 def _pg_top(self: PostgresStore, select: str, order: str, limit: int, args: dict, *, table: str = "",

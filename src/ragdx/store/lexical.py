@@ -127,7 +127,6 @@ class _Postings:
         return _Postings(self.rowids[mask], self.freqs[mask], self.lengths[mask])
 
 
-
 def sqlite_keyword_statistics(self: SQLiteStore, terms: Sequence[str]) -> tuple[int, float, dict[str, int]]:
     """What FTS5's ``bm25()`` scores with: the index's row count, its average row length in
     tokens (every column), and how many rows hold each of ``terms`` (tokens as the index holds
@@ -183,6 +182,13 @@ def sqlite_bm25(self: SQLiteStore, terms: Sequence[str], groups: tuple[str, ...]
             return self._hit_chunks(hits)
         finally:
             self._db.execute("COMMIT")
+
+
+def pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...], limit: int,
+            weights: tuple[float, float] = (0.5, 1.0),
+            versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
+    """:meth:`_bm25` among the versions the filter allows (every version when None)."""
+    return self._with_versions(lambda n: self._bm25(terms, groups, n, weights), limit, versions)
 
 
 def sqlite_fts5_bm25(self: SQLiteStore, terms: Sequence[str], groups: tuple[str, ...], limit: int,
@@ -306,13 +312,6 @@ def pg_bm25_statistics(self: PostgresStore, tokens: Sequence[str]) -> tuple[int,
                         f"ANY(%(t)s){delta}) d GROUP BY term HAVING sum(df) > 0",
                         {"t": sorted(set(tokens))}))
     return int(n_rows), int(n_tokens), {t: int(n) for t, n in df.items()}
-
-
-def pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...], limit: int,
-            weights: tuple[float, float] = (0.5, 1.0),
-            versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
-    """:meth:`_bm25` among the versions the filter allows (every version when None)."""
-    return self._with_versions(lambda n: self._bm25(terms, groups, n, weights), limit, versions)
 
 
 def _pg_with_versions(self: PostgresStore, search: Any, limit: int, versions: VersionFilter | None) -> list[tuple[Chunk, float]]:
