@@ -18,7 +18,6 @@ Reproduce, from the repository root::
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import tempfile
@@ -26,11 +25,12 @@ from pathlib import Path
 
 from ragdx.examples import example_dir
 from ragdx.config import load_settings
-from ragdx.diagnosis.evidence import BY_ID, QueryEvidence, ResolvedAlternative
+from ragdx.diagnosis.evidence import BY_ID, EvidenceResolver, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, Diagnoser, DroppedView, ItemView, StageView, TraceView
 from ragdx.diagnosis.ours import diagnose_trace
 from ragdx.build import build_ingestor, build_pipeline
 from ragdx.queryset import load_queries
+from ragdx.runfolder import json_line
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.tracefile import trace_to_dict
 from ragdx.types import Alternative, Principal, Query, StageKind
@@ -84,14 +84,16 @@ def run(n: int, repeat: int, seed: int) -> dict:
     # the pipeline and the recording timed apart, query by query, in the same loop, so machine
     # noise cannot favour one of them
     pipeline_s, recording_s = [], []
-    with open(folder / "traces.jsonl", "w") as traces, open(folder / "diagnosis.jsonl", "w") as diag:
+    resolver = EvidenceResolver(store)  # one for the run, as ragdx run has
+    with open(folder / "traces.jsonl", "w", encoding="utf-8") as traces, \
+            open(folder / "diagnosis.jsonl", "w", encoding="utf-8") as diag:
         for _ in range(repeat):
             for query in queries:
                 with Stopwatch() as p:
                     trace = pipeline.run(query)
                 with Stopwatch() as r:
-                    traces.write(json.dumps(trace_to_dict(trace)) + "\n")
-                    diag.write(json.dumps(diagnose_trace(pipeline, trace).to_dict()) + "\n")
+                    traces.write(json_line(trace_to_dict(trace)))  # written as ragdx run writes them
+                    diag.write(json_line(diagnose_trace(pipeline, trace, resolver).to_dict()))
                 pipeline_s.append(p.wall)
                 recording_s.append(r.wall)
     bare_s, rec_s = sum(pipeline_s) / repeat, sum(recording_s) / repeat

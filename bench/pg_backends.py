@@ -8,6 +8,13 @@ distributed words (about ten chunks each; a fifth readable by "staff" only), emb
 hashing encoder (384 dimensions: the vectors' size is MiniLM's, the encoder costs nothing).
 Queries are 3 to 8 words drawn the same way, asked with the group "public".
 
+Hashed bag-of-words vectors give an HNSW graph nothing to follow, so ``--vectors STORE`` draws
+real ones instead: each synthetic chunk gets the all-MiniLM-L6-v2 vector of a chunk of that store
+(the dev set's, ``bench/.cache/devset/store.db``: Python and SQLite manuals), chosen by a hash of
+its text, with a little noise after the first use so no two chunks share a vector; each query
+gets the embedding of a real dev-set question (encoded once with the store's own encoder). Exact
+and approximate search then rank real embeddings, and the encoder still costs nothing.
+
     make pg                                         # the three servers, DSN printed last
     .venv/bin/python bench/pg_backends.py --chunks 100000 \
         --dsn postgresql://postgres@127.0.0.1:55432/ragdx \
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import random
@@ -44,7 +52,7 @@ from ragdx.store.pg_admin import drop_store
 from ragdx.store.postgres import PostgresStore, setup_shards
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder
-from ragdx.types import Principal, Query
+from ragdx.types import EmbeddingSpace, Encoding, Principal, Query
 
 SYLLABLES = ["ka", "lo", "re", "mi", "tu", "sen", "dar", "vo", "pli", "qua", "ne", "xis", "bor", "fa",
              "gu", "hel", "jin", "ost", "ur", "wy"]
@@ -55,6 +63,63 @@ def vocabulary(n: int, rng: random.Random) -> list[str]:
     while len(words) < n:
         words["".join(rng.choice(SYLLABLES) for _ in range(rng.randint(2, 4)))] = None
     return list(words)
+
+
+class DrawnEncoder:
+    """Real embeddings for synthetic texts: a passage gets a stored chunk's vector (by a hash of
+    its text; noise of 0.01 per dimension, renormalised, on every reuse of a vector), a query a
+    real question's vector. Deterministic: the same text gets the same vector in every store."""
+
+    def __init__(self, passages: np.ndarray, queries: np.ndarray, model: str) -> None:
+        self.passages, self.queries, self.model = passages, queries, model
+        self.dim = passages.shape[1]
+
+    @property
+    def space(self) -> EmbeddingSpace:
+        return EmbeddingSpace(f"drawn:{self.model}", f"{len(self.passages)}x{len(self.queries)}", self.dim,
+                              True, "", "", 256, "mean")
+
+    @property
+    def name(self) -> str:
+        return f"drawn:{self.model}"
+
+    def count(self, text: str) -> int:
+        return len(text.split())
+
+    def encode(self, texts, *, kind: str = "passage") -> Encoding:
+        pool = self.queries if kind == "query" else self.passages
+        out = np.empty((len(texts), self.dim), np.float32)
+        for i, text in enumerate(texts):
+            h = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+            row, reuse = h % len(pool), h // len(pool) % 4  # a chunk of the corpus reuses a vector about 1 time in 4
+            v = pool[row].astype(np.float32)
+            if kind != "query" and reuse:
+                v = v + np.random.default_rng(h).normal(0, 0.01, self.dim).astype(np.float32)
+                v /= np.linalg.norm(v)
+            out[i] = v
+        return Encoding(self.space, out, tuple(None for _ in texts))
+
+
+def drawn_encoder(store_path: Path) -> DrawnEncoder:
+    """The vectors of the store's active space, and its dev-set questions encoded by its encoder."""
+    import sqlite3
+    from ragdx.build import build_encoder
+    from ragdx.config import load_settings
+    from ragdx.queryset import load_queries
+    db = sqlite3.connect(f"file:{store_path}?mode=ro", uri=True)
+    space_id, config = db.execute("SELECT id, body FROM spaces WHERE state = 'active'").fetchone()
+    model = json.loads(config)["model_id"]
+    blobs = db.execute("SELECT vector FROM vectors WHERE space_id = ? ORDER BY rowid", (space_id,)).fetchall()
+    db.close()
+    passages = np.stack([np.frombuffer(b, np.float32) for (b,) in blobs])
+    folder = store_path.parent
+    questions = [q.question for half in ("fit", "test") for q in load_queries(folder / f"queries.{half}.jsonl")]
+    int8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
+    settings = load_settings(overrides=["retrieval.dense.backend=onnx", f"retrieval.dense.model={int8}"])
+    queries = build_encoder(settings.retrieval.dense).encode(questions, kind="query").vectors
+    print(f"drawing from {len(passages):,} stored vectors of {model} and {len(queries)} questions",
+          file=sys.stderr)
+    return DrawnEncoder(passages, np.asarray(queries, np.float32), model)
 
 
 def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path], list[str]]:
@@ -82,7 +147,7 @@ def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path]
     return [manifest], words
 
 
-def ingest(store, manifests: list[Path], encoder: HashingEncoder) -> dict:
+def ingest(store, manifests: list[Path], encoder) -> dict:
     ingestor = Ingestor(store, embedder=Embedder(encoder))
     chunks, started = 0, time.perf_counter()
     for manifest in manifests:
@@ -148,10 +213,13 @@ def main() -> int:
     parser.add_argument("--queries", type=int, default=210)
     parser.add_argument("--ef-search", type=int, action="append", default=None,
                         help="an HNSW ef_search to measure recall@10 at (repeat; default 40, 100, 200)")
+    parser.add_argument("--vectors", type=Path, default=None,
+                        help="draw real vectors from this store (its active space) instead of hashing")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "pg_backends.json")
     args = parser.parse_args()
-    encoder = HashingEncoder(dim=384)
+    encoder = HashingEncoder(dim=384) if args.vectors is None else drawn_encoder(args.vectors)
     result: dict = {"machine": machine(), "code": code_version(), "chunks_asked": args.chunks,
+                    "vectors": encoder.name,
                     "command": " ".join(["bench/pg_backends.py", *sys.argv[1:]])}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)

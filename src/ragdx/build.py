@@ -21,7 +21,7 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.pipeline import Pipeline
-from ragdx.protocols import Cache, Encoder, Stage, Store, TokenCounter, WritableStore
+from ragdx.protocols import Cache, Encoder, PairScorer, Stage, Store, TokenCounter, WritableStore
 from ragdx.stages.assemble import ContextAssembler
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
@@ -29,6 +29,7 @@ from ragdx.stages.fuse import RRF, WeightedFusion
 from ragdx.stages.generate import ChatClient, ChatGenerator, ExtractiveGenerator
 from ragdx.stages.govern import Governance
 from ragdx.stages.multihop import MultiHop
+from ragdx.stages.reader import ReaderWeights
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker, SentenceReranker
 from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
 from ragdx.stages.routed import RoutedRewrite
@@ -240,7 +241,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     return stages
 
 
-def learned_reader(g: GenerationSettings) -> tuple[Any, Any]:
+def learned_reader(g: GenerationSettings) -> tuple[PairScorer | None, ReaderWeights]:
     """The generator's learned reader (:mod:`ragdx.stages.reader`): the cross-encoder and the
     weights fitted with it when it can run here (a ``reader_model`` given, or the packaged model
     with the extras ``onnx`` and ``models``), else no model and the weights fitted without it,

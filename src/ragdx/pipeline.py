@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
 
 from ragdx.errors import ConfigError
 from ragdx.protocols import (
-    STAGE_PROTOCOLS, Assembler, Encoder, Generator, QueryRewriter, Retriever, Stage, Store, Verifier,
+    STAGE_PROTOCOLS, Assembler, Encoder, Fuser, Generator, QueryRewriter, Reranker, Retriever, Stage, Store, Verifier,
 )
 from ragdx.types import Answer, Context, Query, Ranked, Rewritten, StageKind, Verification
 
+if TYPE_CHECKING:  # for the annotation only: the settings tree sits below every layer, but is not needed here
+    from ragdx.config import Settings
+
 StageOutput = Rewritten | Ranked | Context | Answer | Verification
+_O = TypeVar("_O", Rewritten, Ranked, Context, Answer, Verification)
 
 __all__ = ["Trace", "Pipeline", "StageOutput"]
 
@@ -83,10 +87,10 @@ class _Run:
         self.rewriter, self.channels = rewriter, channels
         self.outputs: list[StageOutput] = []
 
-    def last(self, cls: type) -> Any:
+    def last(self, cls: type[_O]) -> _O | None:
         return next((o for o in reversed(self.outputs) if isinstance(o, cls)), None)
 
-    def call(self, stage: Any) -> StageOutput:
+    def call(self, stage: Stage) -> StageOutput:
         kind, q = stage.kind, self.query
         rewritten = self.last(Rewritten)
         if kind is StageKind.REWRITE:
@@ -125,7 +129,7 @@ class Pipeline:
     """
 
     def __init__(self, stages: Sequence[Stage], *, store: Store, encoder: Encoder | None = None,
-                 settings: Any = None) -> None:  # ragdx.config.Settings (a lower layer never imports config)
+                 settings: Settings | None = None) -> None:
         self.stages: tuple[Stage, ...] = tuple(stages)
         self.store = store
         self.encoder = encoder
@@ -136,7 +140,7 @@ class Pipeline:
         return f"Pipeline({', '.join(f'{s.name}:{s.kind.value}' for s in self.stages)})"
 
     # the stages by kind, for the parts of ragdx that need one (the diagnosis, ablations)
-    def of_kind(self, kind: StageKind) -> tuple[Any, ...]:
+    def of_kind(self, kind: StageKind) -> tuple[Stage, ...]:
         return tuple(s for s in self.stages if s.kind is kind)
 
     def _one(self, kind: StageKind) -> Any:
@@ -152,11 +156,11 @@ class Pipeline:
         return self.of_kind(StageKind.RETRIEVAL)
 
     @property
-    def fusion(self) -> Any:
+    def fusion(self) -> Fuser | None:
         return self._one(StageKind.FUSION)
 
     @property
-    def reranker(self) -> Any:
+    def reranker(self) -> Reranker | None:
         return self._one(StageKind.RERANK)
 
     @property
@@ -230,7 +234,7 @@ def _same_setup(recorded: Mapping[str, Any], config: Mapping[str, Any]) -> bool:
     return all(k in recorded and recorded[k] == v for k, v in config.items())
 
 
-def _check_order(stages: tuple[Any, ...]) -> None:
+def _check_order(stages: tuple[Stage, ...]) -> None:
     order = " -> ".join(k.value for k in STAGE_PROTOCOLS)
     seen: list[StageKind] = []
     names: set[str] = set()

@@ -21,13 +21,16 @@ typed ``run``. What each kind takes and returns (docs/pipeline.md, "Stages"):
 
 from __future__ import annotations
 
-from typing import Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
     Answer, CacheEntry, CacheKind, Chunk, Context, Dependencies, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
     Query, Ranked, Rewrite, Rewritten, Section, SpaceState, StageKind, StoredVersion, VectorBatch, Verification,
     VersionFilter,
 )
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
@@ -85,7 +88,7 @@ class PairScorer(Protocol):
 
     def warm_up(self) -> None: ...
 
-    def score(self, query: str, texts: Sequence[str]) -> Any:
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """One score per text, in the texts' order (a float array)."""
         ...
 
@@ -193,7 +196,7 @@ class VectorSearchStore(Protocol):
     """A store that searches its own vectors (the PostgreSQL store): the dense channel asks it
     instead of loading the space's vectors into memory."""
 
-    def vector_search(self, space_id: str, vector: Any, groups: tuple[str, ...], k: int, *,
+    def vector_search(self, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
                       exact: bool = True, versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:
         """The ``k`` chunks the groups may read, of the versions the filter allows (all when
         None), with the highest dot product with ``vector``, best first, ties to the older
@@ -310,7 +313,7 @@ class Cache(Protocol):
         """The entry (``payload``, ``made_at``, ``seconds``) under ``key``, or None."""
         ...
 
-    def put(self, kind: CacheKind, key: str, payload: Any, deps: Dependencies, *, question: str,
+    def put(self, kind: CacheKind, key: str, payload: object, deps: Dependencies, *, question: str,
             groups: Sequence[str], made_at: int, seconds: float, store: Store) -> bool: ...
 
     def discard(self, kind: CacheKind, key: str) -> None: ...

@@ -56,9 +56,15 @@ class Executed:
     evidence: tuple[QueryEvidence, ...]
 
 
+def json_line(obj: Any) -> str:
+    """One line of a run folder's JSONL files: UTF-8 text as it is (escaping every non-ASCII
+    character costs a third of the encoding time of a trace), NaN refused."""
+    return json.dumps(obj, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def write_lines(path: Path, objs: Any) -> None:
     """Write JSON lines whole or not at all (a temporary file, then an atomic rename)."""
-    _replace(path, "".join(json.dumps(o, ensure_ascii=False, allow_nan=False) + "\n" for o in objs))
+    _replace(path, "".join(json_line(o) for o in objs))
 
 
 def write_json(path: Path, obj: Any) -> None:

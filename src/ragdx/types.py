@@ -48,6 +48,23 @@ class ChoiceEnum(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    def __eq__(self, other: object) -> bool:
+        # A str enum compared with a misspelt string is silently False; a comparison
+        # that can never hold is a bug in the caller, so it raises instead.
+        if isinstance(other, str) and not isinstance(other, ChoiceEnum):
+            if other not in type(self)._value2member_map_:
+                valid = ", ".join(repr(m.value) for m in type(self))
+                raise TypeError(
+                    f"{type(self).__name__}.{self.name} compared with {other!r}, "
+                    f"which is none of its values ({valid})"
+                )
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
 
 class DocStatus(ChoiceEnum):
     """Whether a document version is the one in force."""
@@ -889,7 +906,8 @@ class VersionFilter:
                    for n in self.named)
 
     def allows(self, version: str, status: DocStatus | str) -> bool:
-        return not self.current_only or status == DocStatus.CURRENT or self.names(version)
+        # a store's raw status may be any string (a damaged row): compared with the value, not the member
+        return not self.current_only or status == DocStatus.CURRENT.value or self.names(version)
 
 
 class CacheKind(ChoiceEnum):

@@ -236,3 +236,17 @@ def test_max_score_ranks_as_fts5_and_as_the_full_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(keyword.KeywordIndex, "_max_score", lambda self, *args: (None, 0.0))
     assert [search(store, q, everyone) for q in queries] == got  # the full pass alone
     store.close()
+
+
+def test_a_count_beyond_sixteen_bits_is_kept_exact(tmp_path):
+    """The build keeps counts in 16 bits while they fit: a word said 70,000 times in one chunk
+    must still score as FTS5 scores it (N = 2, avgdl 35,001)."""
+    store = SQLiteStore(tmp_path / "store.db")
+    add(store, "a", " ".join(["cherry"] * 70_000) + " apple")
+    add(store, "b", "cherry")
+    n, avgdl = 2, (70_001 + 1) / 2
+    got = search(store, ["cherry"])
+    assert got == reference(store, ["cherry"])
+    by_doc = {doc: score for doc, _, score in got}
+    assert by_doc["a"] == pytest.approx(bm25(idf(n, 2), 70_000, 70_001, avgdl), rel=1e-9)
+    assert by_doc["b"] == pytest.approx(bm25(idf(n, 2), 1, 1, avgdl), rel=1e-9)

@@ -26,6 +26,7 @@ class EvidenceStatus(ChoiceEnum):
     DELETED = "deleted"                  # the document was deleted
     NOT_IN_SOURCE = "not_in_source"      # the raw source lacks the words: a source loss
     LOST_IN_PARSING = "lost_in_parsing"  # the raw source has them, the parsed text does not
+    BY_TEXT = "by_text"                  # an imported trace's quote, found in its items' texts (no store)
 
 
 RESOLVED, BY_ID, NOT_STORED = EvidenceStatus.RESOLVED, EvidenceStatus.BY_ID, EvidenceStatus.NOT_STORED

@@ -8,7 +8,6 @@ the same for both.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -26,7 +25,7 @@ from ragdx.evaluation.layered import Metrics, QueryValues, layered, query_values
 from ragdx.pipeline import Pipeline, Trace
 from ragdx.progress import Progress
 from ragdx.protocols import Store
-from ragdx.runfolder import Executed, manifest, write_json, write_report
+from ragdx.runfolder import Executed, json_line, manifest, write_json, write_report
 from ragdx.tracefile import trace_to_dict
 from ragdx.types import Query
 
@@ -95,8 +94,8 @@ def execute(pipeline: Pipeline, queries: Sequence[Query], out: Path, produce: Ca
             one = answer_one(pipeline, query, produce, resolver, oracle=oracle,
                              evidence=evidence[n - 1] if evidence is not None else None,
                              index_version=index_version)
-            trace_file.write(json.dumps(one.trace_json()) + "\n")
-            diag.write(json.dumps(one.diagnosis.to_dict()) + "\n")
+            trace_file.write(json_line(one.trace_json()))
+            diag.write(json_line(one.diagnosis.to_dict()))
             done.append(one)
             if bar is not None:
                 bar.advance(1, query.id[:40])

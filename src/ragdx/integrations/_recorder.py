@@ -23,13 +23,13 @@ Item = dict[str, Any]
 ToItem = Callable[[Any], Item]
 
 
-def kinds(stages: Mapping[str, str] | None) -> dict[str, str]:
+def kinds(stages: Mapping[str, str] | None) -> dict[str, StageKind]:
     """A component-name -> stage-kind mapping, each kind checked.
 
     Raises:
         InputError: naming the component and the valid kinds.
     """
-    return {name: StageKind.parse(kind, what=f"the stage kind of {name!r}").value
+    return {name: StageKind.parse(kind, what=f"the stage kind of {name!r}")
             for name, kind in (stages or {}).items()}
 
 
@@ -81,7 +81,7 @@ class TraceRecorder:
     def active(self) -> bool:
         return self.current is not None
 
-    def stage(self, name: str, kind: str, items: list[Item], given: Sequence[Item] = (), reason: str = "",
+    def stage(self, name: str, kind: StageKind, items: list[Item], given: Sequence[Item] = (), reason: str = "",
               seconds: float | None = None, extra_dropped: Sequence[Item] = ()) -> None:
         if self.current is None:
             return

@@ -148,7 +148,7 @@ class RagdxTracer(_tracing.Tracer):
     def current_span(self) -> _Span | None:
         return self._current
 
-    def _kind(self, name: str, cls: str, output: Any) -> str | None:
+    def _kind(self, name: str, cls: str, output: Any) -> StageKind | None:
         if name in self.stages or cls in self.stages:
             return self.stages.get(name) or self.stages[cls]
         if cls.endswith("Retriever"):
@@ -157,8 +157,6 @@ class RagdxTracer(_tracing.Tracer):
             return StageKind.FUSION
         if cls.endswith("Ranker"):
             return StageKind.RERANK
-        if cls in _BUILDERS:
-            return "builder"
         if "Generator" in cls or isinstance(output, Mapping) and "replies" in output:
             return StageKind.GENERATION
         return None
@@ -166,20 +164,20 @@ class RagdxTracer(_tracing.Tracer):
     def _component(self, tags: dict[str, Any], seconds: float) -> None:
         name, cls = str(tags.get("haystack.component.name", "")), str(tags.get("haystack.component.type", ""))
         inputs, output = tags.get(_INPUT) or {}, tags.get(_OUTPUT) or {}
+        given = ranked(_documents(inputs) or [], document_to_item)
+        if name not in self.stages and cls not in self.stages and cls in _BUILDERS:
+            self._builders.append((name, given, seconds))  # what a prompt builder is given is the context
+            return
         kind = self._kind(name, cls, output)
         if kind is None:
             return
-        if kind == StageKind.GENERATION:
+        if kind is StageKind.GENERATION:
             self._answer(output, seconds)
-            return
-        given = ranked(_documents(inputs) or [], document_to_item)
-        if kind == "builder":
-            self._builders.append((name, given, seconds))
             return
         kept = ranked(_documents(output) or [], document_to_item)
         top_k = self._top_k(name, inputs)
         reason = f"cut by {name}" + (f" (top_k {top_k})" if top_k is not None else "")
-        deeper = self._deeper(name, inputs, kept, top_k) if kind == StageKind.RETRIEVAL else []
+        deeper = self._deeper(name, inputs, kept, top_k) if kind is StageKind.RETRIEVAL else []
         self.recorder.stage(name, kind, kept, given, reason, seconds, deeper)
 
     def _top_k(self, name: str, inputs: Mapping[str, Any]) -> int | None:

@@ -124,7 +124,7 @@ class RagdxCallbackHandler(_BaseTracer):
             return
         kept = ranked(_documents(run.outputs) or [], document_to_item)
         given = ranked(_documents(run.inputs) or [], document_to_item)
-        if run.run_type == "retriever" and kind == StageKind.FUSION:
+        if run.run_type == "retriever" and kind is StageKind.FUSION:
             given = [i for child in run.child_runs if child.run_type == "retriever"
                      for i in ranked(_documents(child.outputs) or [], document_to_item)]
         self.recorder.stage(name, kind, kept, given, f"cut by {name}", _seconds(run))

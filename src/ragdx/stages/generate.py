@@ -257,7 +257,7 @@ class ExtractiveGenerator:
         if sentence not in " ".join(unit.text.split()):
             return ""  # a table row read with its header is no sentence of the text to look for
         older = [v.document.version for v in self.store.versions(unit.doc_id)
-                 if v.document.version != unit.version and v.document.status != DocStatus.CURRENT
+                 if v.document.version != unit.version and v.document.status is not DocStatus.CURRENT
                  and self.store.readable(query.principal.groups, unit.doc_id, v.document.version)]
         differ = [v for v in older
                   if sentence not in " ".join(self.store.texts(unit.doc_id, v)[1].split())]

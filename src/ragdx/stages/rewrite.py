@@ -29,7 +29,7 @@ import math
 import re
 import time
 from dataclasses import replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ragdx.errors import ChatError
 from ragdx.protocols import Retriever, Store
@@ -38,6 +38,9 @@ from ragdx.text import content_terms, split_question, stem
 from ragdx.types import (
     Candidate, DocStatus, Marker, MarkerKind, Provenance, Query, Ranked, Rewrite, RewriteDiff, RewriteKind, StageKind,
 )
+
+if TYPE_CHECKING:  # the client's class only; generate is not needed to rewrite
+    from ragdx.stages.generate import ChatClient
 
 __all__ = ["markers", "diff", "split_question", "hypothetical", "OfflineRewriter", "LlmRewriter", "search_all"]
 
@@ -236,7 +239,7 @@ class LlmRewriter:
         hyde: also search with the model's hypothetical passage.
     """
 
-    def __init__(self, client: Any, *, hyde: bool = True, name: str = "llm") -> None:
+    def __init__(self, client: ChatClient, *, hyde: bool = True, name: str = "llm") -> None:
         self.client, self.hyde, self.name = client, hyde, name
 
     @property

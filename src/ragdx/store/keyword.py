@@ -133,38 +133,44 @@ class _Postings:
 def _read_postings(db: sqlite3.Connection, vocab: str) -> _Postings:
     """Every (term, row, column) count of an FTS5 ``instance`` vocabulary table, in one pass over
     its index: the rows of each term are concatenated in SQL, so Python touches terms, not
-    token occurrences."""
-    terms, parts = [], []
+    token occurrences. Each term's occurrences are reduced to its postings as they arrive, so
+    the build never holds the token occurrences (a million chunks hold some 70 M) at once, and
+    the postings are kept in 8 bytes each (row ids as int32 while they fit, counts as uint16)
+    until they are put together."""
+    terms: list[str] = []
+    counts: list[int] = []
+    rows: list[np.ndarray] = []
+    tfs: list[np.ndarray] = []
+    wide = False  # a row id beyond int32
     for term, joined in db.execute(
             f"SELECT term, group_concat(doc * 2 + (col = 'text')) FROM {vocab} GROUP BY term"):
+        if not joined:
+            continue
+        cells = np.array(joined.split(","), dtype=np.int64)  # rowid * 2 + column, one per occurrence
+        if cells.size > 1 and not bool(np.all(cells[1:] >= cells[:-1])):
+            cells.sort()  # group_concat's order is the scan's in practice, not promised
+        boundary = np.r_[True, cells[1:] != cells[:-1]]
+        cell = cells[boundary]
+        n = np.diff(np.r_[np.flatnonzero(boundary), cells.size])
+        rowid = cell >> 1
+        first = np.r_[True, rowid[1:] != rowid[:-1]]
+        tf = np.zeros((int(first.sum()), 2), np.int64)
+        tf[np.cumsum(first) - 1, cell & 1] = n
+        rowid = rowid[first]
+        wide = wide or int(rowid[-1]) > np.iinfo(np.int32).max
         terms.append(term)
-        parts.append(np.array(joined.split(","), dtype=np.int64) if joined else np.zeros(0, np.int64))
-    if not parts:
+        counts.append(rowid.size)
+        rows.append(rowid if wide else rowid.astype(np.int32))
+        # a term repeated 65,535 times in one field of one chunk: kept exact, in a wider type
+        tfs.append(tf.astype(np.uint16) if tf.max() <= np.iinfo(np.uint16).max else tf)
+    if not terms:
         return _Postings([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros((0, 2), np.int32))
-    lengths = np.fromiter((len(p) for p in parts), np.int64, len(parts))
-    cells = np.concatenate(parts)  # rowid * 2 + column, one per token occurrence
-    parts.clear()  # (in place from here on: a million chunks hold some 70 M token occurrences)
-    half = int(cells.max()) // 2 + 1  # every rowid is below it
-    key = np.repeat(np.arange(len(terms), dtype=np.int64), lengths)
-    key *= 2 * half
-    key += cells
-    del cells
-    if key.size > 1 and not bool(np.all(key[1:] >= key[:-1])):
-        key.sort(kind="stable")  # group_concat's order is the scan's in practice, not promised
-    boundary = np.empty(key.size, bool)
-    boundary[:1] = True
-    np.not_equal(key[1:], key[:-1], out=boundary[1:])
-    starts = np.flatnonzero(boundary)
-    del boundary
-    counts = np.diff(np.r_[starts, key.size])
-    key = key[starts]
-    del starts
-    pair = key >> 1  # term * half + rowid: one (term, row) pair
-    first = np.r_[True, pair[1:] != pair[:-1]]
-    tf = np.zeros((int(first.sum()), 2), np.int32)
-    tf[np.cumsum(first) - 1, key & 1] = counts
-    pair = pair[first]
-    return _Postings(terms, pair // half, pair % half, tf)
+    rowids = np.concatenate(rows, dtype=np.int64)
+    rows.clear()
+    tf_all = np.concatenate(tfs, dtype=np.int32)
+    tfs.clear()
+    term = np.repeat(np.arange(len(terms), dtype=np.int32), counts)
+    return _Postings(terms, term, rowids, tf_all)
 
 
 class KeywordIndex:
@@ -282,7 +288,9 @@ class KeywordIndex:
             raise StoreError("the keyword index holds rows the chunks table does not: the store's "
                              "FTS5 index is damaged ('ragdx verify' says more)")
         base = self.rowid.size
-        length = np.bincount(at, weights=postings.tf.sum(axis=1), minlength=rowid.size).astype(np.int64)
+        length = np.zeros(rowid.size, np.int64)
+        for column in (0, 1):  # one column at a time: no per-posting sum of both held at once
+            length += np.bincount(at, weights=postings.tf[:, column], minlength=rowid.size).astype(np.int64)
         at += base  # each posting's position in the index (in place: tens of millions of postings)
         key_ids = np.fromiter((self._key_id(k) for k in rows.keys), np.int32, len(rows.keys))
         self.rowid = np.r_[self.rowid, rowid]
@@ -294,7 +302,10 @@ class KeywordIndex:
         # term ids in this index's vocabulary, new terms appended
         ids = np.fromiter((self.terms.setdefault(t, len(self.terms)) for t in postings.terms),
                           np.int64, len(postings.terms))
-        term = ids[postings.term] if postings.term.size else np.zeros(0, np.int64)
+        if np.array_equal(ids, np.arange(ids.size)):  # a build: the terms are this index's first, in order
+            term = postings.term
+        else:
+            term = ids[postings.term] if postings.term.size else np.zeros(0, np.int64)
         n_terms = len(self.terms)
         old_counts = np.diff(self.indptr)
         old_counts = np.r_[old_counts, np.zeros(n_terms - old_counts.size, np.int64)]

@@ -278,9 +278,9 @@ def _sqlite_search_mask(self: SQLiteStore, index: KeywordIndex, groups: tuple[st
 def _sqlite_status_masks(self: SQLiteStore, index: KeywordIndex) -> tuple[Any, list[tuple[int, str]]]:
     """The mirror's current versions as flags, and its other versions (index, label)."""
     rows = self._db.execute("SELECT doc_id, version, status FROM documents").fetchall()
-    current = index.key_mask((d, v) for d, v, status in rows if status == DocStatus.CURRENT)
+    current = index.key_mask((d, v) for d, v, status in rows if status == DocStatus.CURRENT.value)
     others = [(index.key_ids[(d, v)], v) for d, v, status in rows
-              if status != DocStatus.CURRENT and (d, v) in index.key_ids]
+              if status != DocStatus.CURRENT.value and (d, v) in index.key_ids]
     return current, others
 
 

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ragdx._jsonl import Fields, loads, read_text
-from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, QueryEvidence, ResolvedAlternative
+from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
 from ragdx.errors import InputError
 from ragdx.protocols import Store
 from ragdx.types import DropCode, Query, Span, StageKind
 
 ANY_VERSION = "*"  # a span whose version the trace does not say
-BY_TEXT = "by_text"  # a quote to find in items' texts (no store to resolve it to a span)
+BY_TEXT = EvidenceStatus.BY_TEXT  # a quote to find in items' texts (no store to resolve it to a span)
 
 
 def _span(i: Fields, f: Fields, where: str) -> Span | None:
