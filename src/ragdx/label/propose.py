@@ -7,11 +7,13 @@ of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statem
 scored against the claim by the words they share with it and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement to the question and claim. The best
 statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
-``unsupported_reference``. Claims stated in one paragraph of one page become one group (one span
-over them); the places stating the same words elsewhere (another page, or another version when
-the question names none) are its alternatives, an OR. A group whose score is below
+``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
+the other on a page, become one group (one span over them); the places stating the same words
+elsewhere (another page, or another version when the question names none) are its alternatives,
+an OR. A group whose score is below
 ``review_score``, or whose runner-up from another place scores within ``margin`` of it, is marked
-``needs_review``. The required evidence is an AND of the groups.
+``needs_review``. Groups scoring below ``weak`` are left out when another group scores ``weak``
+or more (``weak_groups``). The required evidence is an AND of the groups.
 
 Every alternative is written as ``doc``, ``version`` and ``quote`` (the statement's exact words),
 and resolved against the store before it is written: a proposal never names a span that does
@@ -231,6 +233,10 @@ class Labeller:
         rescore: how many statements per claim, best by words first, the scorer reads.
         scorer_weight: the scorer's share of a statement's score (the words' share is the rest).
         tie: another page whose statement scores within it of the best is an alternative too.
+        adjacent: sentences of the reference stated one after the other on a page (white space
+            between, neither a run of code lines) make one group, as one paragraph's do.
+        weak: when some group scores at least it, the groups scoring below are left out of
+            ``required`` (kept in ``weak_groups``); 0 keeps every group.
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
