@@ -133,6 +133,10 @@ def run(args: argparse.Namespace) -> dict:
     hand_spans, proposed_spans = spans_of(store, hand_path), spans_of(store, proposed_path)
     answerable = [q["id"] for q in queries if q.get("required")]
     scores = group_scores({q: hand_spans[q] for q in answerable}, proposed_spans)
+    # the FAQ questions' references are the page's words; the others are written, often tersely
+    kinds = {name: group_scores({q: hand_spans[q] for q in answerable if q.startswith("faq-") == faq},
+                                {q: g for q, g in proposed_spans.items() if q.startswith("faq-") == faq})
+             for name, faq in (("faq", True), ("written", False))}
     # proposals for questions the hand labels leave without evidence count against precision too
     stray = sum(len(proposed_spans.get(q["id"], [])) for q in queries if not q.get("required"))
     proposed = {p["id"]: p for p in read_jsonl(proposed_path)}
@@ -143,6 +147,7 @@ def run(args: argparse.Namespace) -> dict:
         "code": code_version(), "machine": machine(), "half": args.half, "queries": len(queries),
         "answerable": len(answerable), "scorer": args.scorer, "label_seconds": round(label_s, 1),
         "groups": {k: v for k, v in scores.items() if k not in ("missed", "extra")} | {"stray_groups": stray},
+        "groups_by_kind": {n: {k: v for k, v in sc.items() if k not in ("missed", "extra")} for n, sc in kinds.items()},
         "needs_review": review, "unsupported_reference_claims": unsupported,
         "missed": scores["missed"], "extra": scores["extra"]}
     if not args.no_diagnosis:
@@ -180,6 +185,8 @@ def table(r: dict) -> str:
     rows = [("groups proposed / hand", f"{g['proposed_groups']} / {g['hand_groups']} "
              f"(+{g['stray_groups']} on questions without hand evidence)"),
             ("precision (target >= 0.85)", f"{g['precision']:.3f}"), ("recall (target >= 0.85)", f"{g['recall']:.3f}"),
+            *[(f"  {n} questions: precision / recall", f"{k['precision']:.3f} / {k['recall']:.3f} of {k['hand_groups']}")
+              for n, k in r["groups_by_kind"].items()],
             ("needs review", f"{r['needs_review']} of {r['queries']}"),
             ("unsupported reference claims", str(r["unsupported_reference_claims"])),
             ("labelling time", f"{r['label_seconds']:.0f} s")]

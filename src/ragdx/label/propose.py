@@ -7,11 +7,13 @@ of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statem
 scored against the claim by the words they share with it and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement to the question and claim. The best
 statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
-``unsupported_reference``. Claims stated in one paragraph of one page become one group (one span
-over them); the places stating the same words elsewhere (another page, or another version when
-the question names none) are its alternatives, an OR. A group whose score is below
+``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
+the other on a page, become one group (one span over them); the places stating the same words
+elsewhere (another page, or another version when the question names none) are its alternatives,
+an OR. A group whose score is below
 ``review_score``, or whose runner-up from another place scores within ``margin`` of it, is marked
-``needs_review``. The required evidence is an AND of the groups.
+``needs_review``. Groups scoring below ``weak`` are left out when another group scores ``weak``
+or more (``weak_groups``). The required evidence is an AND of the groups.
 
 Every alternative is written as ``doc``, ``version`` and ``quote`` (the statement's exact words),
 and resolved against the store before it is written: a proposal never names a span that does
@@ -154,6 +156,7 @@ class Proposal:
     note: str = ""
     restricted: bool = False
     candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
+    weak: tuple[ProposedGroup, ...] = ()  # groups left out: below ``weak`` while another group is not
 
     @property
     def answerable(self) -> bool:
@@ -161,7 +164,7 @@ class Proposal:
 
     @property
     def needs_review(self) -> bool:
-        return bool(self.unsupported) or any(g.needs_review for g in self.groups) or not self.groups
+        return bool(self.unsupported) or bool(self.weak) or any(g.needs_review for g in self.groups) or not self.groups
 
     def to_line(self, groups: Sequence[ProposedGroup] | None = None) -> dict[str, Any]:
         """The proposal as a query-set line (docs/formats.md); the scores and reasons in
@@ -184,7 +187,8 @@ class Proposal:
             "groups": [g.to_dict() for g in groups],
             "unsupported_reference": [{"claim": c.text, "score": round(c.score, 4), "reason": c.reason}
                                       for c in self.unsupported],
-            "candidates": [[p.alternative() for p in c] for c in self.candidates]},
+            "candidates": [[p.alternative() for p in c] for c in self.candidates],
+            "weak_groups": [g.to_dict() for g in self.weak]},
             "source": {"file": self.case.file, "line": self.case.line}}
         return line
 
@@ -202,6 +206,12 @@ class _Statement:
     @property
     def terms(self) -> frozenset[str]:
         return _stems(self.reads or self.place.text)
+
+
+def _prose(claim: str) -> bool:
+    """Whether a claim is a sentence (not a run of code or table lines)."""
+    text = claim.strip()
+    return "\n" not in text and bool(_PROSE_END.search(text))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -223,15 +233,20 @@ class Labeller:
         rescore: how many statements per claim, best by words first, the scorer reads.
         scorer_weight: the scorer's share of a statement's score (the words' share is the rest).
         tie: another page whose statement scores within it of the best is an alternative too.
+        adjacent: sentences of the reference stated one after the other on a page (white space
+            between, neither a run of code lines) make one group, as one paragraph's do.
+        weak: when some group scores at least it, the groups scoring below are left out of
+            ``required`` (kept in ``weak_groups``); 0 keeps every group.
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
-                 scorer_weight: float = 0.5, tie: float = 0.2) -> None:
+                 scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
+        self.adjacent, self.weak = adjacent, weak
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
         self.resolver = EvidenceResolver(store)
@@ -242,7 +257,7 @@ class Labeller:
     def config(self) -> dict[str, Any]:
         return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
-                "scorer_weight": self.scorer_weight, "tie": self.tie,
+                "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -397,13 +412,20 @@ class Labeller:
                 others[n] = []
         stated = [(c, o) for c, o in zip(claims, others) if c.place is not None]
         groups, candidates = self._groups(stated, named)
+        weak: list[ProposedGroup] = []
+        if self.weak and any(g.score >= self.weak for g in groups):
+            # a reference's claim that fits a page only loosely, beside one that fits well, is more
+            # often the answer's own gloss ("they are built in by default") than required evidence
+            weak = [g for g in groups if g.score < self.weak]
+            keep = [n for n, g in enumerate(groups) if g.score >= self.weak]
+            groups, candidates = [groups[n] for n in keep], [candidates[n] for n in keep]
         restricted = bool(groups) and case.principal is not None and not any(
             self.store.readable(case.principal.groups, p.doc, p.version) for g in groups for p in g.places)
         note = "" if groups else "no claim of the reference is stated in the store"
         if restricted:
             note = "the evidence lies only in documents the principal may not read: answerable false"
         proposal = Proposal(case, tuple(groups), tuple(c for c in claims if c.place is None), note, restricted,
-                            tuple(candidates))
+                            tuple(candidates), tuple(weak))
         return self._check(proposal)
 
     def _groups(self, stated: list[tuple[ReferenceClaim, list[Place]]], named: VersionFilter
@@ -415,7 +437,9 @@ class Labeller:
             assert p is not None
             para = self._paragraph(p)
             run = next((r for r in runs if r[0][0].place.doc == p.doc and r[0][0].place.version == p.version  # type: ignore[union-attr]
-                        and self._paragraph(r[0][0].place) == para), None)  # type: ignore[arg-type]
+                        and (self._paragraph(r[0][0].place) == para  # type: ignore[arg-type]
+                             or (self.adjacent and _prose(claim.text) and _prose(r[-1][0].text)
+                                 and self._adjacent(r[-1][0].place, p)))), None)  # type: ignore[arg-type]
             if run is None:
                 runs.append([(claim, other)])
             else:
@@ -441,6 +465,14 @@ class Labeller:
             seen = {(p.doc, p.version, p.start) for p in places_out}
             candidates.append(tuple(p for _, o in run for p in o if (p.doc, p.version, p.start) not in seen))
         return groups, candidates
+
+    def _adjacent(self, before: Place, after: Place) -> bool:
+        """Whether only whitespace stands between two places of one page (in either order)."""
+        a, b = sorted((before, after), key=lambda x: x.start)
+        if b.start < a.end:
+            return True
+        text = self.store.texts(a.doc, a.version)[1]
+        return not text[a.end:b.start].strip()
 
     def _paragraph(self, place: Place) -> int:
         for s in self.statements(place.doc, place.version):

@@ -20,6 +20,7 @@ file, the line and the column, unless it is listed in ``ignore``; the format's o
 
 from __future__ import annotations
 
+import ast
 import csv
 import json
 import re
@@ -151,14 +152,21 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _csv_value(value: str, column: str, file: str, line: int) -> Any:
-    """A CSV cell: a list column's JSON array, else the text."""
+    """A CSV cell: a list column's JSON array (or the Python list of strings RAGAS's
+    ``EvaluationDataset.to_csv()`` writes, ``['a', "b's"]``), else the text."""
     if value.lstrip().startswith("[") and (column in ("reference_contexts", "retrieved_contexts", "context",
                                                       "retrieval_context", "tags")):
         try:
             return json.loads(value)
         except ValueError as exc:
-            raise InputError(f"the cell starts with '[' but is not a JSON array: {exc}", file=file, line=line,
-                             field=column) from None
+            try:  # a literal, never evaluated: only a list of strings is taken
+                listed = ast.literal_eval(value.strip())
+            except (ValueError, SyntaxError):
+                listed = None
+            if isinstance(listed, list) and all(isinstance(x, str) for x in listed):
+                return listed
+            raise InputError(f"the cell starts with '[' but is neither a JSON array nor a Python list of "
+                             f"strings: {exc}", file=file, line=line, field=column) from None
     if column == "principal":
         try:
             return json.loads(value)
