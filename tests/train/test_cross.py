@@ -1,0 +1,164 @@
+"""Training a domain cross-encoder: the label-free pair builder on hand-made sections, the
+dequantiser against the ONNX file it reads, a few training steps of a tiny model, and the
+exported int8 file against the torch model."""
+
+import numpy as np
+import pytest
+
+from ragdx.train.pairs import SectionText, build_groups, normalise
+
+SECTIONS = [
+    SectionText("s1", "a", ("Server Configuration",),
+                "The server reads its settings from one file at start. Each setting has a name and a value. "
+                "Changes need a reload."),
+    SectionText("s2", "a", ("Server Configuration", "Connection Limits"),
+                "The maximum number of connections defaults to one hundred. Raising it needs more shared memory."),
+    SectionText("s3", "b", ("Backups", "Restoring a Dump File"),
+                "A dump file is restored with the restore tool. The target database must exist first."),
+    SectionText("s4", "b", ("Backups", "Description"), "Backups protect the data against loss of the disk."),
+    SectionText("s5", "b", ("Backups", "How do I restore a dump?"), "Run the restore tool on the dump file you made."),
+    SectionText("s6", "b", ("Backups", "Why is my dump slow?"), "Large tables take most of the time to copy."),
+]
+BM25 = {"Connection Limits": ["s2", "s1", "s3"], "Server Configuration": ["s2", "s3"],
+        "How do I restore a dump?": ["s1"], "Why is my dump slow?": ["s2"]}
+DENSE = {"Connection Limits": ["s4", "s3"]}
+CHANNELS = {"bm25": lambda q: BM25.get(q, []), "dense": lambda q: DENSE.get(q, [])}
+DEV_QUESTION = "How do I restore a dump?"
+
+
+def _groups(**kwargs):
+    dropped: dict[str, int] = {}
+    found = build_groups(SECTIONS, CHANNELS, forbidden=[DEV_QUESTION], neighbours=0, random_negative=False,
+                         dropped=dropped, **kwargs)
+    return found, dropped
+
+
+def test_headings_are_paired_with_their_own_bodies_against_other_sections_hard_negatives():
+    found, _ = _groups()
+    got = [(g.query, g.positive, g.negatives, g.kind, g.sources) for g in found]
+    assert got == [
+        # no parent heading: the sentence alone; s2 is below s1 (same document), so bm25's s3 is the negative
+        ("Server Configuration", "The server reads its settings from one file at start.",
+         ("Backups: The target database must exist first.",), "heading", ("bm25",)),
+        ("Server Configuration", "Each setting has a name and a value.",
+         ("Backups: The target database must exist first.",), "heading", ("bm25",)),
+        # read after the parent's heading, never its own; its own section and its parent are skipped
+        ("Connection Limits", "Server Configuration: The maximum number of connections defaults to one hundred.",
+         ("Backups: The target database must exist first.", "Backups protect the data against loss of the disk."),
+         "heading", ("bm25", "dense")),
+        ("Connection Limits", "Server Configuration: Raising it needs more shared memory.",
+         ("Backups: The target database must exist first.", "Backups protect the data against loss of the disk."),
+         "heading", ("bm25", "dense")),
+        # an FAQ-style heading is a question; "Description" is generic; s3 has no negative
+        ("Why is my dump slow?", "Backups: Large tables take most of the time to copy.",
+         ("Server Configuration: Raising it needs more shared memory.",), "question", ("bm25",)),
+    ]
+
+
+def test_a_hard_negative_is_never_the_body_of_its_own_section():
+    found, _ = _groups(positives=5)
+    for g in found:
+        own = next(s for s in SECTIONS if s.section_id == g.section_id)
+        assert not any(n.split(": ", 1)[-1] in own.body for n in g.negatives), g
+
+
+def test_no_dev_set_question_is_among_the_pairs():
+    found, dropped = _groups()
+    assert dropped == {"forbidden": 1}
+    assert normalise(DEV_QUESTION) not in {normalise(g.query) for g in found}
+    assert all(DEV_QUESTION not in (g.positive, *g.negatives) for g in found)
+    unguarded = build_groups(SECTIONS, CHANNELS, neighbours=0, random_negative=False)
+    assert [g.query for g in unguarded].count(DEV_QUESTION) == 1  # the guard is what drops it
+
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+pytest.importorskip("tokenizers")
+
+TINY_PAIRS = [("can i get a refund", "refunds accepted within 30 days", ("payment provider timeout error code",)),
+              ("what does error code mean", "error code timeout of the payment provider",
+               ("refunds accepted within 90 days",)),
+              ("approval for 500 eur", "the team lead approval for 500 eur", ("delivery defect quality",))]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from ragdx.testing.models import tiny_bert
+    return tiny_bert(tmp_path_factory.mktemp("tiny") / "model", seed=3)
+
+
+def _model(folder):
+    import transformers
+    return transformers.BertForSequenceClassification.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+
+def _pairs():
+    return [(q, t) for q, p, ns in TINY_PAIRS for t in (p, *ns)]
+
+
+@pytest.fixture(scope="module")
+def trained(tiny):
+    """The tiny model before and after twenty steps on the hand-made pairs (its logits then spread
+    enough for the int8 comparisons)."""
+    from ragdx.train.cross import fine_tune, score_pairs, tokenizer_for
+    from ragdx.train.pairs import Group
+    model = _model(tiny)
+    tokenizer = tokenizer_for(tiny / "tokenizer.json", 64)
+    groups = [Group(q, p, ns, "heading", ("bm25",), f"s{i}") for i, (q, p, ns) in enumerate(TINY_PAIRS)]
+    before = score_pairs(model, tokenizer, _pairs())
+    result = fine_tune(model, tokenizer, groups, epochs=20, batch_groups=3, lr=3e-2, seed=0, threads=1)
+    return model, result, before, score_pairs(model, tokenizer, _pairs())
+
+
+def test_a_few_steps_on_hand_made_pairs_teach_the_tiny_model_their_order(trained):
+    model, result, before, after = trained
+    margin = lambda s: s.reshape(len(TINY_PAIRS), 2) @ np.array([1.0, -1.0])  # noqa: E731
+    assert (margin(before) > 0).sum() < 3  # the random model does not already order them
+    assert result.steps == 20 and result.groups == 60
+    assert (margin(after) > 0).all()
+    assert result.losses[-1] < result.losses[0]
+
+
+def test_the_dequantised_model_gives_the_onnx_files_logits(tiny, trained, tmp_path):
+    from ragdx.encoders.cross import CrossEncoder
+    from ragdx.train.cross import dequantise, export, score_pairs, tokenizer_for
+    model = trained[0]
+    tokenizer = tokenizer_for(tiny / "tokenizer.json", 64)
+    fp32 = export(model, tiny / "tokenizer.json", tmp_path / "fp32", int8=False)
+    # an fp32 file: every weight back exactly, so the same logits as the file and the source model
+    back = dequantise(fp32 / "model.onnx", num_heads=2)
+    for name, value in model.state_dict().items():
+        assert torch.equal(back.state_dict()[name], value), name
+    onnx_scores = np.concatenate([CrossEncoder(str(fp32), max_tokens=64).score(q, [t]) for q, t in _pairs()])
+    np.testing.assert_allclose(score_pairs(back, tokenizer, _pairs(), batch_size=1), onnx_scores, atol=1e-5)
+    # an int8 file: each weight is (q - zero point) * scale of the file's own initialisers
+    import onnx
+    from onnx import numpy_helper
+    int8 = export(model, tiny / "tokenizer.json", tmp_path / "int8")
+    inits = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(int8 / "model.onnx")).graph.initializer}
+    back8 = dequantise(int8 / "model.onnx", num_heads=2)
+    query = back8.bert.encoder.layer[0].attention.self.query.weight.detach().numpy()
+    name = next(n[:-len("_quantized")] for n in inits if n.endswith("_quantized")
+                and inits[n].shape == query.T.shape
+                and np.allclose((inits[n].astype(np.float32) - inits[n[:-10] + "_zero_point"].astype(np.float32))
+                                * inits[n[:-10] + "_scale"], query.T))
+    assert name  # found by value: the query projection's quantised initialiser
+    original = model.bert.encoder.layer[0].attention.self.query.weight.detach().numpy()
+    assert np.abs(query - original).max() <= float(inits[name + "_scale"]) / 2 + 1e-7  # rounding, no more
+    int8_scores = np.concatenate([CrossEncoder(str(int8), max_tokens=64).score(q, [t]) for q, t in _pairs()])
+    spread = float(np.ptp(onnx_scores))
+    assert np.abs(score_pairs(back8, tokenizer, _pairs(), batch_size=1) - int8_scores).max() < 0.05 * spread
+
+
+def test_the_exported_int8_file_scores_as_the_torch_model(tiny, trained, tmp_path):
+    from ragdx.encoders.cross import CrossEncoder
+    from ragdx.train.cross import export, score_pairs, tokenizer_for
+    model = trained[0]
+    folder = export(model, tiny / "tokenizer.json", tmp_path / "out")
+    assert sorted(p.name for p in folder.iterdir()) == ["model.onnx", "tokenizer.json"]
+    torch_scores = score_pairs(model, tokenizer_for(tiny / "tokenizer.json", 64), _pairs(), batch_size=1)
+    onnx_scores = np.concatenate([CrossEncoder(str(folder), max_tokens=64).score(q, [t]) for q, t in _pairs()])
+    assert np.abs(torch_scores - onnx_scores).max() < 0.05 * float(np.ptp(torch_scores))
+    assert (onnx_scores.reshape(len(TINY_PAIRS), 2) @ np.array([1.0, -1.0]) > 0).all()  # each positive first
