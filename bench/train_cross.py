@@ -206,6 +206,9 @@ def main() -> int:
         tokenizer = tokenizer_for(tokenizer_json, args.max_tokens)
         folder = CACHE / name
         entry: dict[str, Any] = {"start": what}
+        if name == "ms-marco":  # the dequantised model against the packaged file it was read from
+            entry["parity_dequantised_vs_packaged"] = parity(model, tokenizer_for(tokenizer_json, 128),
+                                                             tokenizer_json.parent, held[:4])
         before = CACHE / f"{name}-start"
         export(model, tokenizer_json, before)
         entry["parity_start_torch_vs_int8"] = parity(model, tokenizer_for(tokenizer_json, 128), before, held[:4])
