@@ -96,3 +96,26 @@ def test_the_exported_int8_file_scores_as_the_torch_model(tiny, trained, tmp_pat
     onnx_scores = np.concatenate([CrossEncoder(str(folder), max_tokens=64).score(q, [t]) for q, t in _pairs()])
     assert np.abs(torch_scores - onnx_scores).max() < 0.05 * float(np.ptp(torch_scores))
     assert (onnx_scores.reshape(len(TINY_PAIRS), 2) @ np.array([1.0, -1.0]) > 0).all()  # each positive first
+
+
+def test_bad_inputs_are_named(tiny, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from ragdx.errors import ConfigError
+    from ragdx.train.cross import dequantise, fine_tune, tokenizer_for
+    from ragdx.train.pairs import Group
+    with pytest.raises(ConfigError, match="the group of query 'refund' has no negative"):
+        fine_tune(_model(tiny), tokenizer_for(tiny / "tokenizer.json", 64),
+                  [Group("approval", "the team lead", ("delivery",), "heading", ("bm25",), "s0"),
+                   Group("refund", "refunds accepted", (), "heading", (), "s1")])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="/toy/MatMul")], "toy",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
+                              [numpy_helper.from_array(np.eye(2, dtype=np.float32), "w")])
+    onnx.save(helper.make_model(graph), str(tmp_path / "toy.onnx"))
+    with pytest.raises(ConfigError, match="toy.onnx' is not a BERT sequence classifier"):
+        dequantise(tmp_path / "toy.onnx")
+    (tmp_path / "bad.onnx").write_bytes(b"not a model")
+    with pytest.raises(ConfigError, match="cannot read .*bad.onnx"):
+        dequantise(tmp_path / "bad.onnx")

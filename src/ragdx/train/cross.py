@@ -221,8 +221,9 @@ def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: floa
     torch, transformers = _imports()
     if not groups:
         raise ConfigError(f"{_WHAT}: no training groups")
-    if any(not g.negatives for g in groups):
-        raise ConfigError(f"{_WHAT}: a group has no negative (query {groups[0].query!r})")
+    bare = next((g for g in groups if not g.negatives), None)
+    if bare is not None:
+        raise ConfigError(f"{_WHAT}: the group of query {bare.query!r} has no negative")
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     order = list(range(len(groups)))
