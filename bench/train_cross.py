@@ -182,6 +182,7 @@ def main() -> int:
                     help="a training pair's token budget (default 64: a heading and a sentence fit; the reader reads 128)")
     ap.add_argument("--batch-negatives", type=int, default=2, help="negatives per group trained on (default 2: bm25, dense)")
     ap.add_argument("--rebuild", action="store_true", help="build the pairs again")
+    ap.add_argument("--suffix", default="", help="write the models to bench/.cache/cross/START+SUFFIX (default no suffix)")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = ap.parse_args()
     import torch
@@ -205,12 +206,12 @@ def main() -> int:
     for name in (("ms-marco", "minilm") if args.start == "both" else (args.start,)):
         model, tokenizer_json, what = start_model(name)
         tokenizer = tokenizer_for(tokenizer_json, args.max_tokens)
-        folder = CACHE / name
+        folder = CACHE / (name + args.suffix)
         entry: dict[str, Any] = {"start": what}
         if name == "ms-marco":  # the dequantised model against the packaged file it was read from
             entry["parity_dequantised_vs_packaged"] = parity(model, tokenizer_for(tokenizer_json, 128),
                                                              tokenizer_json.parent, held[:4])
-        before = CACHE / f"{name}-start"
+        before = CACHE / f"{name}{args.suffix}-start"
         export(model, tokenizer_json, before)
         entry["parity_start_torch_vs_int8"] = parity(model, tokenizer_for(tokenizer_json, 128), before, held[:4])
         entry["held_out_accuracy_before"] = accuracy(before, held)
