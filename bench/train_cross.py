@@ -219,6 +219,7 @@ def main() -> int:
         lr = args.lr or LR[name]
         trained = fine_tune(model, tokenizer, train, epochs=1.0, batch_groups=args.batch_groups, lr=lr,
                             seconds=args.minutes * 60, seed=SEED, threads=2, log=log)
+        model.save_pretrained(str(CACHE / f"{name}{args.suffix}-torch"))  # to export again (fp32, other recipes)
         export(model, tokenizer_json, folder)
         entry.update({"steps": trained.steps, "groups_read": trained.groups, "train_seconds": trained.seconds,
                       "loss_by_tenth": list(trained.losses),
