@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import hashlib
 import io
 import json
 import pickle
@@ -51,11 +52,13 @@ DEFAULT_OUT = REPO / "bench" / "results" / "reader.json"
 FOLDS = 5
 
 
-def settings_and_encoder() -> tuple[Any, Any]:
+def settings_and_encoder(cross_model: str = "", weights: Path | None = None) -> tuple[Any, Any]:
     from ragdx.config import load_settings
     from ragdx.encoders.onnx import OnnxEncoder
+    extra = [f"generation.reader_model={cross_model}"] if cross_model else []
+    extra += [f"generation.reader_weights={weights}"] if weights else []
     settings = load_settings(overrides=["retrieval.dense.backend=onnx", f"retrieval.dense.model={INT8}",
-                                        "cache.enabled=false"])
+                                        "cache.enabled=false", *extra])
     encoder = OnnxEncoder(INT8.stem, model_path=INT8, vocab_path=INT8.parent / "vocab.txt",
                           batch_size=settings.retrieval.dense.batch_size, threads=1)
     return settings, encoder
@@ -93,8 +96,9 @@ def build_rows(store: Any, settings: Any, encoder: Any, queries: list[Any], ctxs
     from ragdx.stages.generate import ExtractiveGenerator
     from ragdx.stages.reader import SentenceFacts
     from ragdx.stages.verify import support_spans
+    from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
     g = settings.generation
-    cross = CrossEncoder(max_tokens=g.reader_max_tokens, threads=1)
+    cross = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens, threads=1)
     gen = ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio, max_sentences=g.max_sentences,
                               encoder=encoder, semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
                               reader=cross, reader_weight=0.0, reader_depth=depth)
@@ -182,6 +186,23 @@ def cross_validate(records: list[dict], features: tuple[str, ...], depth: int, r
     return evaluate(held, probs, rules)
 
 
+def cross_alone(records: list[dict], depth: int) -> dict:
+    """The cross-encoder's own order of the ``depth`` best sentences by blend: the share of the
+    questions with a positive among them whose first, or first three, state a required group."""
+    first = three = having = 0
+    for r in records:
+        rows = with_depth(r, depth)
+        read = np.flatnonzero(rows[:, 14] > 0)
+        if not any(r["groups"][i] for i in read):
+            continue
+        having += 1
+        order = read[np.argsort(-rows[read, 13], kind="stable")]
+        first += bool(r["groups"][order[0]])
+        three += any(r["groups"][i] for i in order[:3])
+    return {"questions_with_a_positive_read": having, "first": round(first / max(1, having), 4),
+            "in_first_three": round(three / max(1, having), 4)}
+
+
 def blend_baseline(records: list[dict], rules: list) -> dict:
     """Today's order (words and meaning, and the unit-rank prior) as a probability-free ranking."""
     probs = []
@@ -242,6 +263,11 @@ def main() -> int:
                     help="max_sentences values to run the generator with, on the cached contexts ('' skips)")
     ap.add_argument("--rebuild", action="store_true", help="run the contexts and rows again")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--cross-model", default="",
+                    help="the reader's cross-encoder: a folder (bench/train_cross.py writes one); default the packaged one")
+    ap.add_argument("--weights-out", type=Path, default=None,
+                    help="where the fitted weights go (default: the shipped src/ragdx/stages/reader.json, "
+                         "and its refit table tests/data/reader_rows.json.gz)")
     args = ap.parse_args()
     if "test" in args.queries.name:
         ap.error("the reader is fitted on the fit half; the test half is for bench/quality.py")
@@ -251,11 +277,14 @@ def main() -> int:
     queries = [q for q in load_queries(args.queries) if q.answerable and q.required]
     if args.limit:
         queries = queries[:args.limit]
-    rows_path = CACHE / f"rows-{len(queries)}.jsonl"
+    tag = "-" + hashlib.sha256(str(Path(args.cross_model).resolve()).encode()).hexdigest()[:8] \
+        if args.cross_model else ""
+    rows_path = CACHE / f"rows-{len(queries)}{tag}.jsonl"
+    weights_out = args.weights_out or READER_FILE
     if rows_path.is_file() and not args.rebuild:
         records = [json.loads(line) for line in rows_path.read_text().splitlines()]
     else:
-        settings, encoder = settings_and_encoder()
+        settings, encoder = settings_and_encoder(args.cross_model)
         with SQLiteStore(args.store, "read") as store:
             ctxs = contexts(store, settings, encoder, queries, args.rebuild)
             records = build_rows(store, settings, encoder, queries, ctxs, args.depth)
@@ -265,7 +294,9 @@ def main() -> int:
                               "answerable_questions": len(queries), "records": len(records),
                               "rows": sum(len(r["rows"]) for r in records),
                               "positives": sum(bool(g) for r in records for g in r["groups"])}
+    result["cross_model"] = args.cross_model or "packaged ms-marco-MiniLM-L-12-v2"
     result["today's order"] = blend_baseline(records, rules)
+    result["cross alone, depth 12"] = cross_alone(records, 12)
     result["cv plain"] = cross_validate(records, WITHOUT_CROSS, 0, rules, args.l2, args.fit_top)
     for d in (int(x) for x in args.depths.split(",")):
         result[f"cv cross, depth {d}"] = cross_validate(records, FEATURES, d, rules, args.l2, args.fit_top)
@@ -282,20 +313,25 @@ def main() -> int:
                "command": ".venv/bin/python bench/train_reader.py", "depth": args.ship_depth, "l2": args.l2,
                "readers": {"cross": fit_logistic(x_cross, y, FEATURES, l2=args.l2).to_dict(),
                            "plain": fit_logistic(x_cross, y, WITHOUT_CROSS, l2=args.l2).to_dict()}}
-    READER_FILE.write_text(json.dumps(shipped, indent=1) + "\n")
-    ROWS_FOR_TEST.parent.mkdir(parents=True, exist_ok=True)
-    # mtime 0: the same rows give the same bytes
-    with gzip.GzipFile(ROWS_FOR_TEST, "wb", mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
-        json.dump({"depth": args.ship_depth, "l2": args.l2, "top": args.fit_top, "features": list(FEATURES),
-                   "rows": x_cross.tolist(), "labels": y.astype(int).tolist()}, f)
+    if args.cross_model:
+        shipped["cross_model"] = args.cross_model
+        shipped["command"] += f" --cross-model {args.cross_model} --weights-out {weights_out}"
+    weights_out.parent.mkdir(parents=True, exist_ok=True)
+    weights_out.write_text(json.dumps(shipped, indent=1) + "\n")
+    if weights_out == READER_FILE:  # the shipped weights: the test refits them from this table
+        ROWS_FOR_TEST.parent.mkdir(parents=True, exist_ok=True)
+        # mtime 0: the same rows give the same bytes
+        with gzip.GzipFile(ROWS_FOR_TEST, "wb", mtime=0) as raw, io.TextIOWrapper(raw, encoding="utf-8") as f:
+            json.dump({"depth": args.ship_depth, "l2": args.l2, "top": args.fit_top, "features": list(FEATURES),
+                       "rows": x_cross.tolist(), "labels": y.astype(int).tolist()}, f)
     result["shipped"] = shipped
     if args.answers:
-        settings, encoder = settings_and_encoder()
+        settings, encoder = settings_and_encoder(args.cross_model, weights_out)
         with SQLiteStore(args.store, "read") as store:
             result["answers"] = answers(store, settings, encoder, queries,
                                         contexts(store, settings, encoder, queries, False),
                                         tuple(int(x) for x in args.answers.split(",")))
-    write_result(args.out, result, json.dumps({k: v for k, v in result.items() if k.startswith(("cv", "today"))},
+    write_result(args.out, result, json.dumps({k: v for k, v in result.items() if k.startswith(("cv", "today", "cross"))},
                                               indent=1))
     return 0
 
