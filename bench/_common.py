@@ -15,6 +15,9 @@ from pathlib import Path
 import ragdx
 
 REPO = Path(__file__).resolve().parent.parent
+#: the dev set built by bench/quality.py, and the int8 encoder its store was embedded with
+DEVSET = REPO / "bench" / ".cache" / "devset"
+INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 DEFAULT_HTML = Path("/usr/share/doc/python3-doc/html")
 MB = 1_000_000  # decimal megabytes, as throughput is usually quoted
 

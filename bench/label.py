@@ -39,10 +39,8 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, label_table, machine, write_result
+from _common import DEVSET, INT8, REPO, code_version, label_table, machine, write_result
 
-DEVSET = REPO / "bench" / ".cache" / "devset"
-INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 RAGDX = str(Path(sys.executable).with_name("ragdx"))
 DEFAULT_OUT = REPO / "bench" / "results" / "label.json"
 TARGETS = {"precision": 0.85, "recall": 0.85, "first-failure agreement": 0.90}

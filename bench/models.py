@@ -54,10 +54,8 @@ from typing import Any, Sequence
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, machine, write_result
+from _common import DEVSET, INT8, REPO, code_version, machine, write_result
 
-DEVSET = REPO / "bench" / ".cache" / "devset"
-INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 DEFAULT_OUT = REPO / "bench" / "results" / "models.json"
 KS = (1, 3, 10, 30)
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _common import REPO, code_version, label_table, machine, write_result
+from _common import INT8, REPO, code_version, label_table, machine, write_result
 
 from ragdx.errors import StoreError
 from ragdx.ingest.embed import Embedder
@@ -114,8 +114,7 @@ def drawn_encoder(store_path: Path) -> DrawnEncoder:
     passages = np.stack([np.frombuffer(b, np.float32) for (b,) in blobs])
     folder = store_path.parent
     questions = [q.question for half in ("fit", "test") for q in load_queries(folder / f"queries.{half}.jsonl")]
-    int8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
-    settings = load_settings(overrides=["retrieval.dense.backend=onnx", f"retrieval.dense.model={int8}"])
+    settings = load_settings(overrides=["retrieval.dense.backend=onnx", f"retrieval.dense.model={INT8}"])
     queries = build_encoder(settings.retrieval.dense).encode(questions, kind="query").vectors
     print(f"drawing from {len(passages):,} stored vectors of {model} and {len(queries)} questions",
           file=sys.stderr)

@@ -34,10 +34,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, machine, write_result  # noqa: E402
+from _common import DEVSET, INT8, REPO, code_version, machine, write_result  # noqa: E402
 
-DEVSET = REPO / "bench" / ".cache" / "devset"
-INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 EXECUTORS = [None, "local:1", "local:2", "dask"]
 
 

@@ -44,11 +44,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, machine, write_result
+from _common import DEVSET, INT8, REPO, code_version, machine, write_result
 
 CACHE = REPO / "bench" / ".cache" / "cross"
-DEVSET = REPO / "bench" / ".cache" / "devset"
-INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 DEFAULT_OUT = REPO / "bench" / "results" / "cross.json"
 RAGDX = str(Path(sys.executable).with_name("ragdx"))
 #: (doc_id prefix, Debian package, its HTML, version, every Nth page)

@@ -42,11 +42,9 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, machine, write_result
+from _common import DEVSET, INT8, REPO, code_version, machine, write_result
 
-DEVSET = REPO / "bench" / ".cache" / "devset"
 CACHE = REPO / "bench" / ".cache" / "reader"
-INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 ROWS_FOR_TEST = REPO / "tests" / "data" / "reader_rows.json.gz"
 DEFAULT_OUT = REPO / "bench" / "results" / "reader.json"
 FOLDS = 5
