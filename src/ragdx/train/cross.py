@@ -285,7 +285,7 @@ def export(model: Any, tokenizer_json: str | Path, folder: str | Path, *, int8: 
                 from onnxruntime.quantization import QuantType, quantize_dynamic
             except ImportError:
                 raise MissingExtraError("onnx", _WHAT) from None
-            quantize_dynamic(str(fp32), str(folder / "model.onnx"), weight_type=QuantType.QInt8)
+            quantize_dynamic(str(fp32), str(folder / "model.onnx"), weight_type=QuantType.QInt8, per_channel=True)
     (folder / "tokenizer.json").write_bytes(Path(tokenizer_json).read_bytes())
     return folder
 
