@@ -164,9 +164,9 @@ class RagdxTracer(_tracing.Tracer):
     def _component(self, tags: dict[str, Any], seconds: float) -> None:
         name, cls = str(tags.get("haystack.component.name", "")), str(tags.get("haystack.component.type", ""))
         inputs, output = tags.get(_INPUT) or {}, tags.get(_OUTPUT) or {}
-        given = ranked(_documents(inputs) or [], document_to_item)
         if name not in self.stages and cls not in self.stages and cls in _BUILDERS:
-            self._builders.append((name, given, seconds))  # what a prompt builder is given is the context
+            # what a prompt builder is given is the context
+            self._builders.append((name, ranked(_documents(inputs) or [], document_to_item), seconds))
             return
         kind = self._kind(name, cls, output)
         if kind is None:
@@ -174,6 +174,7 @@ class RagdxTracer(_tracing.Tracer):
         if kind is StageKind.GENERATION:
             self._answer(output, seconds)
             return
+        given = ranked(_documents(inputs) or [], document_to_item)
         kept = ranked(_documents(output) or [], document_to_item)
         top_k = self._top_k(name, inputs)
         reason = f"cut by {name}" + (f" (top_k {top_k})" if top_k is not None else "")

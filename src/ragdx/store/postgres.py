@@ -339,12 +339,6 @@ class PostgresStore:
     # The concerns: each store method below is a function of the module named (docs/api.md,
     # "Where each store's code lives"); its first parameter is this store.
 
-    # -- documents: versions, sections, chunks, tombstones, the log (store/documents.py) ---------------
-    _CHUNK_COLUMNS_C = documents.PG_CHUNK_COLUMNS  # what _chunk_row decodes
-
-    # The concerns: each store method below is a function of the module named (docs/api.md,
-    # "Where each store's code lives"); its first parameter is this store.
-
     # -- the schema: set up, checked, migrated when opened (store/schema.py) ---------------------------
     _setup = schema._pg_setup
     _require_vector = schema._pg_require_vector
@@ -368,6 +362,7 @@ class PostgresStore:
     doc_ids = documents.doc_ids
     texts = documents.texts
     _chunk_row = documents._chunk_row
+    _CHUNK_COLUMNS_C = documents.PG_CHUNK_COLUMNS  # what _chunk_row decodes
     chunks = documents.chunks
     chunk_count = documents.chunk_count
     chunks_by_id = documents.pg_chunks_by_id
