@@ -26,6 +26,18 @@ Reproduce, from the repository root::
    above every negative) is measured before and after, on the exported int8 file.
 
 Results: ``bench/results/cross.json``; docs/benchmarks.md, "Issue 26, third round".
+
+**From the reader's own task** (``--from-queries bench/.cache/devset/queries.fit.jsonl``; a
+fit half only): the candidate sentences of each answerable question, as ``bench/train_reader.py``
+builds them (its contexts and rows, cached in ``bench/.cache/reader/``), become groups
+(:func:`ragdx.train.pairs.task_groups`: a sentence stating a required group against the read
+sentences that state none). ``--cv 5`` (the default) trains a model on four folds of questions
+(``train_reader``'s folds) and scores the fifth's 12 first sentences with the exported int8 file;
+then the model alone (a required sentence first, one in the first three) and the reader refit
+for the out-of-fold scores (train_reader's 5-fold CV) are compared with the packaged model's;
+results in ``bench/results/cross-task-cv.json``. ``--cv 0`` trains one model on every question
+into ``bench/.cache/cross/ms-marco-task`` (``cross-task.json``; its figures there are in-sample).
+The lower ``--freeze`` layers are frozen and computed once a pair, for every fold.
 """
 
 from __future__ import annotations
@@ -34,6 +46,7 @@ import argparse
 import hashlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -246,11 +259,9 @@ def reader_figures(records: list[dict], read: int) -> dict:
 def train_on_task(train: list[Any], args: argparse.Namespace, folder: Path, mix: list[Any],
                   frozen_outputs: dict | None = None) -> dict:
     """The packaged model fine-tuned on ``train`` (and ``mix``), exported int8 to ``folder``."""
-    import random
-
     from ragdx.train.cross import export, fine_tune, tokenizer_for, write_card
     model, tokenizer_json, what = start_model("ms-marco")
-    extra = random.Random(SEED).sample(mix, min(len(mix), int(args.mix * len(train)))) if mix else []
+    extra = list(mix)
     trained = fine_tune(model, tokenizer_for(tokenizer_json, 128), train + extra, epochs=args.epochs,
                         batch_groups=args.batch_groups, lr=args.lr or LR["ms-marco"], seconds=args.minutes * 60,
                         seed=SEED, threads=2, freeze_below=args.freeze, frozen_outputs=frozen_outputs, log=log)
@@ -277,6 +288,8 @@ def task_main(args: argparse.Namespace) -> int:
         found, _ = groups(CACHE / "store.db", False)
         mix = [replace(g, negatives=g.negatives[:2], sources=g.sources[:2]) for g in found
                if not held_out(g) and g.kind != "neighbour"]
+        mix = random.Random(SEED).sample(mix, min(len(mix), int(args.mix * len(record_groups(
+            records, args.read, args.task_negatives)))))
     result: dict[str, Any] = {"machine": machine(), "code": code_version(), "queries": args.from_queries.name,
                               "records": len(records), "read": args.read, "mix": args.mix,
                               "packaged": reader_figures(records, args.read)}
@@ -285,7 +298,13 @@ def task_main(args: argparse.Namespace) -> int:
         if args.cv != tr.FOLDS:
             raise SystemExit(f"train_cross: --cv must be {tr.FOLDS}, the reader's own folds (train_reader.FOLDS)")
         held: list[dict | None] = [None] * len(records)
-        shared: dict = {}  # the frozen layers' outputs: every fold starts from the same weights
+        from ragdx.train.cross import frozen_outputs, tokenizer_for
+        model, tokenizer_json, _ = start_model("ms-marco")  # every fold starts from the same weights
+        started = time.perf_counter()
+        shared = frozen_outputs(model, tokenizer_for(tokenizer_json, 128), record_groups(records, args.read,
+                                args.task_negatives) + mix, args.freeze) if args.freeze else None
+        result["frozen_outputs_seconds"] = round(time.perf_counter() - started, 1)
+        log(f"the frozen layers' outputs of {len(shared or {})} pairs: {result['frozen_outputs_seconds']} s")
         result["folds"] = []
         for k in range(args.cv):
             train = record_groups([r for i, r in enumerate(records) if i % args.cv != k], args.read, args.task_negatives)

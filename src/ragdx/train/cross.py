@@ -35,7 +35,8 @@ import numpy as np
 
 from ragdx.errors import ConfigError, MissingExtraError
 
-__all__ = ["TrainResult", "dequantise", "export", "fine_tune", "from_encoder", "score_pairs", "tokenizer_for"]
+__all__ = ["TrainResult", "dequantise", "export", "fine_tune", "from_encoder", "frozen_outputs", "score_pairs",
+           "tokenizer_for"]
 
 _WHAT = "training the cross-encoder"
 _NODE = re.compile(r"^/((?:bert/|classifier).*?)/(?:Gemm_)?(?:MatMul|Gemm|Add|LayerNormalization|Gather)(?:_quant)?$")
@@ -241,6 +242,16 @@ class _Split:
             mask[i, :len(h)] = 1
         hidden = _run_layers(model.bert.encoder.layer[self.below:], hidden, mask, torch)
         return model.classifier(model.dropout(model.bert.pooler(hidden)))[:, 0]
+
+
+def frozen_outputs(model: Any, tokenizer: Any, groups: Sequence[Any], freeze_below: int) -> dict:
+    """The outputs of ``model``'s embeddings and first ``freeze_below`` layers for every pair of
+    ``groups``: what :func:`fine_tune` takes as ``frozen_outputs``, computed once before the runs
+    that share it (each run's time budget then buys training steps only)."""
+    torch, _ = _imports()
+    split = _Split(model.eval(), tokenizer, freeze_below, torch)
+    split._lower([(g.query, t) for g in groups for t in (g.positive, *g.negatives)])
+    return split.kept
 
 
 @dataclass(frozen=True, slots=True)
