@@ -84,19 +84,22 @@ def contexts(store: Any, settings: Any, encoder: Any, queries: list[Any], rebuil
 
 
 def build_rows(store: Any, settings: Any, encoder: Any, queries: list[Any], ctxs: dict[str, Any],
-               depth: int) -> list[dict]:
+               depth: int, read: bool = True) -> list[dict]:
     """One record per answerable question: its candidates' facts, blend, cross-encoder logits
-    (None beyond ``depth``), required groups stated, and words."""
+    (None beyond ``depth``), required groups stated, words, and each sentence as the
+    cross-encoder reads it (``texts``). Without ``read``, no cross-encoder runs and the records
+    have no ``rows`` (what ``bench/train_cross.py --from-queries`` trains on)."""
     from dataclasses import astuple
 
     from ragdx.diagnosis.evidence import EvidenceResolver
     from ragdx.encoders.cross import CrossEncoder
-    from ragdx.stages.generate import ExtractiveGenerator
+    from ragdx.stages.generate import ExtractiveGenerator, _in_place
     from ragdx.stages.reader import SentenceFacts
     from ragdx.stages.verify import support_spans
     from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
     g = settings.generation
-    cross = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens, threads=1)
+    cross = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens, threads=1) \
+        if read else None
     gen = ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio, max_sentences=g.max_sentences,
                               encoder=encoder, semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
                               reader=cross, reader_weight=0.0, reader_depth=depth)
@@ -108,17 +111,18 @@ def build_rows(store: Any, settings: Any, encoder: Any, queries: list[Any], ctxs
         found = gen._candidates(q.question, ctx)
         if not found:
             continue
-        rows = gen.reader_rows(q.question, found)
+        rows = gen.reader_rows(q.question, found) if read else None
         spans = [a for a in resolver.run(q).alternatives if a.span is not None]
         groups = [sorted({a.group for a in spans for s in support_spans(c.text, [c.unit]) if s.overlaps(a.span)})
                   for c in found]
         facts = [astuple(SentenceFacts(c.lexical, c.cosine, c.density, c.unit.rank, c.index, len(c.text.split()),
                                        c.text.endswith(":"), any(ch.isdigit() for ch in c.text), c.table_row,
                                        0.0)) for c in found]
-        records.append({"id": q.id, "kind": q.tags[0] if q.tags else "", "n_groups": len(q.required),
-                        "rows": np.round(rows, 5).tolist(), "groups": groups,
-                        "words": [len(c.text.split()) for c in found], "facts": facts,
-                        "blend": [round(c.content, 5) for c in found]})
+        record = {"id": q.id, "question": q.question, "kind": q.tags[0] if q.tags else "", "n_groups": len(q.required),
+                  "rows": np.round(rows, 5).tolist() if rows is not None else None, "groups": groups,
+                  "words": [len(c.text.split()) for c in found], "facts": facts,
+                  "blend": [round(c.content, 5) for c in found], "texts": [_in_place(c) for c in found]}
+        records.append({k: v for k, v in record.items() if v is not None})
         if n % 20 == 0:
             print(f"  rows {n}/{len(queries)}, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
     return records

@@ -122,3 +122,45 @@ def test_bad_inputs_are_named(tiny, tmp_path):
     (tmp_path / "bad.onnx").write_bytes(b"not a model")
     with pytest.raises(ConfigError, match="cannot read .*bad.onnx"):
         dequantise(tmp_path / "bad.onnx")
+
+
+def test_frozen_lower_layers_keep_their_weights_and_the_upper_ones_learn(tiny):
+    from ragdx.errors import ConfigError
+    from ragdx.train.cross import fine_tune, tokenizer_for
+    from ragdx.train.pairs import Group
+    groups = [Group(q, p, ns, "fit", ("candidate",), f"q{i}") for i, (q, p, ns) in enumerate(TINY_PAIRS)]
+    tokenizer = tokenizer_for(tiny / "tokenizer.json", 64)
+    frozen = ("bert.embeddings.", "bert.encoder.layer.0.")  # the tiny model has one layer
+    for below, still in ((0, ()), (1, frozen)):
+        model = _model(tiny)
+        start = {k: v.clone() for k, v in model.state_dict().items() if "position_ids" not in k}
+        fine_tune(model, tokenizer, groups, epochs=2, batch_groups=3, lr=3e-2, seed=0, threads=1, freeze_below=below)
+        kept = {k for k, v in model.state_dict().items() if k in start and torch.equal(v, start[k])}
+        assert kept == {k for k in start if k.startswith(still)}, below
+    with pytest.raises(ConfigError, match="freeze_below=2, but the model has 1 layers"):
+        fine_tune(_model(tiny), tokenizer, groups, freeze_below=2)
+
+
+def test_the_model_read_in_two_parts_gives_the_whole_models_logits(tmp_path):
+    from ragdx.testing.models import tiny_bert
+    from ragdx.train.cross import _Split, score_pairs, tokenizer_for  # noqa: I001
+    folder = tiny_bert(tmp_path / "two", seed=5, layers=2)
+    model = _model(folder)
+    with torch.no_grad():  # a random head's logits differ by 1e-5: spread them to see any difference
+        model.classifier.weight.mul_(1e5)
+    tokenizer = tokenizer_for(folder / "tokenizer.json", 64)
+    pairs = _pairs()  # of different lengths (10 to 15 tokens): the shorter ones are padded in a batch
+    whole = score_pairs(model, tokenizer, pairs, batch_size=len(pairs))
+    assert np.ptp(whole) > 1.0
+    for below in (1, 2):
+        split = _Split(model, tokenizer, below, torch)
+        with torch.no_grad():
+            np.testing.assert_allclose(split.logits(pairs).numpy(), whole, atol=1e-3)
+        assert len(split.kept) == len(pairs)
+    # computed beforehand for groups, and handed to a run
+    from ragdx.train.cross import frozen_outputs
+    from ragdx.train.pairs import Group
+    kept = frozen_outputs(model, tokenizer, [Group(q, p, ns, "fit", ("candidate",), "q") for q, p, ns in TINY_PAIRS], 1)
+    assert sorted(kept) == sorted(pairs)
+    with torch.no_grad():
+        np.testing.assert_allclose(_Split(model, tokenizer, 1, torch, kept).logits(pairs).numpy(), whole, atol=1e-3)

@@ -65,3 +65,19 @@ def test_no_dev_set_question_is_among_the_pairs():
     assert all(DEV_QUESTION not in (g.positive, *g.negatives) for g in found)
     unguarded = build_groups(SECTIONS, CHANNELS, neighbours=0, random_negative=False)
     assert [g.query for g in unguarded].count(DEV_QUESTION) == 1  # the guard is what drops it
+
+
+def test_a_labelled_question_gives_one_group_per_stated_sentence_against_the_read_ones_that_state_none():
+    from ragdx.train.pairs import task_groups
+    texts = ["A: first", "B: second", "C: third", "D: fourth", "E: fifth", "F: sixth"]
+    stated = [False, True, False, False, True, True]
+    found = task_groups("how?", texts, stated, read=4, negatives=2, positives_from=5, source="q1")
+    # positives among the 5 first (not F); negatives among the 4 read, the 2 first (not D)
+    assert [(g.query, g.positive, g.negatives, g.kind, g.section_id) for g in found] == [
+        ("how?", "B: second", ("A: first", "C: third"), "fit", "q1"),
+        ("how?", "E: fifth", ("A: first", "C: third"), "fit", "q1"),
+    ]
+    assert found[0].sources == ("candidate", "candidate")
+    # nothing read states nothing: no negatives, no group; nothing stated: no group
+    assert task_groups("how?", texts[:2], [True, True]) == []
+    assert task_groups("how?", texts, [False] * 6) == []

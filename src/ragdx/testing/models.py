@@ -15,14 +15,16 @@ _WORDS = ("refund refunds accepted within days delivery quality defect defects m
 
 
 def tiny_bert(folder: str | Path, *, num_labels: int = 1, seed: int = 0,
-              labels: tuple[str, ...] = ()) -> Path:
-    """Write a 1-layer random BERT sequence classifier (a cross-encoder or an NLI model shape).
+              labels: tuple[str, ...] = (), layers: int = 1) -> Path:
+    """Write a random BERT sequence classifier of ``layers`` layers (one by default; a
+    cross-encoder or an NLI model shape).
 
     Args:
         folder: where to write it (created).
         num_labels: 1 for a relevance score (cross-encoder), 3 for NLI.
         seed: the random seed of the weights.
         labels: label names (e.g. ``("contradiction", "entailment", "neutral")``).
+        layers: encoder layers.
 
     Returns:
         The folder, loadable by ``sentence_transformers.CrossEncoder`` and ``transformers``.
@@ -38,7 +40,7 @@ def tiny_bert(folder: str | Path, *, num_labels: int = 1, seed: int = 0,
     vocab_file = folder / "vocab.txt"
     vocab_file.write_text("\n".join(vocab) + "\n", encoding="utf-8")
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=1,
+    config = BertConfig(vocab_size=len(vocab), hidden_size=16, num_hidden_layers=layers,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=128,
                         num_labels=num_labels)
     if labels:

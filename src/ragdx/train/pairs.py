@@ -23,6 +23,11 @@ heading would hand the model the answer to a heading query.
 No leakage: every query is compared, normalised (:func:`normalise`), with the ``forbidden``
 questions (a dev set's), and a group whose query is one of them is dropped and counted.
 
+A labelled question set gives groups closer to the reader's task (:func:`task_groups`, kind
+``fit``): a user's question against a candidate sentence that states required evidence, with
+the sentences the reader reads beside it that state none as hard negatives (the negatives a
+retriever ranks high, as above, but from the very list the model will have to order).
+
 Reference: Nogueira & Cho, "Passage Re-ranking with BERT", 2019 (the cross-encoder trained on
 query-passage pairs); Ma et al., "Zero-shot Neural Passage Retrieval via Domain-targeted
 Synthetic Question Generation", EACL 2021 (training a ranker on the target domain's own text).
@@ -38,7 +43,8 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 from ragdx.text import content_terms, statements, stem
 
-__all__ = ["Group", "SectionText", "GENERIC_HEADINGS", "build_groups", "normalise", "sections_of", "store_channels"]
+__all__ = ["Group", "SectionText", "GENERIC_HEADINGS", "build_groups", "normalise", "sections_of", "store_channels",
+           "task_groups"]
 
 #: headings that name a kind of section, not a subject (manual pages, admonitions)
 GENERIC_HEADINGS = frozenset(
@@ -177,6 +183,40 @@ def build_groups(sections: Sequence[SectionText], channels: Mapping[str, Callabl
         groups.append(Group(body[at], body[at + 1], (rng.choice(bodies[other.section_id]),), "neighbour",
                             ("other-document",), section.section_id))
     return groups
+
+
+def task_groups(question: str, texts: Sequence[str], stated: Sequence[bool], *, read: int = 12,
+                negatives: int = 7, positives_from: int = 30, source: str = "") -> list[Group]:
+    """A labelled question's training groups: one for each sentence that states required evidence
+    among the ``positives_from`` first, against the first ``negatives`` of the ``read`` first
+    sentences that state none.
+
+    Args:
+        question: the user's question (the query of every group).
+        texts: the candidate sentences as the reader reads them (after their heading), in the
+            order it reads them (best by words and meaning first).
+        stated: for each sentence, whether it states a required group (same length as ``texts``).
+        read: how many sentences the reader reads (``generation.reader_depth``): the negatives
+            come from these, the sentences the model has to order.
+        negatives: at most this many negatives a group (the highest placed).
+        positives_from: positives are taken from this many first sentences (deeper ones are
+            never read, but still show the model what an answer looks like).
+        source: recorded as each group's ``section_id`` (a question id: folds split by it).
+
+    Returns:
+        The groups, in the order of their positives; none when the question has no positive or
+        no negative.
+
+    Raises:
+        ValueError: ``texts`` and ``stated`` of different lengths.
+    """
+    if len(texts) != len(stated):
+        raise ValueError(f"task_groups: {len(texts)} texts but {len(stated)} labels for {question!r}")
+    wrong = [texts[i] for i in range(min(read, len(texts))) if not stated[i]][:negatives]
+    right = [texts[i] for i in range(min(positives_from, len(texts))) if stated[i]]
+    if not wrong:
+        return []
+    return [Group(question, t, tuple(wrong), "fit", ("candidate",) * len(wrong), source) for t in right]
 
 
 def sections_of(store: object) -> list[SectionText]:
