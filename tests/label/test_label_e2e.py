@@ -123,6 +123,60 @@ def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) 
     assert [q.id for q in load_queries(final)] == ["q1", "q2", "q3"]
 
 
+#: one claim quoted, one loose paraphrase of a sentence on another page: words 4 of 5 claim words
+#: ("keep" missing) and none of the question's: 0.75 * 4/5 = 0.6, below 0.7 beside the quoted 1.0
+WEAK_ROW = {"user_input": "What if I lose my gift card?",
+            "reference": "A lost gift card can only be replaced if you still have the purchase receipt. "
+                         "Exchanges keep the refund time limit."}
+
+
+def test_review_brings_back_a_weak_group_in_chromium(example_store, tmp_path: Path) -> None:
+    """A group left out for scoring low is listed with its score, and accepting it with a click
+    puts it back into the applied query set."""
+    import time
+
+    from ragdx.testing.browser import Browser, find_chromium
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install chromium)")
+    data = write(tmp_path / "ragas.jsonl", json.dumps(WEAK_ROW) + "\n")
+    proposed = tmp_path / "queries.jsonl"
+    assert main(["label", "--store", str(example_store.path), "--tests", str(data), "--out", str(proposed),
+                 "--scorer", "words", "-q"]) == 0
+    line = json.loads(proposed.read_text())
+    gift = {"doc": "policies/gift-cards.md", "version": "e3e7e4c730b8",
+            "quote": "A lost gift card can only be replaced if you still have the purchase receipt."}
+    exchange = {"doc": "policies/exchange.md", "version": "5fa75a140283",
+                "quote": "Exchanges follow the same time limit and conditions as refunds."}
+    assert line["required"] == [[gift]]
+    assert [(g["score"], g["alternatives"]) for g in line["metadata"]["label"]["weak_groups"]] == [(0.6, [exchange])]
+    page_path = tmp_path / "review.html"
+    assert main(["label", "--review", "--store", str(example_store.path), "--queries", str(proposed),
+                 "--out", str(page_path)]) == 0
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with Browser() as browser:
+        browser.call("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        page = browser.open(page_path)
+        assert page.evaluate("document.querySelectorAll('.grp.weak').length") == 1
+        shown = page.evaluate("document.getElementById('g-q1-w0').innerText")
+        assert "score 0.60" in shown and exchange["quote"] in shown
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='w0'][data-act='accept']\").click()")
+        assert page.evaluate("document.getElementById('g-q1-w0').dataset.status") == "accept"
+        page.evaluate("document.getElementById('download').click()")
+        deadline = time.monotonic() + 15
+        while not (downloads / "decisions.json").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not page.errors
+    decisions = json.loads((downloads / "decisions.json").read_text())
+    assert decisions["decisions"] == {"q1": {"w0": {"status": "accept"}}}
+    final = tmp_path / "final.jsonl"
+    assert main(["label", "--apply", str(downloads / "decisions.json"), "--queries", str(proposed),
+                 "--out", str(final)]) == 0
+    applied = json.loads(final.read_text())
+    assert applied["required"] == [[gift], [exchange]]
+    assert applied["answerable"] is True
+
+
 def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path) -> None:
     from ragdx.errors import InputError
     from ragdx.report.review import apply_decisions
@@ -132,4 +186,10 @@ def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path)
     with pytest.raises(InputError) as err:
         apply_decisions(proposed, bad, tmp_path / "final.jsonl")
     assert err.value.field == "decisions.q2.3"
+    assert not (tmp_path / "final.jsonl").exists()
+    bad = write(tmp_path / "w.json", json.dumps({"format": "ragdx-label-decisions",
+                                                 "decisions": {"q1": {"w0": {"status": "accept"}}}}))
+    with pytest.raises(InputError) as err:  # q1 has no weak group
+        apply_decisions(proposed, bad, tmp_path / "final.jsonl")
+    assert err.value.field == "decisions.q1.w0"
     assert not (tmp_path / "final.jsonl").exists()
