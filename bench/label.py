@@ -4,7 +4,7 @@ and whether ragdx's diagnosis of the same run's traces comes out the same with e
 
 Reproduce, from the repository root (the dev set and its store built by ``bench/quality.py``)::
 
-    nice -n 10 .venv/bin/python bench/label.py --half test [--run RUN]
+    nice -n 10 .venv/bin/python bench/label.py --half test [--run RUN | --traces SPANS]
 
 Each step goes through ragdx's CLI. The half's questions are written as a plain evaluation set
 (``id``, ``question``, ``answer`` = the reference answer where the dev set has one, ``principal``),
@@ -19,7 +19,7 @@ proposed span resolves. Then:
   over the questions with hand labels (the answerable ones), and every group proposed anywhere.
 - **diagnosis agreement**: the run's traces (``--run``, a ``ragdx run`` folder of this half; by
   default one is made as bench/quality.py makes it) exported with ``ragdx export`` and diagnosed
-  by ``ragdx diagnose --store`` twice, with the hand labels and with the proposed ones: the share
+  by ``ragdx diagnose --store`` twice (``--traces SPANS``: a run exported before, diagnosed as it is), with the hand labels and with the proposed ones: the share
   of questions whose first failure is the same (and whose outcome is the same), over all questions
   and over the answerable ones.
 
