@@ -263,7 +263,7 @@ class Labeller:
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
         self.page_prior = page_prior
-        self._prior_of: tuple[str, dict[str, float]] = ("", {})
+        self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
         self.resolver = EvidenceResolver(store)
@@ -396,7 +396,7 @@ class Labeller:
     def _prior(self, case: EvalCase) -> dict[str, float]:
         """How strongly the question alone points to each page: 1 / (1 + its rank among the pages
         a channel finds for the question), the best over the channels."""
-        if self._prior_of[0] != case.id:
+        if self._prior_of[0] != (case.id, case.question):
             prior: dict[str, float] = {}
             for channel in self.channels:
                 pages: list[str] = []
@@ -405,7 +405,7 @@ class Labeller:
                         pages.append(c.doc_id)
                 for r, doc in enumerate(pages):
                     prior[doc] = max(prior.get(doc, 0.0), 1.0 / (1.0 + r))
-            self._prior_of = (case.id, prior)
+            self._prior_of = ((case.id, case.question), prior)
         return self._prior_of[1]
 
     # -- proposing -----------------------------------------------------------------------------------
