@@ -4,7 +4,7 @@ and whether ragdx's diagnosis of the same run's traces comes out the same with e
 
 Reproduce, from the repository root (the dev set and its store built by ``bench/quality.py``)::
 
-    nice -n 10 .venv/bin/python bench/label.py --half test [--run RUN]
+    nice -n 10 .venv/bin/python bench/label.py --half test [--run RUN | --traces SPANS]
 
 Each step goes through ragdx's CLI. The half's questions are written as a plain evaluation set
 (``id``, ``question``, ``answer`` = the reference answer where the dev set has one, ``principal``),
@@ -19,7 +19,7 @@ proposed span resolves. Then:
   over the questions with hand labels (the answerable ones), and every group proposed anywhere.
 - **diagnosis agreement**: the run's traces (``--run``, a ``ragdx run`` folder of this half; by
   default one is made as bench/quality.py makes it) exported with ``ragdx export`` and diagnosed
-  by ``ragdx diagnose --store`` twice, with the hand labels and with the proposed ones: the share
+  by ``ragdx diagnose --store`` twice (``--traces SPANS``: a run exported before, diagnosed as it is), with the hand labels and with the proposed ones: the share
   of questions whose first failure is the same (and whose outcome is the same), over all questions
   and over the answerable ones.
 
@@ -150,15 +150,18 @@ def run(args: argparse.Namespace) -> dict:
         "missed": scores["missed"], "extra": scores["extra"]}
     if not args.no_diagnosis:
         run_dir = args.run
-        if run_dir is None:
+        spans = work / f"spans.{args.half}.jsonl"
+        if args.traces is not None:
+            spans = args.traces.resolve()
+        elif run_dir is None:
             run_dir = work / f"run-{args.half}"
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             print(f"ragdx run into {run_dir} ...", file=sys.stderr, flush=True)
             ragdx(["run", "--store", str(store), "--queries", str(hand_path), "--out", str(run_dir), *sets,
                    "--set", "cache.enabled=false", "-q"])
-        spans = work / f"spans.{args.half}.jsonl"
-        ragdx(["export", "--run", str(run_dir), "--out", str(spans)])
+        if args.traces is None:
+            ragdx(["export", "--run", str(run_dir), "--out", str(spans)])
         diagnoses = {}
         for name, path in (("hand", hand_path), ("proposed", proposed_path)):
             folder = work / f"diagnose-{name}.{args.half}"
@@ -166,7 +169,7 @@ def run(args: argparse.Namespace) -> dict:
                    "--out", str(folder), "--system", "ragdx", "-q"])
             diagnoses[name] = {d["id"]: d for d in read_jsonl(folder / "diagnosis.jsonl")}
         ids = [q["id"] for q in queries]
-        result["run"] = str(run_dir)
+        result["run"] = str(run_dir if args.traces is None else args.traces)
         result["agreement"] = {"all": agreement(diagnoses["hand"], diagnoses["proposed"], ids),
                                "answerable": agreement(diagnoses["hand"], diagnoses["proposed"], answerable)}
         result["first_failure"] = {n: dict(Counter(str(d[q]["first_failure"]) for q in ids).most_common())
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devset", type=Path, default=DEVSET)
     parser.add_argument("--store", type=Path, default=DEVSET / "store.db")
     parser.add_argument("--run", type=Path, help="a 'ragdx run' folder of the half (default: run one)")
+    parser.add_argument("--traces", type=Path, help="the half's run already exported ('ragdx export --run RUN'): "
+                        "diagnosed instead of a run folder")
     parser.add_argument("--scorer", default="auto", choices=["auto", "cross-encoder", "words"])
     parser.add_argument("--work", type=Path, default=REPO / "bench" / ".cache" / "label")
     parser.add_argument("--no-diagnosis", action="store_true", help="the group figures only")

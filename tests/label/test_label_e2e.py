@@ -85,35 +85,46 @@ def test_ragas_dataset_diagnosed_directly(labelled, example_store, tmp_path: Pat
     assert manifest["system"] == "ragas"
 
 
-def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) -> None:
-    """Accept, reject and download the decisions in headless Chromium, then apply them."""
+def _review(store, proposed: Path, tmp_path: Path, clicks) -> Path:
+    """Write the review page of ``proposed``, open it in headless Chromium, run ``clicks(page)``,
+    press "Download decisions"; returns the decisions file downloaded."""
     import time
 
     from ragdx.testing.browser import Browser, find_chromium
     if find_chromium() is None:
         pytest.skip("no Chromium on PATH (apt-get install chromium)")
-    _, proposed, _ = labelled
     page_path = tmp_path / "review.html"
-    assert main(["label", "--review", "--store", str(example_store.path), "--queries", str(proposed),
+    assert main(["label", "--review", "--store", str(store.path), "--queries", str(proposed),
                  "--out", str(page_path)]) == 0
     downloads = tmp_path / "downloads"
     downloads.mkdir()
     with Browser() as browser:
         browser.call("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
         page = browser.open(page_path)
-        assert page.evaluate("document.querySelectorAll('.grp').length") == 4
-        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='1'][data-act='reject']\").click()")
-        page.evaluate("document.querySelector(\"button[data-q='q2'][data-g='0'][data-act='accept']\").click()")
-        assert page.evaluate("document.getElementById('g-q1-1').dataset.status") == "reject"
+        clicks(page)
         page.evaluate("document.getElementById('download').click()")
         deadline = time.monotonic() + 15
         while not (downloads / "decisions.json").is_file() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not page.errors
-    decisions = json.loads((downloads / "decisions.json").read_text())
+    return downloads / "decisions.json"
+
+
+def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) -> None:
+    """Accept, reject and download the decisions in headless Chromium, then apply them."""
+    _, proposed, _ = labelled
+
+    def clicks(page) -> None:
+        assert page.evaluate("document.querySelectorAll('.grp').length") == 4
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='1'][data-act='reject']\").click()")
+        page.evaluate("document.querySelector(\"button[data-q='q2'][data-g='0'][data-act='accept']\").click()")
+        assert page.evaluate("document.getElementById('g-q1-1').dataset.status") == "reject"
+
+    downloaded = _review(example_store, proposed, tmp_path, clicks)
+    decisions = json.loads(downloaded.read_text())
     assert decisions["decisions"] == {"q1": {"1": {"status": "reject"}}, "q2": {"0": {"status": "accept"}}}
     final = tmp_path / "final.jsonl"
-    assert main(["label", "--apply", str(downloads / "decisions.json"), "--queries", str(proposed),
+    assert main(["label", "--apply", str(downloaded), "--queries", str(proposed),
                  "--out", str(final)]) == 0
     lines = {q["id"]: q for q in map(json.loads, final.read_text().splitlines())}
     assert lines["q1"]["required"] == [[{"doc": "policies/refund.md", "version": "2026-03",
@@ -121,6 +132,46 @@ def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) 
     assert len(lines["q2"]["required"]) == 1 and len(lines["q3"]["required"]) == 1
     from ragdx.queryset import load_queries
     assert [q.id for q in load_queries(final)] == ["q1", "q2", "q3"]
+
+
+#: one claim quoted, one loose paraphrase of a sentence on another page: words 4 of 5 claim words
+#: ("keep" missing) and none of the question's: 0.75 * 4/5 = 0.6, below 0.7 beside the quoted 1.0
+WEAK_ROW = {"user_input": "What if I lose my gift card?",
+            "reference": "A lost gift card can only be replaced if you still have the purchase receipt. "
+                         "Exchanges keep the refund time limit."}
+
+
+def test_review_brings_back_a_weak_group_in_chromium(example_store, tmp_path: Path) -> None:
+    """A group left out for scoring low is listed with its score, and accepting it with a click
+    puts it back into the applied query set."""
+    data = write(tmp_path / "ragas.jsonl", json.dumps(WEAK_ROW) + "\n")
+    proposed = tmp_path / "queries.jsonl"
+    assert main(["label", "--store", str(example_store.path), "--tests", str(data), "--out", str(proposed),
+                 "--scorer", "words", "-q"]) == 0
+    line = json.loads(proposed.read_text())
+    gift = {"doc": "policies/gift-cards.md", "version": "e3e7e4c730b8",
+            "quote": "A lost gift card can only be replaced if you still have the purchase receipt."}
+    exchange = {"doc": "policies/exchange.md", "version": "5fa75a140283",
+                "quote": "Exchanges follow the same time limit and conditions as refunds."}
+    assert line["required"] == [[gift]]
+    assert [(g["score"], g["alternatives"]) for g in line["metadata"]["label"]["weak_groups"]] == [(0.6, [exchange])]
+
+    def clicks(page) -> None:
+        assert page.evaluate("document.querySelectorAll('.grp.weak').length") == 1
+        shown = page.evaluate("document.getElementById('g-q1-w0').innerText")
+        assert "score 0.60" in shown and exchange["quote"] in shown
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='w0'][data-act='accept']\").click()")
+        assert page.evaluate("document.getElementById('g-q1-w0').dataset.status") == "accept"
+
+    downloaded = _review(example_store, proposed, tmp_path, clicks)
+    decisions = json.loads(downloaded.read_text())
+    assert decisions["decisions"] == {"q1": {"w0": {"status": "accept"}}}
+    final = tmp_path / "final.jsonl"
+    assert main(["label", "--apply", str(downloaded), "--queries", str(proposed),
+                 "--out", str(final)]) == 0
+    applied = json.loads(final.read_text())
+    assert applied["required"] == [[gift], [exchange]]
+    assert applied["answerable"] is True
 
 
 def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path) -> None:
@@ -132,4 +183,10 @@ def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path)
     with pytest.raises(InputError) as err:
         apply_decisions(proposed, bad, tmp_path / "final.jsonl")
     assert err.value.field == "decisions.q2.3"
+    assert not (tmp_path / "final.jsonl").exists()
+    bad = write(tmp_path / "w.json", json.dumps({"format": "ragdx-label-decisions",
+                                                 "decisions": {"q1": {"w0": {"status": "accept"}}}}))
+    with pytest.raises(InputError) as err:  # q1 has no weak group
+        apply_decisions(proposed, bad, tmp_path / "final.jsonl")
+    assert err.value.field == "decisions.q1.w0"
     assert not (tmp_path / "final.jsonl").exists()

@@ -5,8 +5,10 @@ run of code-like lines as one claim). For each claim, the store's retrieval chan
 the question and the claim together, over every version and every access group; the statements
 of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statement_spans`) are
 scored against the claim by the words they share with it and, where a pair scorer is given (the
-packaged cross-encoder), by its relevance of the statement to the question and claim. The best
-statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
+packaged cross-encoder), by its relevance of the statement, read under its headings, to the
+question and claim. Statements are ranked by that score plus a prior for their page: how high the
+channels rank the page for the question alone (``page_prior``), so that among pages stating the
+claim about as well the one the question points to wins. The best statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
 ``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
 the other on a page, become one group (one span over them); the places stating the same words
 elsewhere (another page, or another version when the question names none) are its alternatives,
@@ -202,6 +204,14 @@ class _Statement:
     place: Place
     paragraph: int  # the paragraph's start in the parsed text
     reads: str = ""  # what it states (a table row read with its header)
+    heading: str = ""  # the headings it stands under (its chunk's prefix: "Exceptions > exception asyncio.TimeoutError")
+
+    @property
+    def scored(self) -> str:
+        """What the pair scorer reads: the statement under its headings, as the pipeline's
+        reranker reads a chunk ("A deprecated alias of TimeoutError." says nothing of asyncio;
+        its heading does)."""
+        return f"{self.heading}\n{self.place.text}".strip() if self.heading else self.place.text
 
     @property
     def terms(self) -> frozenset[str]:
@@ -237,16 +247,23 @@ class Labeller:
             between, neither a run of code lines) make one group, as one paragraph's do.
         weak: when some group scores at least it, the groups scoring below are left out of
             ``required`` (kept in ``weak_groups``); 0 keeps every group.
+        headings: the pair scorer reads each statement under its headings (its chunk's prefix).
+        page_prior: statements are ranked by their score plus this times the page's prior, 1 / (1 +
+            the page's rank among the pages a channel finds for the question alone), the best over
+            the channels; the score itself, which the thresholds read, is the statement's own.
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
-                 scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7) -> None:
+                 scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
+                 headings: bool = True, page_prior: float = 0.3) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
-        self.adjacent, self.weak = adjacent, weak
+        self.adjacent, self.weak, self.headings = adjacent, weak, headings
+        self.page_prior = page_prior
+        self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
         self.resolver = EvidenceResolver(store)
@@ -258,6 +275,7 @@ class Labeller:
         return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
+                "headings": self.headings, "page_prior": self.page_prior,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -266,13 +284,18 @@ class Labeller:
         if key not in self._statements:
             text = self.store.texts(doc, version)[1]
             current = self._status.get(key) is DocStatus.CURRENT
+            chunks = sorted(((c.start, c.end, c.prefix) for c in self.store.chunks(doc, version)))
             out = []
+            n = 0
             for s in statement_spans(text):
                 if s.start < 0:
                     continue
                 paragraph = text.rfind("\n\n", 0, s.start) + 1
+                while n + 1 < len(chunks) and chunks[n + 1][0] <= s.start:
+                    n += 1
+                heading = chunks[n][2] if self.headings and chunks and chunks[n][0] <= s.start < chunks[n][1] else ""
                 out.append(_Statement(Place(doc, version, s.start, s.end, text[s.start:s.end], current),
-                                      paragraph, s.text))
+                                      paragraph, s.text, heading))
             if len(self._statements) > 256:
                 self._statements.clear()
             self._statements[key] = out
@@ -339,6 +362,8 @@ class Labeller:
         contexts = [_compact(c) for c in case.reference_contexts]
         scored = []
         for s in candidates:
+            if s.place.text.rstrip().endswith("?"):
+                continue  # a question states nothing (a FAQ's question line echoes the asker's)
             words, verbatim = self._words(claim, question, s)
             if contexts and any(_compact(s.place.text) in c for c in contexts):
                 words = min(1.0, words + 0.2)  # the reference's own context states it
@@ -353,16 +378,35 @@ class Labeller:
         out: list[tuple[float, _Statement]] = []
         if self.scorer is not None and head:
             how = "words and cross-encoder"
-            texts = list(dict.fromkeys(s.place.text for _, _, s in head))
+            texts = list(dict.fromkeys(s.scored for _, _, s in head))
             logits = dict(zip(texts, (float(x) for x in self.scorer.score(f"{case.question} {claim}", texts))))
             for words, verbatim, s in head:
-                relevance = 1.0 / (1.0 + math.exp(-logits[s.place.text]))
+                relevance = 1.0 / (1.0 + math.exp(-logits[s.scored]))
                 score = 1.0 if verbatim else (1 - self.scorer_weight) * words + self.scorer_weight * relevance
                 out.append((score, s))
         else:
             out = [(1.0 if verbatim else words, s) for words, verbatim, s in head]
-        out.sort(key=lambda x: (-x[0], not x[1].place.current, x[1].place.doc, x[1].place.start))
+        # the page the question alone points to wins among statements that state the claim about as
+        # well: the reference manual's page, not the release notes that restate it
+        prior = self._prior(case) if self.page_prior else {}
+        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0)), not x[1].place.current,
+                                x[1].place.doc, x[1].place.start))
         return out, how
+
+    def _prior(self, case: EvalCase) -> dict[str, float]:
+        """How strongly the question alone points to each page: 1 / (1 + its rank among the pages
+        a channel finds for the question), the best over the channels."""
+        if self._prior_of[0] != (case.id, case.question):
+            prior: dict[str, float] = {}
+            for channel in self.channels:
+                pages: list[str] = []
+                for c in channel.run(Query(f"{case.id}#question", case.question, self.everyone)).items:
+                    if c.doc_id not in pages:
+                        pages.append(c.doc_id)
+                for r, doc in enumerate(pages):
+                    prior[doc] = max(prior.get(doc, 0.0), 1.0 / (1.0 + r))
+            self._prior_of = ((case.id, case.question), prior)
+        return self._prior_of[1]
 
     # -- proposing -----------------------------------------------------------------------------------
     def run(self, case: EvalCase) -> Proposal:
@@ -396,7 +440,7 @@ class Labeller:
             also = []
             for sc, s in scored[1:]:
                 if sc < max(self.min_score, score - self.tie) or len(also) >= 2:
-                    break
+                    continue
                 if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
                     also.append(s.place)
             claims.append(ReferenceClaim(text, score, top.place, reason, rival, tuple(also)))

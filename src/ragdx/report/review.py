@@ -10,7 +10,10 @@ saves ``decisions.json``::
 
 ``status`` is ``accept`` (the group as proposed), ``reject`` (the group dropped) or ``choose``
 (the group replaced by candidate ``candidate`` of its ``metadata.label.candidates``). A group
-with no decision is kept. ``ragdx label --apply`` writes the final query set from the proposed
+with no decision is kept. The groups the labeller left out for scoring low beside a strong one
+(``metadata.label.weak_groups``) are shown too, with their scores, under the keys ``w0``, ``w1``,
+...: accepting one brings it back (it is added after the kept groups, in its order); one with no
+decision, or rejected, stays out. ``ragdx label --apply`` writes the final query set from the proposed
 one and the decisions: a question left with no group is ``answerable: false``.
 """
 
@@ -54,7 +57,7 @@ _EXTRA_CSS = """
 .grp{border:1px solid #ccd;border-radius:6px;margin:.5em 0;padding:.5em}
 .grp[data-status=reject]{opacity:.5;border-color:#c33}.grp[data-status=accept]{border-color:#3a3}
 .grp[data-status=choose]{border-color:#37c}.alt{margin:.3em 0}.alt mark{background:#ffe58a}
-.ctx{color:#555;font-size:.9em;white-space:pre-wrap}.review{color:#b60;font-weight:bold}
+.ctx{color:#555;font-size:.9em;white-space:pre-wrap}.grp.weak{border-style:dashed;background:#fafafa}.review{color:#b60;font-weight:bold}
 """
 
 
@@ -74,6 +77,11 @@ def _alt(store: Store, alt: dict[str, Any]) -> str:
     return f"<div class=alt><b>{_e(alt['doc'])}</b> @ {_e(alt['version'])}<br>{_in_context(store, alt)}</div>"
 
 
+def _buttons(qid: str, g: str) -> str:
+    return "".join(f"<button data-q='{_e(qid)}' data-g='{g}' data-act='{act}'>{act}</button> "
+                   for act in ("accept", "reject"))
+
+
 def write_review(store: Store, queries: Path, out: Path) -> int:
     """Write the review page of a proposed query set; returns how many questions it shows."""
     parts = []
@@ -86,8 +94,7 @@ def write_review(store: Store, queries: Path, out: Path) -> int:
                 f"<p><b>Reference answer:</b> {_e(line.get('answer', ''))}</p>"]
         candidates = label.get("candidates") or []
         for g, group in enumerate(label.get("groups") or []):
-            buttons = "".join(f"<button data-q='{_e(qid)}' data-g='{g}' data-act='{act}'>{act}</button> "
-                              for act in ("accept", "reject"))
+            buttons = _buttons(qid, str(g))
             others = candidates[g] if g < len(candidates) else []
             choose = "".join(f"<div class=alt>{_alt(store, c)}<button data-q='{_e(qid)}' data-g='{g}' "
                              f"data-act='choose' data-c='{c_n}'>choose this instead</button></div>"
@@ -100,6 +107,12 @@ def write_review(store: Store, queries: Path, out: Path) -> int:
                 + f"<p>{buttons}<span class=status></span></p>"
                 + (f"<details><summary>choose another ({len(others)})</summary>{choose}</details>" if others else "")
                 + "</div>")
+        for w, group in enumerate(label.get("weak_groups") or []):
+            body.append(
+                f"<div class='grp weak' id='g-{_e(qid)}-w{w}' data-status=''><p>Left out, weak group {w + 1} (score "
+                f"{group['score']:.2f}, below another group's): claims {_e(' / '.join(group['claims']))}<br>"
+                f"<small>{_e(group['reason'])}</small></p>" + "".join(_alt(store, a) for a in group["alternatives"])
+                + f"<p>{_buttons(qid, f'w{w}')}<span class=status></span></p></div>")
         for u in label.get("unsupported_reference") or []:
             body.append(f"<p class=review>Unsupported reference claim: {_e(u['claim'])} <small>({_e(u['reason'])})"
                         "</small></p>")
@@ -142,9 +155,12 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
         mine = decisions.get(qid) or {}
         restricted = "restricted_required" in line
         groups = line["restricted_required" if restricted else "required"]
+        weak = label.get("weak_groups") or []
         for g in mine:
-            if not g.isdigit() or int(g) >= len(groups):
-                raise InputError(f"question {qid!r} has no group {g}", file=where, field=f"decisions.{qid}.{g}")
+            n = g[1:] if g.startswith("w") else g
+            if not n.isdigit() or int(n) >= (len(weak) if g.startswith("w") else len(groups)):
+                raise InputError(f"question {qid!r} has no {'weak ' if g.startswith('w') else ''}group {n}",
+                                 file=where, field=f"decisions.{qid}.{g}")
         kept = []
         for g, group in enumerate(groups):
             d = mine.get(str(g)) or {"status": "accept"}
@@ -164,6 +180,14 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
             else:
                 raise InputError(f"status must be 'accept', 'reject' or 'choose', not {status!r}", file=where,
                                  field=f"decisions.{qid}.{g}.status")
+        for w, group in enumerate(weak):  # a weak group comes back only when accepted
+            d = mine.get(f"w{w}")
+            status = d.get("status") if isinstance(d, dict) else None
+            if d is not None and status not in ("accept", "reject"):
+                raise InputError(f"status of a weak group must be 'accept' or 'reject', not {status!r}", file=where,
+                                 field=f"decisions.{qid}.w{w}.status")
+            if status == "accept":
+                kept.append([{k: a[k] for k in ("doc", "version", "quote")} for a in group["alternatives"]])
         final = {k: v for k, v in line.items() if k not in ("required", "restricted_required")}
         final["required" if not restricted else "restricted_required"] = kept
         if restricted:

@@ -1,0 +1,64 @@
+"""How ``ragdx label`` ranks the statements that state a claim: the pair scorer reads each under
+its headings, and among statements stating the claim as well, the page the question alone points
+to wins (``page_prior``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ragdx.label import Labeller
+from ragdx.label.readers import EvalCase
+from ragdx.stages.bm25 import BM25Retriever
+from ragdx.store.sqlite import SQLiteStore
+from tests.conftest import write
+
+
+class _Reading:
+    """A pair scorer that scores every pair alike and keeps what it was given to read."""
+
+    config = {"name": "reading"}
+
+    def __init__(self) -> None:
+        self.read: list[str] = []
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        self.read += texts
+        return [0.0] * len(texts)
+
+
+def _store(tmp_path: Path) -> SQLiteStore:
+    from ragdx.ingest.ingestor import Ingestor
+    folder = tmp_path / "corpus"
+    # the same words on two pages: the release notes (first by name) and the reference page the
+    # question's words point to
+    write(folder / "notes" / "changes.md", "# Changes in 2.0\n\nWidgets now time out after 30 seconds.\n")
+    write(folder / "ref" / "widgets.md", "# Widget settings\n\n## How long a widget waits\n\n"
+                                         "Widgets time out after 30 seconds.\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(folder)
+    return store
+
+
+CASE = EvalCase(id="q1", question="How long does a widget wait?", reference="30 seconds.")
+
+
+def test_the_page_the_question_points_to_wins_a_tie(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    alone = Labeller(store, [bm25], page_prior=0.0).run(CASE)
+    led = Labeller(store, [bm25]).run(CASE)
+    # both statements hold the claim's words ("30", "second": 0.75) and "widget" of the
+    # question's other two ("widget", "wait": 0.25 / 2): 0.875 each; the tie goes to the first
+    # page by name without the prior, to the page the question ranks first with it
+    assert [(g.places[0].doc, g.score) for g in alone.groups] == [("notes/changes.md", 0.875)]
+    assert Labeller(store, [bm25])._prior(CASE) == {"ref/widgets.md": 1.0, "notes/changes.md": 0.5}
+    assert [(g.places[0].doc, g.places[0].text, g.score) for g in led.groups] == [
+        ("ref/widgets.md", "Widgets time out after 30 seconds.", 0.875)]
+
+
+def test_the_pair_scorer_reads_each_statement_under_its_headings(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    reading = _Reading()
+    Labeller(store, [BM25Retriever(store, top_k=20, current_only=False)], reading).run(CASE)
+    assert sorted(reading.read) == ["Changes in 2.0\nWidgets now time out after 30 seconds.",
+                                    "Widget settings > How long a widget waits\nWidgets time out after 30 seconds."]
