@@ -469,6 +469,9 @@ def _pg_build_hnsw(self: PostgresStore, tables: list[str]) -> None:
             # needs about 250 MB); past maintenance_work_mem pgvector goes on on disk, many
             # times slower
             conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            # the store's own maintenance, not a search: 100,000 vectors take minutes on a loaded
+            # machine, past the statement_timeout meant for searches
+            conn.execute("SET LOCAL statement_timeout = 0")
             conn.execute(f"CREATE INDEX IF NOT EXISTS {name}_hnsw ON {self.schema}.{name} USING hnsw "
                          f"(embedding vector_ip_ops) WITH (m = {int(self.hnsw_m)}, "
                          f"ef_construction = {int(self.hnsw_ef_construction)})")

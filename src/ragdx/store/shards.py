@@ -137,7 +137,10 @@ def _pg_analyze(self: PostgresStore) -> None:
     last = self._one("SELECT value FROM {s}.meta WHERE key = 'analyzed_rows'")
     if last is not None and rows <= int(last[0]) * 1.1:
         return
-    with self._pool.connection() as conn:
+    with self._pool.connection() as conn, conn.transaction():
+        # postgres_fdw (PostgreSQL 15) reads every row of a foreign table to sample it: at
+        # 100,000 chunks, longer than the statement_timeout meant for searches
+        conn.execute("SET LOCAL statement_timeout = 0")
         conn.execute(f"ANALYZE {', '.join(f'{self.schema}.{t}' for t in ['chunks', 'acl', *self._vec_tables()])}")
         conn.execute(f"INSERT INTO {self.schema}.meta VALUES ('analyzed_rows', %s) ON CONFLICT (key) "
                      "DO UPDATE SET value = EXCLUDED.value", (str(rows),))
