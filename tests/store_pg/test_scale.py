@@ -146,6 +146,38 @@ def test_a_sharded_search_takes_one_round_trip_to_the_shards_per_step(tmp_path, 
     assert asked == ["fan"]
 
 
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_sharded_dense_search_reads_a_share_of_each_part_and_the_rest_only_where_cut(
+        tmp_path, pg_store_factory, monkeypatch, exact):
+    """k 1 asks the top 17 (k + 16): each of the four parts first sends its top 7 (ceil(1.5 x
+    17 / 4)), not 17; a part whose 7th row scores at or above the merged 17th sends its rows
+    8 to 17 in a second round. The results are one server's, at every k."""
+    encoder = HashingEncoder(dim=32)
+    manifest = _corpus(tmp_path, 48)
+    one, sharded = pg_store_factory("pg"), pg_store_factory("sharded")
+    for store in (one, sharded):
+        Ingestor(store, embedder=Embedder(encoder)).run(manifest)
+    asked: list = []
+    fan = sharded._fan
+    monkeypatch.setattr(sharded, "_fan", lambda sql, *a, **k: asked.append(
+        ("LIMIT" + sql("_p0").split("LIMIT")[1].split(")")[0], k.get("parts"))) or fan(sql, *a, **k))
+    vector = encoder.encode(["rare mid"], kind="query").vectors[0]
+    sizes = []
+    for n in (1, 5, 20, 60):
+        got = sharded.vector_search(encoder.space.id, vector, ("public",), n, exact=exact)
+        want = one.vector_search(encoder.space.id, vector, ("public",), n, exact=exact)
+        assert [(c.id, s) for c, s in got] == [(c.id, s) for c, s in want]
+        sizes.append(len(got))
+    assert sizes == [1, 5, 20, 39]  # 39 readable chunks
+    # k 1: 17 rows, 7 from each part first, parts 0, 1 and 2 cut at or above the 17th; k 5: 21
+    # rows, 8 first; k 20: 36 rows, 14 first, part 1 cut; k 60: 76 rows, 29 first, no part has
+    # as many readable rows (39 over four parts), none is cut
+    assert asked == [("LIMIT 7 OFFSET 0", None), ("LIMIT 10 OFFSET 7", [0, 1, 2]),
+                     ("LIMIT 8 OFFSET 0", None), ("LIMIT 13 OFFSET 8", [0, 1, 2]),
+                     ("LIMIT 14 OFFSET 0", None), ("LIMIT 22 OFFSET 14", [1]),
+                     ("LIMIT 29 OFFSET 0", None)]
+
+
 def test_store_sessions_plan_each_statement_and_compile_nothing(pg_store_factory):
     """No JIT (compiling an HNSW search's expressions took ten times its index scan) and a
     custom plan per execution (a generic plan of "rowid = ANY($1)" read whole parts), on the
