@@ -3,6 +3,7 @@ measured, timing, and writing results. Not a benchmark itself (run_all.py skips 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import platform
@@ -140,3 +141,19 @@ def write_result(out: Path, result: dict, table: str) -> None:
     out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(table)
     print(f"wrote {out}", file=sys.stderr)
+
+
+def module_at(rev: str, path: str):
+    """A module of ragdx (``path`` in the repository) as it was at a git revision, imported
+    under another name: a benchmark's "before"."""
+    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"],
+                            check=True, capture_output=True, text=True).stdout
+    name = f"{Path(path).stem}_before"
+    copy = REPO / "bench" / "results" / f".{name}_{rev.replace('~', '_').replace('/', '_')}.py"
+    copy.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, copy)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    copy.unlink()
+    return module

@@ -33,10 +33,8 @@ so which copy is listed differs). The top 10s of ``--before`` must equal ragdx's
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sqlite3
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -44,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, machine, peak_rss_mb, write_result  # noqa: E402
+from _common import REPO, code_version, machine, module_at, peak_rss_mb, write_result  # noqa: E402
 from million_chunks import make_questions  # noqa: E402
 
 STORE = REPO / "bench" / ".cache" / "devset" / "store.db"
@@ -69,20 +67,6 @@ def replicate(base, cls, copies: int):
     index.duplicate, index.dead = np.tile(base.duplicate, copies), np.zeros(n * copies, bool)
     index.total, index.keys, index.key_ids = base.total * copies, base.keys, base.key_ids
     return index
-
-
-def module_at(rev: str):
-    """ragdx's keyword.py at a git revision, imported under another name."""
-    source = subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:src/ragdx/store/keyword.py"],
-                            check=True, capture_output=True, text=True).stdout
-    path = REPO / "bench" / "results" / f".keyword_{rev.replace('~', '_').replace('/', '_')}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("keyword_before", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["keyword_before"] = module
-    spec.loader.exec_module(module)
-    path.unlink()
-    return module
 
 
 def timed(fn, items) -> tuple[dict, list]:
@@ -125,7 +109,7 @@ def main() -> int:
     result: dict = {"benchmark": "keyword_replicated", "command": " ".join(["bench/keyword_replicated.py"] + sys.argv[1:]),
                     "code": code_version(), "machine": machine(), "store": str(args.store),
                     "copies": args.copies, "seed_rows": int(base.rowid.size)}
-    engines = [("ragdx", keyword)] + ([(f"ragdx at {args.before}", module_at(args.before))] if args.before else [])
+    engines = [("ragdx", keyword)] + ([(f"ragdx at {args.before}", module_at(args.before, "src/ragdx/store/keyword.py"))] if args.before else [])
     tops: dict[str, list] = {}
     for name, module in engines:
         index = replicate(base, module.KeywordIndex, args.copies)

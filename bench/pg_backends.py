@@ -11,7 +11,9 @@ Queries are 3 to 8 words drawn the same way, asked with the group "public".
 Hashed bag-of-words vectors give an HNSW graph nothing to follow, so ``--vectors STORE`` draws
 real ones instead: each synthetic chunk gets the all-MiniLM-L6-v2 vector of a chunk of that store
 (the dev set's, ``bench/.cache/devset/store.db``: Python and SQLite manuals), chosen by a hash of
-its text, with a little noise after the first use so no two chunks share a vector; each query
+its text (with replacement, so any number of chunks can be drawn), with a little noise on three
+draws in four (so a noise-free draw can repeat another's vector: about 4,100 pairs at 96,206
+chunks from 70,218 vectors; ties are broken by row in every search); each query
 gets the embedding of a real dev-set question (encoded once with the store's own encoder). Exact
 and approximate search then rank real embeddings, and the encoder still costs nothing.
 
@@ -67,8 +69,9 @@ def vocabulary(n: int, rng: random.Random) -> list[str]:
 
 class DrawnEncoder:
     """Real embeddings for synthetic texts: a passage gets a stored chunk's vector (by a hash of
-    its text; noise of 0.01 per dimension, renormalised, on every reuse of a vector), a query a
-    real question's vector. Deterministic: the same text gets the same vector in every store."""
+    its text; noise of 0.01 per dimension, renormalised, on three draws in four, chosen by the
+    hash too), a query a real question's vector. Deterministic: the same text gets the same
+    vector in every store."""
 
     def __init__(self, passages: np.ndarray, queries: np.ndarray, model: str) -> None:
         self.passages, self.queries, self.model = passages, queries, model

@@ -50,9 +50,19 @@ def both(tmp_path, pg_store_factory):
 
 
 def _postings_read(store, monkeypatch) -> list[list[str]]:
-    """The phrases whose postings the store reads, in order (filled as it searches)."""
+    """The phrases whose postings the store reads, in order (filled as it searches): those the
+    statistics' statement sent whole (every part holding the phrase sent it), then each read
+    of its own."""
     read: list[list[str]] = []
-    original = store._postings
+    original, with_statistics = store._postings, store._statistics_and_postings
+
+    def statistics(tokens, limit):
+        found = with_statistics(tokens, limit)
+        used = sorted(t for t in found[3] if t not in found[4])
+        if used:
+            read.append(used)
+        return found
+    monkeypatch.setattr(store, "_statistics_and_postings", statistics)
     monkeypatch.setattr(store, "_postings", lambda tokens: read.append(list(tokens)) or original(tokens))
     return read
 
@@ -80,6 +90,124 @@ def test_when_the_frequent_terms_decide_they_are_read_and_the_top_is_still_exact
     assert [(c.id, s) for c, s in found] == [(c.id, s) for c, s in sqlite.bm25(["rare", "mid"], ("staff",), 4)]
     assert read == [["rare"], ["mid"]] and [c.doc_id for c, _ in found] == ["d24", "d09", "d39"]
     sqlite.close()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_frequent_phrase_alone_is_read_after_the_statistics_and_scored_exactly(both, kind, monkeypatch):
+    sqlite, store = both(kind)
+    read = _postings_read(store, monkeypatch)
+    # 'common' is in every row: no part sends its postings with the statistics, and as the only
+    # phrase it cannot be skipped, so it is read on its own
+    got = [(c.id, s) for c, s in store.bm25(["common"], ("public",), 3)]
+    assert got == [(c.id, s) for c, s in sqlite.bm25(["common"], ("public",), 3)] and len(got) == 3
+    assert read == [["common"]]
+    sqlite.close()
+
+
+def _round_trips(store, monkeypatch) -> list[str]:
+    """What the store asks its servers, in order: "fan" per statement sent to every shard (or
+    to the one server), "coordinator" per statement on the coordinator."""
+    asked: list[str] = []
+    fan, one = store._fan, store._all
+    monkeypatch.setattr(store, "_fan", lambda *a, **k: asked.append("fan") or fan(*a, **k))
+    monkeypatch.setattr(store, "_all", lambda *a, **k: asked.append("coordinator") or one(*a, **k))
+    return asked
+
+
+def test_a_sharded_search_takes_one_round_trip_to_the_shards_per_step(tmp_path, pg_store_factory, monkeypatch):
+    """BM25: the statistics with the rare phrases' postings, then the access check with the hits'
+    chunk rows and statuses; dense: the search with its hits' rows and statuses; the access
+    re-check: one statement per shard (it went through the coordinator's foreign tables, part
+    after part). The same results as one server."""
+    encoder = HashingEncoder(dim=32)
+    manifest = _corpus(tmp_path, 48)
+    one, sharded = pg_store_factory("pg"), pg_store_factory("sharded")
+    for store in (one, sharded):
+        Ingestor(store, embedder=Embedder(encoder)).run(manifest)
+    asked = _round_trips(sharded, monkeypatch)
+    from ragdx.types import VersionFilter
+    current = VersionFilter(current_only=True)
+    # 'rare' is in 5 rows (d24 readable by 'staff' only): no part holds enough of them to keep
+    # its postings back
+    got = sharded.bm25(["rare"], ("public",), 5, versions=current)
+    assert asked == ["fan", "fan"]
+    assert [(c.id, s) for c, s in got] == [(c.id, s) for c, s in one.bm25(["rare"], ("public",), 5,
+                                                                          versions=current)]
+    assert [c.doc_id for c, _ in got] == ["d18", "d12", "d06", "d00"]
+    asked.clear()
+    vector = encoder.encode(["rare mid"], kind="query").vectors[0]
+    # k 40: each part first sends 21 rows (ceil(1.5 x 56 / 4)), more than any part holds, so
+    # none is cut and there is no second round (the next test has one)
+    got = sharded.vector_search(encoder.space.id, vector, ("public",), 40, exact=False, versions=current)
+    assert asked == ["fan"]
+    want = one.vector_search(encoder.space.id, vector, ("public",), 40, exact=False, versions=current)
+    assert [(c.id, s) for c, s in got] == [(c.id, s) for c, s in want] and len(got) == 39
+    asked.clear()
+    keys = [(c.doc_id, c.version) for c, _ in got] + [("d04", "1"), ("nope", "1")]
+    assert sharded.readable_many(("public",), keys) == {(c.doc_id, c.version) for c, _ in got}
+    assert asked == ["fan"]
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_a_sharded_dense_search_reads_a_share_of_each_part_and_the_rest_only_where_cut(
+        tmp_path, pg_store_factory, monkeypatch, exact):
+    """k 1 asks the top 17 (k + 16): each of the four parts first sends its top 7 (ceil(1.5 x
+    17 / 4)), not 17; a part whose 7th row scores at or above the merged 17th sends its rows
+    8 to 17 in a second round. The results are one server's, at every k. (The query shares
+    'common' with every chunk, so no two scores tie: tied rows at the cut could come in another
+    order from another HNSW graph.)"""
+    encoder = HashingEncoder(dim=32)
+    manifest = _corpus(tmp_path, 48)
+    one, sharded = pg_store_factory("pg"), pg_store_factory("sharded")
+    for store in (one, sharded):
+        Ingestor(store, embedder=Embedder(encoder)).run(manifest)
+    asked: list = []
+    fan = sharded._fan
+    monkeypatch.setattr(sharded, "_fan", lambda sql, *a, **k: asked.append(
+        ("LIMIT" + sql("_p0").split("LIMIT")[1].split(")")[0], k.get("parts"))) or fan(sql, *a, **k))
+    vector = encoder.encode(["common rare mid filler"], kind="query").vectors[0]
+    sizes = []
+    for n in (1, 5, 20, 60):
+        got = sharded.vector_search(encoder.space.id, vector, ("public",), n, exact=exact)
+        want = one.vector_search(encoder.space.id, vector, ("public",), n, exact=exact)
+        assert [(c.id, s) for c, s in got] == [(c.id, s) for c, s in want]
+        sizes.append(len(got))
+    assert sizes == [1, 5, 20, 39]  # 39 readable chunks
+    # k 1: 17 rows, 7 from each part first, part 1 (the most rows) cut at or above the 17th;
+    # k 5: 21 rows, 8 first, part 1 cut; k 20: 36 rows, 14 first, part 1 cut; k 60: 76 rows, 29
+    # first, no part has as many readable rows (39 over four parts), none is cut
+    assert asked == [("LIMIT 7 OFFSET 0", None), ("LIMIT 10 OFFSET 7", [1]),
+                     ("LIMIT 8 OFFSET 0", None), ("LIMIT 13 OFFSET 8", [1]),
+                     ("LIMIT 14 OFFSET 0", None), ("LIMIT 22 OFFSET 14", [1]),
+                     ("LIMIT 29 OFFSET 0", None)]
+
+
+def test_store_sessions_plan_each_statement_and_compile_nothing(pg_store_factory):
+    """No JIT (compiling an HNSW search's expressions took ten times its index scan) and a
+    custom plan per execution (a generic plan of "rowid = ANY($1)" read whole parts), on the
+    coordinator's connections and on the shards'."""
+    store = pg_store_factory("sharded")
+    assert store._one("SHOW jit") == ("off",)
+    assert store._one("SHOW plan_cache_mode") == ("force_custom_plan",)
+    assert store._on_servers(lambda conn, parts: conn.execute(
+        "SELECT current_setting('jit'), current_setting('plan_cache_mode')").fetchone()) == [
+        ("off", "force_custom_plan")] * 2
+
+
+def test_a_space_registered_by_a_rolled_back_transaction_is_forgotten(tmp_path, pg_store_factory):
+    store = pg_store_factory("pg")
+    encoder = HashingEncoder(dim=16)
+    with pytest.raises(RuntimeError, match="stop"):
+        with store.transaction():
+            store.register_space(encoder.space, "hashing")
+            assert store._space_table(encoder.space.id) == ("vec_1", 16)
+            raise RuntimeError("stop")
+    assert store._space_table(encoder.space.id) is None
+    # registered again, the space gets the next table (the sequence does not roll back)
+    Ingestor(store, embedder=Embedder(encoder)).run(_corpus(tmp_path, 6))
+    assert store._space_table(encoder.space.id) == ("vec_2", 16)
+    vector = encoder.encode(["rare"], kind="query").vectors[0]
+    assert len(store.vector_search(encoder.space.id, vector, ("public",), 3)) == 3
 
 
 def _index_names(store, conn_dsns):

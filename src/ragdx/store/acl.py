@@ -98,8 +98,10 @@ def pg_readable_many(self: PostgresStore, groups: tuple[str, ...], keys: Sequenc
     keys = list(dict.fromkeys(keys))
     if not keys or not groups:
         return set()
-    rows = self._all("SELECT a.doc_id, a.version FROM {s}.acl a JOIN unnest(%s::text[], %s::text[]) "
-                     "k(doc_id, version) ON a.doc_id = k.doc_id AND a.version = k.version "
-                     "WHERE a.groups && %s",
-                     ([k[0] for k in keys], [k[1] for k in keys], list(groups)))
+    # on every shard at once (through the coordinator's partitioned table, postgres_fdw would
+    # ask the parts one after another)
+    rows = self._fan(lambda sfx: f"SELECT a.doc_id, a.version FROM {{s}}.acl{sfx} a JOIN unnest(%(d)s::text[], "
+                     "%(v)s::text[]) k(doc_id, version) ON a.doc_id = k.doc_id AND a.version = k.version "
+                     "WHERE a.groups && %(g)s::text[]",
+                     {"d": [k[0] for k in keys], "v": [k[1] for k in keys], "g": list(groups)})
     return {(r[0], r[1]) for r in rows}

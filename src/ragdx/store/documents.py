@@ -48,6 +48,11 @@ PG_CHUNK_SELECT = ("rowid, id, doc_id, version, ord, start_at, end_at, text, kin
 PG_CHUNK_COLUMNS = ("c.id, c.doc_id, c.version, c.start_at, c.end_at, c.text, c.kind, c.heading_path, "
                   "c.section_id, c.prefix, c.header_start, c.header_end, c.token_count, c.prev_id, "
                   "c.next_id, c.duplicate_of, c.over_limit, c.config_id")
+# a search hit's chunk row, its rowid and its version's status, read by the statement that
+# found it (``{sfx}``: a part's tables, or none on one server): so a search on every shard
+# takes one round trip, not one for its hits, one for their chunks and one for their statuses
+PG_HIT_COLUMNS = PG_CHUNK_COLUMNS + ", c.rowid, coalesce(d.status, 'current')"
+PG_HIT_STATUS = ("LEFT JOIN {{s}}.documents{sfx} d ON d.doc_id = c.doc_id AND d.version = c.version")
 PG_VERSION_COLUMNS = ("d.doc_id, d.version, d.seq, d.content_hash, d.path, d.title, d.format, d.status, "
                     "d.updated_at, d.metadata, d.parser, d.parse_warnings, d.chunker_config, "
                     "d.ingested_at, a.groups")
@@ -340,7 +345,7 @@ def _pg_flush_chunks(self: PostgresStore) -> None:
         return
     with self._tx.cursor().copy(f"COPY {self.schema}.chunks FROM STDIN") as copy:
         for row in chunks:
-            copy.write_row((*row[:20], " ".join(tsv_lexeme(x) for x in row[20]), json.dumps(row[21]), row[22]))
+            copy.write_row((*row[:20], " ".join(map(tsv_lexeme, row[20])), json.dumps(row[21]), row[22]))
 
 
 def replace_chunks(self: SQLiteStore | PostgresStore, document: Document, parsed: ParsedDocument,
@@ -442,12 +447,9 @@ def chunk_count(self: SQLiteStore | PostgresStore, doc_id: str, version: str) ->
                      (doc_id, version))[0]
 
 
-def _pg_chunks_by_rowid(self: PostgresStore, rowids: list[int]) -> dict[int, Chunk]:
-    if not rowids:
-        return {}
-    rows = self._fan(lambda sfx: f"SELECT {PG_CHUNK_COLUMNS}, c.rowid FROM {{s}}.chunks{sfx} c "
-                     "WHERE c.rowid = ANY(%(r)s)", {"r": list(rowids)})
-    return {row[18]: self._chunk_row(row) for row in rows}
+def _pg_hit_row(self: PostgresStore, row: tuple) -> tuple[int, Chunk, str]:
+    """A row of :data:`PG_HIT_COLUMNS`: the chunk's rowid, the chunk, its version's status."""
+    return row[18], self._chunk_row(row), row[19]
 
 
 @decoding("sections")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -49,6 +50,15 @@ def _vec_ddl(schema: str, table: str, dim: int) -> list[str]:
 
 def _vector_text(blob: bytes) -> str:
     return "[" + ",".join(map(repr, np.frombuffer(blob, np.float32).tolist())) + "]"
+
+
+def _vector_binary(blob: bytes) -> bytes:
+    """A float32 vector in pgvector's binary form (``vector_recv``: the dimension and a zero as
+    big-endian int16, then the floats big-endian): what a binary ``COPY`` hands the column,
+    bit for bit, with no decimal text to print and parse (a third of the time a vector took to
+    store as text)."""
+    values = np.frombuffer(blob, np.float32)
+    return values.size.to_bytes(2, "big") + b"\0\0" + values.astype(">f4").tobytes()
 
 
 def sqlite_register_space(self: SQLiteStore, space: EmbeddingSpace, backend: str) -> None:
@@ -338,8 +348,16 @@ def sqlite_chunk_vectors(self: SQLiteStore, space_id: str, doc_id: str, version:
 
 
 def _pg_space_table(self: PostgresStore, space_id: str) -> tuple[str, int] | None:
-    row = self._one("SELECT n, dim FROM {s}.spaces WHERE id = %s", (space_id,))
-    return (vec_table(row[0]), row[1]) if row else None
+    """A space's vector table and dimension. Neither changes once the space is registered
+    (spaces are never dropped), so each is read once per store (the transaction that
+    registers one forgets it when it rolls back): not once per document or query."""
+    found = self._space_tables.get(space_id)
+    if found is None:
+        row = self._one("SELECT n, dim FROM {s}.spaces WHERE id = %s", (space_id,))
+        if row is None:
+            return None
+        found = self._space_tables[space_id] = (vec_table(row[0]), row[1])
+    return found
 
 
 def pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
@@ -350,9 +368,9 @@ def pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, gro
 
 
 def _pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, groups: tuple[str, ...], k: int, *,
-                      exact: bool = True) -> list[tuple[Chunk, float]]:
+                      exact: bool = True) -> list[tuple[Chunk, float, str]]:
     """The ``k`` readable chunks whose vectors have the highest dot product with ``vector``,
-    best first, ties to the older row.
+    best first, ties to the older row, each with its score and its version's status.
 
     Args:
         space_id: the embedding space.
@@ -375,7 +393,8 @@ def _pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, gr
     deeper = k + max(16, k // 4)
     if self._writing():
         self._flush()
-    select = "SELECT v.chunk_rowid AS rowid, inner_product(v.embedding, %(q)s::vector) AS score, v.embedding::real[] "
+    # the vector itself, binary (pgvector's vector_send: read below without a list of floats)
+    select = "SELECT v.chunk_rowid AS rowid, inner_product(v.embedding, %(q)s::vector) AS score, v.embedding "
     if exact:
         select += ("FROM VEC v JOIN ACL a ON a.doc_id = v.doc_id AND a.version = v.version "
                    "WHERE a.groups && %(groups)s::text[]")
@@ -385,33 +404,45 @@ def _pg_vector_search(self: PostgresStore, space_id: str, vector: np.ndarray, gr
         # goes on until the limit is met); as a join, the planner sorted every vector
         select += ("FROM VEC v WHERE (SELECT a.groups FROM ACL a WHERE a.doc_id = v.doc_id AND "
                    "a.version = v.version) && %(groups)s::text[]")
-    rows = self._top(select, order, deeper, {"q": query, "groups": list(groups)}, table=found[0],
-                     no_sort=not exact)
+    # the search, then each hit's chunk row and status, in one statement per part: its top
+    # ``deeper`` rows are found first (join, filter, ORDER BY and LIMIT, the index's order
+    # kept), and only those join the chunks
+    def on(sfx: str, offset: int = 0, limit: int = deeper) -> str:
+        inner = (select.replace("ACL", f"{{s}}.acl{sfx}").replace("VEC", f"{{s}}.{found[0]}{sfx}")
+                 + f" ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}")
+        return (f"SELECT t.score, t.embedding, {documents.PG_HIT_COLUMNS}, {int(sfx[2:] or 0)} FROM ({inner}) t "
+                f"JOIN {{s}}.chunks{sfx} c ON c.rowid = t.rowid " + documents.PG_HIT_STATUS.format(sfx=sfx))
+    args = {"q": query, "groups": list(groups)}
+    parts = len(self._parts)
+    # sharded, each part's list is its top in the index's order, so the merge is the top of
+    # the whole table. A part holds about 1/parts of the merged top: each first sends its top
+    # 1.5 x deeper / parts only (each row costs the walk, the access check, the vector and the
+    # chunk row: at k 100 and four parts, 47 rows instead of 125), and a part whose list was
+    # cut at or above the merged top's last score sends the rest of its ``deeper`` (its walk
+    # again, the same order, skipping the rows sent): so the rows are those of ``deeper`` from
+    # every part, in two rounds only when one part holds much of the top; binary: the
+    # vectors' floats as they are
+    first = deeper if parts == 1 or self._writing() else min(deeper, math.ceil(1.5 * deeper / parts))
+    rows = self._fan(lambda sfx: on(sfx, limit=first), args, no_sort=not exact, binary=True)
+    rows.sort(key=lambda r: (-r[0], r[20]))
+    if first < deeper:
+        sent: dict[int, list[float]] = {}
+        for r in rows:
+            sent.setdefault(r[-1], []).append(r[0])
+        cut = rows[deeper - 1][0] if len(rows) >= deeper else None
+        more = sorted(p for p, scores in sent.items() if len(scores) == first and (cut is None or scores[-1] >= cut))
+        if more:
+            rows += self._fan(lambda sfx: on(sfx, offset=first, limit=deeper - first), args,
+                              no_sort=not exact, binary=True, parts=more)
+            rows.sort(key=lambda r: (-r[0], r[20]))
+    rows = sorted(rows[:deeper], key=lambda r: r[20])
     if not rows:
         return []
-    rows.sort()
-    rowids = [r[0] for r in rows]
-    matrix = np.asarray([r[2] for r in rows], dtype=np.float32)
+    hits = [self._hit_row(r[2:-1]) for r in rows]
+    matrix = np.stack([np.frombuffer(r[1], ">f4", offset=4) for r in rows]).astype(np.float32)
     scores = matrix @ np.asarray(vector, dtype=np.float32)
-    ranked = sorted(range(len(rowids)), key=lambda i: (-scores[i], rowids[i]))[:k]
-    chunks = self._chunks_by_rowid([rowids[i] for i in ranked])
-    return [(chunks[rowids[i]], float(scores[i])) for i in ranked if rowids[i] in chunks]
-
-
-def _pg_top(self: PostgresStore, select: str, order: str, limit: int, args: dict, *, table: str = "",
-            no_sort: bool = False) -> list[tuple]:
-    """The top ``limit`` rows of a query over every part: ``select`` names its tables
-    ``VEC`` (the space's ``table``) and ``ACL``, and yields ``rowid`` and ``score`` first.
-
-    Sharded, each part's top ``limit`` is found on its shard (join, filter, ``ORDER BY`` and
-    ``LIMIT``), the shards at once (:meth:`_fan`), and merged here by (score, rowid). Each
-    part's list is its exact top, so the merge is the exact top of the whole table."""
-    def on(sfx: str) -> str:
-        return (select.replace("ACL", f"{{s}}.acl{sfx}").replace("VEC", f"{{s}}.{table}{sfx}")
-                + f" ORDER BY {order} LIMIT {int(limit)}")
-    rows = self._fan(on, args, no_sort=no_sort, binary=True)  # binary: the vectors' floats as they are
-    rows.sort(key=lambda r: (-r[1], r[0]))
-    return rows[:limit]
+    ranked = sorted(range(len(hits)), key=lambda i: (-scores[i], hits[i][0]))[:k]
+    return [(hits[i][1], float(scores[i]), hits[i][2]) for i in ranked]
 
 
 def _pg_vec_tables(self: PostgresStore) -> list[str]:
@@ -436,9 +467,12 @@ def _pg_flush_vectors(self: PostgresStore, table: str) -> None:
     if list(self._parts.values()) == [None] and state[1] >= state[0]:
         self._tx.execute(f"DROP INDEX IF EXISTS {s}.{table}_hnsw")
     with self._tx.cursor().copy(f"COPY {s}.{table} (chunk_rowid, doc_id, version, input_hash, embedding, "
-                                "window_end) FROM STDIN") as copy:
+                                "window_end) FROM STDIN (FORMAT BINARY)") as copy:
+        # "bytea": psycopg writes the bytes as they are, and the server reads them with the
+        # column's own binary input (binary COPY names no types)
+        copy.set_types(["int8", "text", "text", "text", "bytea", "int4"])
         for rowid, doc_id, version, h, blob, end in pending.values():
-            copy.write_row((rowid, doc_id, version, h, _vector_text(blob), end))
+            copy.write_row((rowid, doc_id, version, h, _vector_binary(blob), end))
     self._changed = True
 
 
@@ -450,9 +484,17 @@ def _pg_build_hnsw(self: PostgresStore, tables: list[str]) -> None:
         if conn.execute("SELECT to_regclass(%s)", (f"{self.schema}.{name}_hnsw",)).fetchone()[0]:
             return
         started = time.perf_counter()
-        conn.execute(f"CREATE INDEX IF NOT EXISTS {name}_hnsw ON {self.schema}.{name} USING hnsw "
-                     f"(embedding vector_ip_ops) WITH (m = {int(self.hnsw_m)}, "
-                     f"ef_construction = {int(self.hnsw_ef_construction)})")
+        with conn.transaction():
+            # the graph is built in memory while it fits (at 100,000 vectors of 384 dimensions it
+            # needs about 250 MB); past maintenance_work_mem pgvector goes on on disk, many
+            # times slower
+            conn.execute("SET LOCAL maintenance_work_mem = '1GB'")
+            # the store's own maintenance, not a search: 100,000 vectors take minutes on a loaded
+            # machine, past the statement_timeout meant for searches
+            conn.execute("SET LOCAL statement_timeout = 0")
+            conn.execute(f"CREATE INDEX IF NOT EXISTS {name}_hnsw ON {self.schema}.{name} USING hnsw "
+                         f"(embedding vector_ip_ops) WITH (m = {int(self.hnsw_m)}, "
+                         f"ef_construction = {int(self.hnsw_ef_construction)})")
         log.info("built the HNSW index of %s in %.1f s", name, time.perf_counter() - started)
     for table in tables:
         if list(self._parts.values()) == [None]:

@@ -316,26 +316,22 @@ def pg_bm25_statistics(self: PostgresStore, tokens: Sequence[str]) -> tuple[int,
 
 def _pg_with_versions(self: PostgresStore, search: Any, limit: int, versions: VersionFilter | None) -> list[tuple[Chunk, float]]:
     """``search(n)``'s best ``limit`` hits of the versions the filter allows: the search runs
-    deeper (x4 each time) until it has enough of them or runs out (statuses live in their own
-    table, never on the chunk rows, so a status change rewrites no indexed row)."""
+    deeper (x4 each time) until it has enough of them or runs out. ``search`` yields (chunk,
+    score, its version's status), the status read with the chunk row (statuses live in their
+    own table, never on the chunk rows, so a status change rewrites no indexed row)."""
     if versions is None or not versions.current_only:
-        return search(limit)
+        return [(c, score) for c, score, _ in search(limit)]
     fetch = limit
     while True:
         found = search(fetch)
-        docs = sorted({c.doc_id for c, _ in found})
-        status = {(d, v): s for d, v, s in self._fan(
-            lambda sfx: f"SELECT doc_id, version, status FROM {{s}}.documents{sfx} WHERE doc_id = ANY(%(d)s)",
-            {"d": docs})} if docs else {}
-        kept = [(c, score) for c, score in found
-                if versions.allows(c.version, status.get((c.doc_id, c.version), "current"))]
+        kept = [(c, score) for c, score, status in found if versions.allows(c.version, status)]
         if len(kept) >= limit or len(found) < fetch:
             return kept[:limit]
         fetch *= 4
 
 
 def _pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...], limit: int,
-             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float]]:
+             weights: tuple[float, float] = (0.5, 1.0)) -> list[tuple[Chunk, float, str]]:
     """BM25 among the chunks the groups may read, as FTS5's ``bm25()`` scores it: the best
     ``limit`` readable, non-duplicate chunks holding any term, higher scores first, ties to
     the older row.
@@ -358,13 +354,19 @@ def _pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...],
         groups: the principal's access groups.
         limit: how many to return.
         weights: the prefix's and the text's weights on term frequencies.
+
+    Returns:
+        (chunk, score, its version's status) per hit, best first.
     """
     phrases = [token for term in terms for token in fts5_tokens(term)]
     if not phrases or not groups or limit <= 0:
         return []
+    sent: dict[str, _Postings] | None = None
     if self._writing():
         self._flush()
-    n_rows, n_tokens, df = self.bm25_statistics(phrases)
+        n_rows, n_tokens, df = self.bm25_statistics(phrases)
+    else:
+        n_rows, n_tokens, df, sent, unsent = self._statistics_and_postings(phrases, limit)
     present = [t for t in dict.fromkeys(phrases) if df.get(t)]
     if not n_rows or not present:
         return []
@@ -383,8 +385,13 @@ def _pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...],
             held += bound[t]
             skipped.append(t)
     read = [t for t in present if t not in skipped]
-    postings = self._postings(read)
-    checked: dict[int, bool] = {}
+    if sent is None:
+        postings = self._postings(read)
+    else:  # what the statistics' statement sent, and the rest of what is read
+        postings = {t: sent[t] for t in read if t in sent and t not in unsent}
+        if missing := [t for t in read if t in unsent]:
+            postings.update(self._postings(missing))
+    checked: dict[int, tuple[Chunk, str] | None] = {}  # rowid -> (chunk, status) if readable
     if skipped:
         rows, partial = self._score(postings, phrases, idf, weights, avgdl)
         top = self._readable_top(rows, partial, limit, groups, checked)
@@ -399,9 +406,49 @@ def _pg_bm25(self: PostgresStore, terms: Sequence[str], groups: tuple[str, ...],
             postings.update(self._postings(skipped))
     rows, score = self._score(postings, phrases, idf, weights, avgdl)
     found = self._readable_top(rows, score, limit, groups, checked)
-    chunks = self._chunks_by_rowid(found)
     at = np.searchsorted(rows, found)
-    return [(chunks[rowid], float(score[i])) for rowid, i in zip(found, at) if rowid in chunks]
+    return [(checked[rowid][0], float(score[i]), checked[rowid][1]) for rowid, i in zip(found, at)]
+
+
+def _pg_statistics_and_postings(self: PostgresStore, tokens: Sequence[str], limit: int
+                                ) -> tuple[int, int, dict[str, int], dict[str, _Postings], set[str]]:
+    """The BM25 statistics over every part (rows, tokens, rows holding each token), and in the
+    same round trip the postings a search will likely read: each part sends a token's postings
+    when the token is rare there (MaxScore skips only tokens held by an eighth of the rows
+    and by at least ``4 * limit``, see :func:`_pg_bm25`; a part holding about its share of a
+    token's rows, it tests its rows times the parts against ``4 * limit``). Which postings are
+    sent changes how many round trips a search takes, never its result: the search reads
+    what it needs and was not sent. Outside a writing transaction.
+
+    Returns:
+        rows, tokens, document frequencies, the postings sent (of a token some part did not
+        send: that part's are missing), and the tokens some part holds but did not send.
+    """
+    terms = sorted(set(tokens))
+    n_rows = n_tokens = 0
+    df: dict[str, int] = {}
+    lists: dict[str, list[_Postings]] = {}
+    unsent: set[str] = set()
+    # one row per part (term NULL), per part and token (rowids NULL; sent or not), per
+    # sent postings segment
+    for term, n, k, rowids, freqs, lengths in self._fan(
+            lambda sfx: f"WITH d AS (SELECT term, df, df * 8 < (SELECT n_rows FROM {{s}}.corpus{sfx}) "
+            f"OR df * %(parts)s < %(few)s AS sent FROM {{s}}.term_df{sfx} WHERE term = ANY(%(t)s)) "
+            f"SELECT NULL::text, n_rows, n_tokens, NULL::bytea, NULL::bytea, NULL::bytea FROM {{s}}.corpus{sfx} "
+            "UNION ALL SELECT term, df, sent::int::bigint, NULL, NULL, NULL FROM d "
+            f"UNION ALL SELECT p.term, -1, 0, p.rowids, p.freqs, p.lengths FROM {{s}}.postings{sfx} p "
+            "JOIN d ON d.term = p.term AND d.sent", {"t": terms, "few": 4 * limit, "parts": len(self._parts)},
+            binary=True):
+        if term is None:
+            n_rows, n_tokens = n_rows + n, n_tokens + k
+        elif n >= 0:
+            df[term] = df.get(term, 0) + n
+            if not k and n > 0:
+                unsent.add(term)
+        else:
+            lists.setdefault(term, []).append(_Postings.decode(rowids, freqs, lengths))
+    postings = {term: _Postings.concat(found) for term, found in lists.items()}
+    return int(n_rows), int(n_tokens), {t: int(n) for t, n in df.items() if n > 0}, postings, unsent
 
 
 def _pg_postings(self: PostgresStore, tokens: list[str]) -> dict[str, _Postings]:
@@ -464,9 +511,11 @@ def _pg_score(postings: dict[str, _Postings], phrases: list[str], idf: dict[str,
 
 
 def _pg_readable_top(self: PostgresStore, rows: np.ndarray, score: np.ndarray, limit: int, groups: tuple[str, ...],
-                     checked: dict[int, bool]) -> list[int]:
+                     checked: dict[int, tuple[Chunk, str] | None]) -> list[int]:
     """The best ``limit`` rows by (score descending, rowid) that still exist, are no
-    duplicates and that the groups may read: checked best first, a batch at a time."""
+    duplicates and that the groups may read: checked best first, a batch at a time. The
+    check reads each readable row's chunk and status too (into ``checked``), in the same
+    round trip."""
     want = 2 * limit + 16
     while True:
         n = min(want, rows.size)
@@ -478,12 +527,13 @@ def _pg_readable_top(self: PostgresStore, rows: np.ndarray, score: np.ndarray, l
         idx = idx[np.lexsort((rows[idx], -score[idx]))]
         ask = [int(r) for r in rows[idx] if int(r) not in checked]
         if ask:
-            ok = {r for (r,) in self._fan(
-                lambda sfx: f"SELECT c.rowid FROM {{s}}.chunks{sfx} c JOIN {{s}}.acl{sfx} a ON a.doc_id = "
-                "c.doc_id AND a.version = c.version WHERE c.rowid = ANY(%(r)s) AND c.duplicate_of IS NULL "
-                "AND a.groups && %(g)s::text[]", {"r": ask, "g": list(groups)})}
-            checked.update((r, r in ok) for r in ask)
-        top = [int(r) for r in rows[idx] if checked[int(r)]][:limit]
+            ok = {rowid: (chunk, status) for rowid, chunk, status in map(self._hit_row, self._fan(
+                lambda sfx: f"SELECT {documents.PG_HIT_COLUMNS} FROM {{s}}.chunks{sfx} c JOIN {{s}}.acl{sfx} a ON "
+                "a.doc_id = c.doc_id AND a.version = c.version " + documents.PG_HIT_STATUS.format(sfx=sfx) +
+                " WHERE c.rowid = ANY(%(r)s) AND c.duplicate_of IS NULL AND a.groups && %(g)s::text[]",
+                {"r": ask, "g": list(groups)}))}
+            checked.update((r, ok.get(r)) for r in ask)
+        top = [int(r) for r in rows[idx] if checked[int(r)] is not None][:limit]
         if len(top) == limit or n == rows.size:
             return top
         want *= 4

@@ -55,12 +55,15 @@ def _pg_on_each_shard(self: PostgresStore, statements: Callable[[int], list[str]
                         conn.execute(statement)
 
 
-def _pg_on_servers(self: PostgresStore, job: Callable[[Any, list[int]], Any]) -> list[Any]:
-    """``job(connection, parts)`` on each shard server for the parts it holds, the servers
-    in parallel (threads, each with a connection of its own): ragdx's fan-out."""
+def _pg_on_servers(self: PostgresStore, job: Callable[[Any, list[int]], Any],
+                   parts: Sequence[int] | None = None) -> list[Any]:
+    """``job(connection, parts)`` on each shard server for the parts it holds (of ``parts``,
+    when given), the servers in parallel (the first on this thread, the others on threads,
+    each with a connection of its own): ragdx's fan-out."""
     by_server: dict[str, list[int]] = {}
     for part, server in self._parts.items():
-        by_server.setdefault(server, []).append(part)
+        if parts is None or part in parts:
+            by_server.setdefault(server, []).append(part)
     if self._fan_pool is None:
         from concurrent.futures import ThreadPoolExecutor
         self._fan_pool = ThreadPoolExecutor(max_workers=len(by_server), thread_name_prefix="ragdx-shard")
@@ -69,8 +72,17 @@ def _pg_on_servers(self: PostgresStore, job: Callable[[Any, list[int]], Any]) ->
         pool = self._shard_pool(server)
         with pool.connection() as conn:
             return job(conn, parts)
-    futures = [self._fan_pool.submit(run, server, parts) for server, parts in by_server.items()]
-    return [f.result() for f in futures]
+    # the first server's job runs on this thread: one hand-off fewer per fan-out (each costs a
+    # wake-up, which on a loaded machine is a wait for a core)
+    (first, first_parts), *others = by_server.items()
+    futures = [self._fan_pool.submit(run, server, parts) for server, parts in others]
+    try:
+        here = run(first, first_parts)
+    except BaseException:
+        for future in futures:
+            future.exception()  # the other servers' jobs end before the error is raised
+        raise
+    return [here, *(f.result() for f in futures)]
 
 
 def _pg_shard_pool(self: PostgresStore, server: str) -> Any:
@@ -86,13 +98,14 @@ def _pg_shard_pool(self: PostgresStore, server: str) -> Any:
 
 
 def _pg_fan(self: PostgresStore, sql: Callable[[str], str], args: Sequence[Any] | dict | None = None, *,
-            binary: bool = False, no_sort: bool = False) -> list[tuple]:
+            binary: bool = False, no_sort: bool = False, parts: Sequence[int] | None = None) -> list[tuple]:
     """The rows of ``sql(suffix)`` over every part (``suffix`` names a part's tables: ``""``
     on one server, ``_p<n>`` sharded). Sharded, each shard server answers for its parts,
     all servers at once; inside this thread's writing transaction, its connection to the
     coordinator reads them all (through postgres_fdw), so the transaction's rows are seen.
     ``no_sort``: the planner may not sort (``enable_sort`` off for this query), so an
-    ``ORDER BY`` that an index serves is read from the index."""
+    ``ORDER BY`` that an index serves is read from the index. ``parts``: only these parts
+    (sharded)."""
     if self._writing():
         self._flush()  # this transaction's buffered rows are read too
 
@@ -112,8 +125,8 @@ def _pg_fan(self: PostgresStore, sql: Callable[[str], str], args: Sequence[Any] 
     def union(parts: list[int]) -> str:
         return " UNION ALL ".join(f"({sql(f'_p{p}')})" for p in parts)
     if self._writing():
-        return run(self._tx, union(list(self._parts)))
-    found = self._on_servers(lambda conn, parts: run(conn, union(parts)))
+        return run(self._tx, union([p for p in self._parts if parts is None or p in parts]))
+    found = self._on_servers(lambda conn, held: run(conn, union(held)), parts)
     return [row for rows in found for row in rows]
 
 
@@ -127,7 +140,10 @@ def _pg_analyze(self: PostgresStore) -> None:
     last = self._one("SELECT value FROM {s}.meta WHERE key = 'analyzed_rows'")
     if last is not None and rows <= int(last[0]) * 1.1:
         return
-    with self._pool.connection() as conn:
+    with self._pool.connection() as conn, conn.transaction():
+        # postgres_fdw (PostgreSQL 15) reads every row of a foreign table to sample it: at
+        # 100,000 chunks, longer than the statement_timeout meant for searches
+        conn.execute("SET LOCAL statement_timeout = 0")
         conn.execute(f"ANALYZE {', '.join(f'{self.schema}.{t}' for t in ['chunks', 'acl', *self._vec_tables()])}")
         conn.execute(f"INSERT INTO {self.schema}.meta VALUES ('analyzed_rows', %s) ON CONFLICT (key) "
                      "DO UPDATE SET value = EXCLUDED.value", (str(rows),))

@@ -120,7 +120,7 @@ def fts5_porter(word: str) -> str:
 
 def fts5_tokens(text: str) -> list[str]:
     """The tokens FTS5's ``porter unicode61 remove_diacritics 2`` indexes for ``text``, in order."""
-    return [_fts5_token(token) for token in _WORD.findall(text)]
+    return list(map(_fts5_token, _WORD.findall(text)))
 
 
 @functools.lru_cache(maxsize=1 << 18)
@@ -140,13 +140,14 @@ def chunk_terms(chunk: Chunk) -> tuple[list[str], dict[str, list[int]], int]:
     """A chunk's distinct lexemes, its term frequencies ``term -> [in prefix, in text]`` and its
     length in tokens over both columns (what FTS5 indexes for the chunk)."""
     prefix, text = fts5_tokens(chunk.prefix), fts5_tokens(chunk.text)
-    tf: dict[str, list[int]] = {}
-    for column, tokens in enumerate((prefix, text)):
-        for token, n in Counter(tokens).items():
-            tf.setdefault(token, [0, 0])[column] = n
-    return sorted({_lexeme(t) for t in tf}), tf, len(prefix) + len(text)
+    tf = {token: [0, n] for token, n in Counter(text).items()}
+    for token, n in Counter(prefix).items():
+        tf.setdefault(token, [0, 0])[0] = n
+    # a token under 500 characters is under 2,000 bytes: its own lexeme (no encoding per token)
+    return sorted(t if len(t) < 500 else _lexeme(t) for t in tf), tf, len(prefix) + len(text)
 
 
+@functools.lru_cache(maxsize=1 << 18)
 def tsv_lexeme(token: str) -> str:
-    """A lexeme quoted for tsvector's text input."""
+    """A lexeme quoted for tsvector's text input (cached: a corpus repeats its words)."""
     return "'" + token.replace("\\", "\\\\").replace("'", "''") + "'"
