@@ -56,6 +56,21 @@ def _probe(text: str) -> str:
 
 
 _CLAUSE = re.compile(r"(?<=[;:])\s+")
+#: a comma before "and", "but", "which", "while" or "so" ends a clause ("ties go to the even
+#: choice, and float representation can make round(2.675, 2) give 2.67" is two statements)
+_COMMA = re.compile(r",\s+(?=(?:and|but|which|while|so)\s)")
+#: the fewest content words each comma clause needs for the sentence to be split there
+CLAUSE_WORDS = 4
+
+
+def _clauses(sentence: str) -> list[str]:
+    """A sentence apart at ``;`` and ``:``, and each piece apart at its comma clauses when every
+    clause has at least ``CLAUSE_WORDS`` content words."""
+    out = []
+    for piece in _CLAUSE.split(sentence):
+        parts = _COMMA.split(piece)
+        out += parts if all(len(content_terms(p)) >= CLAUSE_WORDS for p in parts) else [piece]
+    return out
 
 
 def _joined(pieces: list[str], least: int = 3) -> list[str]:
@@ -80,7 +95,9 @@ def _joined(pieces: list[str], least: int = 3) -> list[str]:
 
 def split_claims(reference: str) -> list[str]:
     """The atomic claims of a reference answer: the sentences of its prose lines, each apart at
-    ``;`` and ``:`` into clauses (a piece with fewer than three content words joins the next), and
+    ``;`` and ``:`` into clauses, and at a comma before "and", "but", "which", "while" or "so" when
+    each side has four content words or more (a piece with fewer than three content words joins
+    the next), and
     each run of other lines (code, a command, a table; blank lines inside it kept) as one claim."""
     claims: list[str] = []
     block: list[str] = []
@@ -97,7 +114,7 @@ def split_claims(reference: str) -> list[str]:
             len(stripped.split()) >= 4 and bool(_PROSE_END.search(stripped)))
         if prose:
             flush()
-            pieces = [c for a, b in sentence_spans(stripped) for c in _CLAUSE.split(stripped[a:b])]
+            pieces = [c for a, b in sentence_spans(stripped) for c in _clauses(stripped[a:b])]
             claims.extend(c for c in _joined(pieces) if content_terms(c))
         elif stripped or block:
             block.append(line)

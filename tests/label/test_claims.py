@@ -1,0 +1,23 @@
+"""How ``ragdx label`` splits a reference answer into claims (``split_claims``)."""
+
+from __future__ import annotations
+
+from ragdx.label import split_claims
+
+
+def test_a_comma_clause_with_four_content_words_each_side_is_a_claim_of_its_own() -> None:
+    # "ties go to the even choice": tie, go, even, choice (4); the rest: float, representation,
+    # make, round, 2.675, 2, give, 2.67; "No:" has none and joins the first clause
+    assert split_claims("No: ties go to the even choice, and float representation can make round(2.675, 2) "
+                        "give 2.67.") == ["No: ties go to the even choice",
+                                          "and float representation can make round(2.675, 2) give 2.67."]
+
+
+def test_a_comma_clause_with_fewer_content_words_stays_with_its_sentence() -> None:
+    # "The default is DEFERRED": default, deferred (2 content words)
+    reference = "The default is DEFERRED, which in SQLite means the transaction starts only when the database is " \
+                "first accessed."
+    assert split_claims(reference) == [reference]
+    # a comma before a word other than and / but / which / while / so is no clause boundary
+    assert split_claims("Widgets time out after thirty seconds, then gadgets retry the request twice.") == [
+        "Widgets time out after thirty seconds, then gadgets retry the request twice."]
