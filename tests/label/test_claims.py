@@ -9,7 +9,7 @@ def test_a_comma_clause_with_four_content_words_each_side_is_a_claim_of_its_own(
     # "ties go to the even choice": tie, go, even, choice (4); the rest: float, representation,
     # make, round, 2.675, 2, give, 2.67; "No:" has none and joins the first clause
     assert split_claims("No: ties go to the even choice, and float representation can make round(2.675, 2) "
-                        "give 2.67.") == ["No: ties go to the even choice",
+                        "give 2.67.") == ["No: ties go to the even choice,",
                                           "and float representation can make round(2.675, 2) give 2.67."]
 
 

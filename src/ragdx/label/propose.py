@@ -58,7 +58,7 @@ def _probe(text: str) -> str:
 _CLAUSE = re.compile(r"(?<=[;:])\s+")
 #: a comma before "and", "but", "which", "while" or "so" ends a clause ("ties go to the even
 #: choice, and float representation can make round(2.675, 2) give 2.67" is two statements)
-_COMMA = re.compile(r",\s+(?=(?:and|but|which|while|so)\s)")
+_COMMA = re.compile(r"(?<=,)\s+(?=(?:and|but|which|while|so)\s)")
 #: the fewest content words each comma clause needs for the sentence to be split there
 CLAUSE_WORDS = 4
 
@@ -238,7 +238,7 @@ class _Statement:
 def _prose(claim: str) -> bool:
     """Whether a claim is a sentence (not a run of code or table lines)."""
     text = claim.strip()
-    return "\n" not in text and bool(_PROSE_END.search(text))
+    return "\n" not in text and (bool(_PROSE_END.search(text)) or text.endswith(","))  # "," ends a clause
 
 
 @functools.lru_cache(maxsize=65536)
