@@ -26,7 +26,9 @@ Each phase runs in a fresh process, so its peak RSS is its own:
 - ``exact``: the exact float32 dense index over the same store (its load, p50/p95, peak RSS)
   and recall@10/@100 of the bounded index against it on the same questions;
 - ``bm25s``: a full rebuild (FTS5's tokens, ``index()``) over the same chunks, its p50/p95 at
-  top 10 on the same questions, and the overlap of its top 10s with ragdx's.
+  top 10 on the same questions (float32, bm25s's default), and the overlap of its top 10s with
+  ragdx's, in float32 and again with an index in float64; each list that differs is recorded with
+  both sides and whether FTS5's idf floor explains it (:func:`differing`).
 
 A table goes to stdout, progress to stderr, everything to ``--out`` (JSON).
 """
