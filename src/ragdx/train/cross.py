@@ -305,7 +305,8 @@ def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: floa
     order = list(range(len(groups)))
     random.Random(seed).shuffle(order)
     total = max(1, math.ceil(len(groups) * epochs / batch_groups))
-    optimiser = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.01)
+    trained = [p for p in model.parameters() if p.requires_grad]  # the frozen parts left out
+    optimiser = torch.optim.AdamW(trained, lr=lr, weight_decay=0.01)
     schedule = transformers.get_linear_schedule_with_warmup(optimiser, max(1, total // 10), total)
     model.train()
     for part in frozen:
@@ -321,7 +322,7 @@ def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: floa
         logits = split.logits(pairs) if split else model(**_batch(tokenizer, pairs, torch)).logits[:, 0]
         loss = torch.stack([-torch.log_softmax(part, 0)[0] for part in torch.split(logits, sizes)]).mean()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+        torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimiser.step()
         schedule.step()
         optimiser.zero_grad()
