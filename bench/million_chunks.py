@@ -28,7 +28,9 @@ Each phase runs in a fresh process, so its peak RSS is its own:
 - ``bm25s``: a full rebuild (FTS5's tokens, ``index()``) over the same chunks, its p50/p95 at
   top 10 on the same questions (float32, bm25s's default), and the overlap of its top 10s with
   ragdx's, in float32 and again with an index in float64; each list that differs is recorded with
-  both sides and whether FTS5's idf floor explains it (:func:`differing`).
+  both sides and whether FTS5's idf floor explains it (:func:`differing`); and once more with
+  bm25s given FTS5's idf floor (``reference_bm25(idf_floor=1e-6)``), so that both compute one
+  formula.
 
 A table goes to stdout, progress to stderr, everything to ``--out`` (JSON).
 """
@@ -400,6 +402,7 @@ def recall(found: list, truth: list, k: int) -> dict[str, float]:
 
 def phase_bm25s(store_path: Path, work: Path, copies: int) -> dict[str, object]:
     from bm25_vs_bm25s import Bm25sSearch, Rows, agreement
+    from ragdx.store.keyword import IDF_FLOOR
     from ragdx.testing.fts5 import fts5_porter, fts5_tokens, reference_bm25
 
     questions = json.loads((work / "questions.json").read_text())["keyword"]
@@ -427,15 +430,23 @@ def phase_bm25s(store_path: Path, work: Path, copies: int) -> dict[str, object]:
     del model, plain
     model = reference_bm25("float64", backend="numpy")
     model.index(tokens, show_progress=False)
-    del tokens
     theirs = [tie_complete(model, rows, q, 10, copies) for q in questions]
     agree = agreement(ours, theirs)
     agree["differing"] = differing(questions, ours, theirs)
+    # and bm25s given FTS5's idf floor (1e-6, not 0): the one formula, computed twice
+    del model
+    model = reference_bm25("float64", backend="numpy", idf_floor=IDF_FLOOR)
+    model.index(tokens, show_progress=False)
+    del tokens
+    floored = [tie_complete(model, rows, q, 10, copies) for q in questions]
+    agree_floor = agreement(ours, floored)
+    agree_floor["differing"] = differing(questions, ours, floored)
     return {"chunks": len(rows.ids), "tokens": n_tokens,
             "rebuild": {"tokenize_s": tokenizing.wall, "index_s": indexing.wall,
                         "total_s": tokenizing.wall + indexing.wall,
                         "cpu_s": tokenizing.cpu + indexing.cpu},
             "top10": timing, "agreement_top10": agree, "agreement_top10_float32": agree32,
+            "agreement_top10_fts5_idf": agree_floor,
             "peak_rss_mb": rss}
 
 
@@ -511,6 +522,10 @@ def table(r: dict) -> str:
         f"with float32 {b['agreement_top10_float32']['overlap@10_mean']:.4f}; differing lists whose scores agree "
         f"within FTS5's idf floor: {sum(d['within_idf_floor'] for d in b['agreement_top10']['differing'])}"
         f"/{len(b['agreement_top10']['differing'])}",
+        *([f"overlap@10 with bm25s float64 given FTS5's idf floor "
+           f"{b['agreement_top10_fts5_idf']['overlap@10_mean']:.4f} (identical lists "
+           f"{b['agreement_top10_fts5_idf']['identical_lists']}/{b['agreement_top10_fts5_idf']['queries']})"]
+          if "agreement_top10_fts5_idf" in b else []),
         f"first keyword query (mirror built) {g['keyword_first_query_s']:.1f} s",
         f"bm25s rebuild {b['rebuild']['total_s']:.1f} s (tokenize {b['rebuild']['tokenize_s']:.1f}, "
         f"index {b['rebuild']['index_s']:.1f})",

@@ -210,6 +210,18 @@ def test_bm25_formula_on_three_rows():
     assert weighted[1] - scores[0] == pytest.approx(term(1e-6, 1.0, 4), rel=1e-9)  # the clamp
     assert scores[1] == 0.0 and weighted[2] == pytest.approx(term(1e-6, 1.0, 2), rel=1e-12)
 
+    # given FTS5's floor, bm25s computes FTS5's formula: the clamp's part is in its scores too
+    floored = reference_bm25(idf_floor=1e-6)
+    floored.index([fts5_tokens(a) + fts5_tokens(b) for a, b in rows], show_progress=False)
+    scores = floored.get_scores(["cat", "dog"])
+    assert scores[0] == pytest.approx(term(1e-6, 1.0, 4) + term(idf_dog, 2.0, 4), rel=1e-12)
+    assert scores[0] == pytest.approx(weighted[1], rel=1e-12)
+    assert scores[1] == pytest.approx(term(1e-6, 1.0, 2), rel=1e-12)
+    assert scores[2] == 0.0
+    stock = reference_bm25()  # built after: bm25s's own idf is back
+    stock.index([fts5_tokens(a) + fts5_tokens(b) for a, b in rows], show_progress=False)
+    assert stock.get_scores(["cat", "dog"])[1] == 0.0
+
 
 # -- rankings on the corpus -------------------------------------------------------------------
 

@@ -41,13 +41,42 @@ def indexed_fields(db_path: Any) -> tuple[dict[tuple[int, str], list[str]], list
     return {key: [term for _, term in sorted(terms)] for key, terms in indexed.items()}, rowids
 
 
-def reference_bm25(dtype: str = "float64", **options: Any) -> Any:
+def reference_bm25(dtype: str = "float64", *, idf_floor: float | None = None, **options: Any) -> Any:
     """bm25s configured as FTS5's bm25(): ATIRE's term-frequency part (with k1 + 1), Robertson's
-    idf, k1 = 1.2, b = 0.75. The one formula difference: bm25s sets a negative idf to 0 where
-    FTS5 uses 1e-6."""
+    idf, k1 = 1.2, b = 0.75.
+
+    As bm25s ships, one formula difference remains: it sets an idf that is not positive (a term in
+    half the rows or more) to 0 where FTS5 uses 1e-6. ``idf_floor=1e-6`` gives bm25s FTS5's floor
+    too (:data:`ragdx.store.keyword.IDF_FLOOR`), so the two compute one formula and may differ
+    only by arithmetic; None keeps bm25s's own idf."""
     try:
         import bm25s
     except ImportError:
         raise MissingExtraError("parity", "the bm25s reference") from None
-    return bm25s.BM25(method="atire", idf_method="robertson", k1=FTS_BM25_K1, b=FTS_BM25_B,
-                      dtype=dtype, **options)
+    if idf_floor is None:
+        return bm25s.BM25(method="atire", idf_method="robertson", k1=FTS_BM25_K1, b=FTS_BM25_B,
+                          dtype=dtype, **options)
+    return _floored_bm25(bm25s, idf_floor)(method="atire", idf_method="robertson", k1=FTS_BM25_K1,
+                                           b=FTS_BM25_B, dtype=dtype, **options)
+
+
+def _floored_bm25(bm25s: Any, floor: float) -> type:
+    """A bm25s.BM25 whose Robertson idf is floored at ``floor`` where it is not positive, as
+    FTS5's is. bm25s looks its idf function up by name while it builds the index; the subclass
+    swaps that look-up for the build alone."""
+    import math
+
+    def idf(df: int, N: int) -> float:
+        value = math.log((N - df + 0.5) / (df + 0.5))
+        return value if value > 0 else floor
+
+    class FlooredBM25(bm25s.BM25):
+        def build_index_from_ids(self, *args: Any, **kwargs: Any) -> Any:
+            select = bm25s._select_idf_scorer
+            bm25s._select_idf_scorer = lambda method: idf
+            try:
+                return super().build_index_from_ids(*args, **kwargs)
+            finally:
+                bm25s._select_idf_scorer = select
+
+    return FlooredBM25
