@@ -64,6 +64,11 @@ SLACK = 1e-6
 #: MaxScore scores the rare phrases' postings on their own while they hold at most this share
 #: of the rows' count; past it, one dense pass over every row is cheaper.
 SPARSE_SHARE = 0.125
+#: Postings of rows added by a patch go to a delta segment, merged into the main one when it
+#: holds more than this share of the main's postings: an edit then copies the delta, not the
+#: tens of millions of postings of a large store (the next query after an edit at a million
+#: chunks spent seconds moving them).
+DELTA_SHARE = 1 / 16
 #: Below this many postings in a query's phrases, the dense pass costs less than MaxScore's fixed
 #: cost (a few dozen numpy calls) and decides alone.
 MAX_SCORE_POSTINGS = 250_000
@@ -189,6 +194,12 @@ class KeywordIndex:
         self.indptr = np.zeros(1, np.int64)
         self.pos = np.zeros(0, np.int32)
         self.tf = np.zeros((2, 0), np.float32)  # per posting: count in the prefix, in the text
+        # the delta segment (:data:`DELTA_SHARE`): the same layout, for rows added since the last
+        # merge; their positions are above every main posting's, so a term's postings are its
+        # main ones then its delta ones, ascending
+        self.d_indptr = np.zeros(1, np.int64)
+        self.d_pos = np.zeros(0, np.int32)
+        self.d_tf = np.zeros((2, 0), np.float32)
         self.rowid = np.zeros(0, np.int64)
         self.length = np.zeros(0, np.int64)
         self.key = np.zeros(0, np.int32)  # index into keys: the row's (doc_id, version)
@@ -266,6 +277,7 @@ class KeywordIndex:
 
     def _compact(self) -> None:
         """Drop the buried rows and their postings; positions keep their order."""
+        self._merge()
         keep_row = ~self.dead
         remap = np.cumsum(keep_row) - 1
         keep = keep_row[self.pos]
@@ -307,8 +319,6 @@ class KeywordIndex:
         else:
             term = ids[postings.term] if postings.term.size else np.zeros(0, np.int64)
         n_terms = len(self.terms)
-        old_counts = np.diff(self.indptr)
-        old_counts = np.r_[old_counts, np.zeros(n_terms - old_counts.size, np.int64)]
         if term.size > 1 and not bool(np.all(term[1:] >= term[:-1])):
             order = np.argsort(term, kind="stable")  # already by rowid within a term
             term, pos, tf = term[order], at[order], postings.tf[order]
@@ -316,16 +326,26 @@ class KeywordIndex:
         else:  # already in term order (a build reads them so): no copy
             pos, tf = at, postings.tf
         del at
-        if self.pos.size:
-            ends = np.r_[self.indptr, np.full(n_terms + 1 - self.indptr.size, self.indptr[-1])][1:]
-            where = ends[term]  # each new posting goes after its term's existing ones
-            self.pos = _insert_sorted(self.pos, where, pos.astype(np.int32))
-            self.tf = _insert_sorted(self.tf, where, tf.T.astype(np.float32))
+        if self.pos.size:  # a patch: into the delta, merged when it has grown
+            self.d_indptr, self.d_pos, self.d_tf = _with_postings(self.d_indptr, self.d_pos, self.d_tf, term, pos,
+                                                                  tf.T, n_terms)
+            self.indptr = _padded(self.indptr, n_terms)
+            if self.d_pos.size > self.pos.size * DELTA_SHARE:
+                self._merge()
         else:
-            self.pos, self.tf = pos.astype(np.int32), np.ascontiguousarray(tf.T, dtype=np.float32)
-        del pos, tf
-        counts = old_counts + np.bincount(term, minlength=n_terms)
-        self.indptr = np.r_[0, np.cumsum(counts)]
+            self.indptr, self.pos, self.tf = _with_postings(self.indptr, self.pos, self.tf, term, pos, tf.T, n_terms)
+            self.d_indptr = _padded(self.d_indptr, n_terms)
+
+    def _merge(self) -> None:
+        """Move the delta segment's postings into the main segment."""
+        if not self.d_pos.size:
+            return
+        n_terms = len(self.terms)
+        term = np.repeat(np.arange(n_terms, dtype=np.int64), np.diff(self.d_indptr))
+        self.indptr, self.pos, self.tf = _with_postings(self.indptr, self.pos, self.tf, term, self.d_pos,
+                                                        self.d_tf, n_terms)
+        self.d_indptr = np.zeros(n_terms + 1, np.int64)
+        self.d_pos, self.d_tf = np.zeros(0, np.int32), np.zeros((2, 0), np.float32)
 
     def _key_id(self, key: tuple[str, str]) -> int:
         return key_id(self.keys, self.key_ids, key)
@@ -356,11 +376,10 @@ class KeywordIndex:
 
     def hits(self, t: int) -> int:
         """n: how many live rows hold the term."""
-        held = int(self.indptr[t + 1] - self.indptr[t])
+        held = self._count(t)
         if not self.buried:
             return held
-        return held - int(self.cached(("buried", t), lambda: np.count_nonzero(
-            self.dead[self.pos[self.indptr[t]:self.indptr[t + 1]]])))
+        return held - int(self.cached(("buried", t), lambda: np.count_nonzero(self.dead[self._postings(t)])))
 
     def search(self, phrases: Sequence[int], weights: tuple[float, float], allowed: np.ndarray,
                limit: int) -> list[tuple[int, float]]:
@@ -395,7 +414,7 @@ class KeywordIndex:
         # the rows that can still reach the top are then scored in full as FTS5 scores them
         if strong:
             partial = np.bincount(
-                np.concatenate([self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]] for i in strong]),
+                np.concatenate([self._postings(phrases[i]) for i in strong]),
                 np.concatenate([idf[i] * self._part(phrases[i], w, norm) for i in strong]), minlength=n)
         else:
             partial = np.zeros(n)
@@ -419,7 +438,7 @@ class KeywordIndex:
         # the common words decide some of the top: every row holding any phrase is scored
         held = np.zeros(n, bool)
         for i in present:
-            held[self.pos[self.indptr[phrases[i]]:self.indptr[phrases[i] + 1]]] = True
+            held[self._postings(phrases[i])] = True
         candidates = np.flatnonzero(held & allowed)
         return self._rank(candidates, self._score(candidates, phrases, idf, w, norm), limit)
 
@@ -447,7 +466,7 @@ class KeywordIndex:
         left = [0.0] * (len(order) + 1)  # left[j]: the bounds of order[j:] added up
         for j in range(len(order) - 1, -1, -1):
             left[j] = left[j + 1] + idf[order[j]] * ceiling
-        sizes = np.cumsum([int(self.indptr[phrases[i] + 1] - self.indptr[phrases[i]]) for i in order])
+        sizes = np.cumsum([self._count(phrases[i]) for i in order])
         if sizes[-1] < MAX_SCORE_POSTINGS:
             return None, 0.0
         budget = self.rowid.size * SPARSE_SHARE
@@ -481,9 +500,27 @@ class KeywordIndex:
             partial = partial + self._share(phrases[order[j]], idf[order[j]], rows, w, norm)
         return self._rank(rows, self._score(rows, phrases, idf, w, norm), limit), theta
 
+    def _count(self, t: int) -> int:
+        """The term's postings, buried rows' included."""
+        return int(self.indptr[t + 1] - self.indptr[t] + self.d_indptr[t + 1] - self.d_indptr[t])
+
     def _postings(self, t: int) -> np.ndarray:
         """The term's rows (positions, ascending)."""
-        return self.pos[self.indptr[t]:self.indptr[t + 1]]
+        lo, hi, d_lo, d_hi = self._bounds(t)
+        if d_lo == d_hi:
+            return self.pos[lo:hi]
+        return np.concatenate((self.pos[lo:hi], self.d_pos[d_lo:d_hi]))
+
+    def _term(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """The term's rows (positions, ascending) and their counts (prefix, text), shape (2, n)."""
+        lo, hi, d_lo, d_hi = self._bounds(t)
+        if d_lo == d_hi:
+            return self.pos[lo:hi], self.tf[:, lo:hi]
+        return (np.concatenate((self.pos[lo:hi], self.d_pos[d_lo:d_hi])),
+                np.concatenate((self.tf[:, lo:hi], self.d_tf[:, d_lo:d_hi]), axis=1))
+
+    def _bounds(self, t: int) -> tuple[int, int, int, int]:
+        return (int(self.indptr[t]), int(self.indptr[t + 1]), int(self.d_indptr[t]), int(self.d_indptr[t + 1]))
 
     def _sums(self, phrases: Sequence[int], idf: list[float], which: Sequence[int], w: np.ndarray,
               norm: np.ndarray, allowed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -512,7 +549,7 @@ class KeywordIndex:
         built, a few million at a time, else term by term, at most the matrix's size again;
         after a patch, term by term, so that the query after an edit pays for its own terms
         only)."""
-        if self.pos.size <= WHOLE_PARTS and not self.patched:
+        if self.pos.size <= WHOLE_PARTS and not self.patched and not self.d_pos.size:
             key = ("parts", float(w[0]), float(w[1]))
             every = self._masks.get(key)
             if every is None:
@@ -520,7 +557,7 @@ class KeywordIndex:
                 step = 1 << 22  # (float64 temporaries of this many postings at a time)
                 for lo in range(0, self.pos.size, step):
                     sl = slice(lo, lo + step)
-                    every[sl] = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]])
+                    every[sl] = self._contribution(1.0, self._freq(self.tf[:, sl], w), norm[self.pos[sl]])
                 self._masks[key] = every
             return every[self.indptr[t]:self.indptr[t + 1]]
         key = ("part", t, float(w[0]), float(w[1]))
@@ -529,18 +566,19 @@ class KeywordIndex:
             if self._cached > self.pos.size:
                 self._masks = {k: v for k, v in self._masks.items() if k[0] != "part"}
                 self._cached = 0
-            sl = slice(self.indptr[t], self.indptr[t + 1])
-            found = self._contribution(1.0, self._freq(sl, w), norm[self.pos[sl]]).astype(np.float32)
+            pos, tf = self._term(t)
+            found = self._contribution(1.0, self._freq(tf, w), norm[pos]).astype(np.float32)
             self._masks[key] = found
             self._cached += found.size
         return found
 
-    def _freq(self, postings: slice | np.ndarray, w: np.ndarray) -> np.ndarray:
-        """The column-weighted frequency of these postings, in float64 (FTS5 adds a column's
-        weight per occurrence: the same sum for weights such as 0.5 and 1, within rounding for
-        others)."""
-        f = np.multiply(self.tf[0, postings], w[0], dtype=np.float64)
-        f += np.multiply(self.tf[1, postings], w[1], dtype=np.float64)
+    @staticmethod
+    def _freq(tf: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """The column-weighted frequency of postings from their counts ``tf`` (prefix, text;
+        shape (2, n)), in float64 (FTS5 adds a column's weight per occurrence: the same sum for
+        weights such as 0.5 and 1, within rounding for others)."""
+        f = np.multiply(tf[0], w[0], dtype=np.float64)
+        f += np.multiply(tf[1], w[1], dtype=np.float64)
         return f
 
     def _contribution(self, idf: float, f: np.ndarray, norm: np.ndarray) -> np.ndarray:
@@ -559,15 +597,14 @@ class KeywordIndex:
     def _share(self, t: int, idf: float, rows: np.ndarray, w: np.ndarray, norm: np.ndarray,
                row_norm: np.ndarray | None = None) -> np.ndarray:
         """A phrase's share of the score of each row (positions), 0.0 where it does not hold it."""
-        lo, hi = int(self.indptr[t]), int(self.indptr[t + 1])
-        pos = self.pos[lo:hi]
+        pos, tf = self._term(t)
         # a row without the phrase has f = 0, so adds 0.0 exactly, as in FTS5
         if rows.size * 16 < pos.size:  # a few rows: found by binary search
-            at = np.minimum(np.searchsorted(pos, rows), hi - lo - 1)
-            f = self._freq(lo + at, w) * (pos[at] == rows)
+            at = np.minimum(np.searchsorted(pos, rows), pos.size - 1)
+            f = self._freq(tf[:, at], w) * (pos[at] == rows)
         else:  # many: the postings laid over every row, then read at the rows
             spread = self.cached(("spread",), lambda: np.zeros(self.rowid.size))
-            spread[pos] = self._freq(slice(lo, hi), w)
+            spread[pos] = self._freq(tf, w)
             f = spread[rows]
             spread[pos] = 0.0
         return idf * ((f * (self.k1 + 1.0)) / (f + (norm[rows] if row_norm is None else row_norm)))
@@ -576,6 +613,27 @@ class KeywordIndex:
         rowid = self.rowid[rows]
         order = np.lexsort((rowid, -score))[:limit]
         return list(zip(rowid[order].tolist(), score[order].tolist()))
+
+
+def _padded(indptr: np.ndarray, n_terms: int) -> np.ndarray:
+    """A CSR ``indptr`` extended to ``n_terms`` terms (the new ones empty)."""
+    return np.r_[indptr, np.full(n_terms + 1 - indptr.size, indptr[-1])]
+
+
+def _with_postings(indptr: np.ndarray, pos: np.ndarray, tf: np.ndarray, term: np.ndarray, new_pos: np.ndarray,
+                   new_tf: np.ndarray, n_terms: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A CSR segment (``indptr``, ``pos``, ``tf`` of shape (2, n)) with postings added after each
+    of their term's: ``term`` ascending, and ``new_pos`` above the segment's positions and
+    ascending within a term; ``new_tf`` of shape (2, m)."""
+    ends = _padded(indptr, n_terms)[1:]
+    if pos.size:
+        where = ends[term]  # each new posting goes after its term's existing ones
+        pos = _insert_sorted(pos, where, new_pos.astype(np.int32))
+        tf = _insert_sorted(tf, where, new_tf.astype(np.float32))
+    else:
+        pos, tf = new_pos.astype(np.int32), np.ascontiguousarray(new_tf, dtype=np.float32)
+    counts = np.diff(np.r_[0, ends]) + np.bincount(term, minlength=n_terms)
+    return np.r_[0, np.cumsum(counts)], pos, tf
 
 
 def _insert_sorted(old: np.ndarray, where: np.ndarray, values: np.ndarray) -> np.ndarray:
