@@ -626,13 +626,15 @@ def _with_postings(indptr: np.ndarray, pos: np.ndarray, tf: np.ndarray, term: np
     of their term's: ``term`` ascending, and ``new_pos`` above the segment's positions and
     ascending within a term; ``new_tf`` of shape (2, m)."""
     ends = _padded(indptr, n_terms)[1:]
+    # counted first: bincount's int64 copy of ``term`` then comes before the copies below (at a
+    # build, tens of millions of postings), not on top of them
+    counts = np.diff(np.r_[0, ends]) + np.bincount(term, minlength=n_terms)
     if pos.size:
         where = ends[term]  # each new posting goes after its term's existing ones
         pos = _insert_sorted(pos, where, new_pos.astype(np.int32))
         tf = _insert_sorted(tf, where, new_tf.astype(np.float32))
     else:
         pos, tf = new_pos.astype(np.int32), np.ascontiguousarray(new_tf, dtype=np.float32)
-    counts = np.diff(np.r_[0, ends]) + np.bincount(term, minlength=n_terms)
     return np.r_[0, np.cumsum(counts)], pos, tf
 
 
