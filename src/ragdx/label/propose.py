@@ -24,6 +24,7 @@ not resolve.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -241,6 +242,32 @@ def _prose(claim: str) -> bool:
     return "\n" not in text and (bool(_PROSE_END.search(text)) or text.endswith(","))  # "," ends a clause
 
 
+#: a line that is code or a signature, not a title: brackets, ``=``, ``;``, ``|``, ``>``, ``_`` or a dotted name
+_CODE_LINE = re.compile(r"[()\[\]=;|<>_]|[a-z]\.[a-z]", re.IGNORECASE)
+
+
+def _uncovered_lines(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The lines no statement covers that read as code, a signature or a table row (an API's
+    signature line ``random.gauss(mu, sigma)``, ``sqlite> PRAGMA foreign_keys = ON;``, the first
+    row of a table without a header, a one-line paragraph with a ``|`` in its prose), each a
+    statement of its own: :func:`ragdx.text.statement_spans` reads them as headings or headers."""
+    out: list[tuple[int, int, str]] = []
+    covered = sorted((a, b) for a, b, _ in spans)
+    pos = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        start = pos + len(line) - len(line.lstrip())
+        end = start + len(stripped)
+        pos += len(line) + 1
+        if len(stripped) < 3 or not _CODE_LINE.search(stripped):
+            continue
+        k = bisect.bisect_left(covered, (end, end))
+        if any(a < end and start < b for a, b in covered[max(0, k - 64):k]):
+            continue
+        out.append((start, end, stripped))
+    return out
+
+
 @functools.lru_cache(maxsize=65536)
 def _stems(text: str) -> frozenset[str]:
     return frozenset(stem(t) for t in content_terms(text))
@@ -268,18 +295,20 @@ class Labeller:
         page_prior: statements are ranked by their score plus this times the page's prior, 1 / (1 +
             the page's rank among the pages a channel finds for the question alone), the best over
             the channels; the score itself, which the thresholds read, is the statement's own.
+        lines: the lines no statement covers that read as code, a signature or a table row are
+            candidate statements too (``_uncovered_lines``).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
-                 headings: bool = True, page_prior: float = 0.3) -> None:
+                 headings: bool = True, page_prior: float = 0.3, lines: bool = True) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
-        self.page_prior = page_prior
+        self.page_prior, self.lines = page_prior, lines
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -292,7 +321,7 @@ class Labeller:
         return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
-                "headings": self.headings, "page_prior": self.page_prior,
+                "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -304,15 +333,16 @@ class Labeller:
             chunks = sorted(((c.start, c.end, c.prefix) for c in self.store.chunks(doc, version)))
             out = []
             n = 0
-            for s in statement_spans(text):
-                if s.start < 0:
-                    continue
-                paragraph = text.rfind("\n\n", 0, s.start) + 1
-                while n + 1 < len(chunks) and chunks[n + 1][0] <= s.start:
+            spans = [(s.start, s.end, s.text) for s in statement_spans(text) if s.start >= 0]
+            if self.lines:
+                spans = sorted(spans + _uncovered_lines(text, spans))
+            for start, end, reads in spans:
+                paragraph = text.rfind("\n\n", 0, start) + 1
+                while n + 1 < len(chunks) and chunks[n + 1][0] <= start:
                     n += 1
-                heading = chunks[n][2] if self.headings and chunks and chunks[n][0] <= s.start < chunks[n][1] else ""
-                out.append(_Statement(Place(doc, version, s.start, s.end, text[s.start:s.end], current),
-                                      paragraph, s.text, heading))
+                heading = chunks[n][2] if self.headings and chunks and chunks[n][0] <= start < chunks[n][1] else ""
+                out.append(_Statement(Place(doc, version, start, end, text[start:end], current),
+                                      paragraph, reads, heading))
             if len(self._statements) > 256:
                 self._statements.clear()
             self._statements[key] = out
