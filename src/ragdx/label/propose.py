@@ -44,6 +44,9 @@ __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "
 _SPACE = re.compile(r"\s+")
 #: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
 VERBATIM_WORDS = 5
+#: how many statements under the entry of an API the question or claim names join the candidates
+#: (its signature and the first sentences that say what it does)
+ENTRY_STATEMENTS = 3
 _PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
 
 
@@ -268,9 +271,39 @@ def _uncovered_lines(text: str, spans: Sequence[tuple[int, int, str]]) -> list[t
     return out
 
 
+#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
+#: underscore (``foreign_keys``)
+_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
+
+
+@functools.lru_cache(maxsize=4096)
+def api_names(text: str) -> frozenset[str]:
+    """The API names a text mentions (``random.gauss()`` is ``random.gauss``); a dotted name needs
+    two letters in each part ("e.g" is none)."""
+    return frozenset(n for n in _API_NAME.findall(text)
+                     if "." not in n or all(len(part) >= 2 for part in n.split(".")))
+
+
+@functools.lru_cache(maxsize=65536)
+def _documents(heading: str, names: frozenset[str]) -> bool:
+    """Whether the last of a statement's headings is the entry of one of the names (a reference
+    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``)."""
+    last = heading.rsplit(" > ", 1)[-1]
+    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", last) for n in names)
+
+
 @functools.lru_cache(maxsize=65536)
 def _stems(text: str) -> frozenset[str]:
-    return frozenset(stem(t) for t in content_terms(text))
+    """The stems of a text's content words; a number glued to its unit ("4MB") is the number and
+    the unit, as "4 MB" is."""
+    out = set()
+    for t in content_terms(text):
+        glued = _GLUED.fullmatch(t)
+        out.update((glued[1], stem(glued[2])) if glued else (stem(t),))
+    return frozenset(out)
+
+
+_GLUED = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
 
 
 class Labeller:
@@ -302,13 +335,13 @@ class Labeller:
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
-                 headings: bool = True, page_prior: float = 0.3, lines: bool = True) -> None:
+                 headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
-        self.page_prior, self.lines = page_prior, lines
+        self.page_prior, self.lines, self.api = page_prior, lines, api
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -321,7 +354,7 @@ class Labeller:
         return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
-                "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines,
+                "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -359,6 +392,7 @@ class Labeller:
             for c in ranked.items:
                 found.setdefault((c.doc_id, c.version), []).append((c.start, c.end))
         out, verbatim = [], []
+        names = api_names(f"{case.question}\n{claim}")
         probe = _probe(claim)
         last = near[-1] if near else None
         for p in near:  # the pages the reference's other claims were found in
@@ -371,7 +405,13 @@ class Labeller:
                     hits.sort(key=lambda h: abs(h[0] - last.end))
                 verbatim += [Place(doc, version, a, b, text[a:b], self._status.get((doc, version)) is DocStatus.CURRENT)
                              for a, b in hits[:1]]
+            entries: dict[str, int] = {}  # the first statements under the entry of a name asked about
             for s in self.statements(doc, version):
+                if self.api and names and s.heading and _documents(s.heading, names):
+                    entries[s.heading] = entries.get(s.heading, 0) + 1
+                    if entries[s.heading] <= ENTRY_STATEMENTS:
+                        out.append(s)
+                        continue
                 if any(s.place.start < end and start < s.place.end for start, end in ranges):
                     out.append(s)
         return out, verbatim
@@ -407,6 +447,10 @@ class Labeller:
             verbatim.sort(key=lambda p: ((p.doc, p.version) not in on, not p.current, p.doc, p.version))
             return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
         contexts = [_compact(c) for c in case.reference_contexts]
+        names = api_names(f"{case.question}\n{claim}") if self.api else frozenset()
+
+        def entry(s: _Statement) -> float:  # the statement stands under the entry of a name asked about
+            return self.api if names and s.heading and _documents(s.heading, names) else 0.0
         scored = []
         for s in candidates:
             if s.place.text.rstrip().endswith("?"):
@@ -415,7 +459,7 @@ class Labeller:
             if contexts and any(_compact(s.place.text) in c for c in contexts):
                 words = min(1.0, words + 0.2)  # the reference's own context states it
             scored.append((words, verbatim, s))
-        scored.sort(key=lambda x: (-x[0], not x[2].place.current))
+        scored.sort(key=lambda x: (-(x[0] + entry(x[2])), not x[2].place.current))
         # a version the question names wins over the others of the same page
         if named.named:
             pinned = {s.place.doc for _, _, s in scored if named.names(s.place.version)}
@@ -436,7 +480,8 @@ class Labeller:
         # the page the question alone points to wins among statements that state the claim about as
         # well: the reference manual's page, not the release notes that restate it
         prior = self._prior(case) if self.page_prior else {}
-        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0)), not x[1].place.current,
+        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0) + entry(x[1])),
+                                not x[1].place.current,
                                 x[1].place.doc, x[1].place.start))
         return out, how
 
