@@ -89,3 +89,15 @@ def test_the_entry_of_the_api_the_question_names_is_searched_and_wins(tmp_path: 
     # rank with 0.15 more (0.8125 + 0.15 > 0.875); the score the thresholds read stays its own
     named = Labeller(store, [bm25]).run(SPIN)
     assert [(g.places[0].text, g.score) for g in named.groups] == [("A call spins for 30 seconds.", 0.8125)]
+
+
+def test_a_place_scoring_045_states_the_claim(tmp_path: Path) -> None:
+    from ragdx.ingest.ingestor import Ingestor
+    write(tmp_path / "corpus" / "gears.md", "# Gears\n\nWidgets rotate clockwise.\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(tmp_path / "corpus")
+    case = EvalCase(id="q3", question="Do gears turn widgets?", reference="Sprockets rotate.")
+    # the claim's words (sprocket, rotate): one held, 0.75 * 1/2; the question's others (gear,
+    # turn, widget): one held, 0.25 * 1/3; 0.4583 is at least min_score (0.45), below the old 0.5
+    (group,) = Labeller(store, [BM25Retriever(store, top_k=20, current_only=False)]).run(case).groups
+    assert (group.places[0].text, round(group.score, 4)) == ("Widgets rotate clockwise.", 0.4583)

@@ -4,7 +4,9 @@ The reference answer is split into atomic claims (:func:`split_claims`: its sent
 run of code-like lines as one claim). For each claim, the store's retrieval channels search with
 the question and the claim together, over every version and every access group; the statements
 of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statement_spans`) are
-scored against the claim by the words they share with it and, where a pair scorer is given (the
+scored against the claim by the words they share with it (the lines no statement covers that
+read as code, a signature or a table row are statements too, and so are the first statements under
+the entry of an API the question or claim names, which rank ``api`` higher) and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement, read under its headings, to the
 question and claim. Statements are ranked by that score plus a prior for their page: how high the
 channels rank the page for the question alone (``page_prior``), so that among pages stating the
@@ -333,7 +335,7 @@ class Labeller:
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
-                 min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
+                 min_score: float = 0.45, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
                  headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
