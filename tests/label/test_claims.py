@@ -21,3 +21,10 @@ def test_a_comma_clause_with_fewer_content_words_stays_with_its_sentence() -> No
     # a comma before a word other than and / but / which / while / so is no clause boundary
     assert split_claims("Widgets time out after thirty seconds, then gadgets retry the request twice.") == [
         "Widgets time out after thirty seconds, then gadgets retry the request twice."]
+
+
+def test_a_number_glued_to_its_unit_is_the_number_and_the_unit() -> None:
+    from ragdx.label.propose import _stems
+    # "4MB" meets "4 MB"; a version number and a word with digits inside stay whole
+    assert _stems("about 4MB in size") == {"4", "mb", "size"}
+    assert _stems("sqlite3 3.11 and 2.5x") == {"sqlite3", "3.11", "2.5", "x"}

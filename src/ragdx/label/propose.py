@@ -4,7 +4,9 @@ The reference answer is split into atomic claims (:func:`split_claims`: its sent
 run of code-like lines as one claim). For each claim, the store's retrieval channels search with
 the question and the claim together, over every version and every access group; the statements
 of the chunks found (sentences, list items, table rows: :func:`ragdx.text.statement_spans`) are
-scored against the claim by the words they share with it and, where a pair scorer is given (the
+scored against the claim by the words they share with it (the lines no statement covers that
+read as code, a signature or a table row are statements too, and so are the first statements under
+the entry of an API the question or claim names, which rank ``api`` higher) and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement, read under its headings, to the
 question and claim. Statements are ranked by that score plus a prior for their page: how high the
 channels rank the page for the question alone (``page_prior``), so that among pages stating the
@@ -24,6 +26,7 @@ not resolve.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 import re
@@ -43,6 +46,9 @@ __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "
 _SPACE = re.compile(r"\s+")
 #: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
 VERBATIM_WORDS = 5
+#: how many statements under the entry of an API the question or claim names join the candidates
+#: (its signature and the first sentences that say what it does)
+ENTRY_STATEMENTS = 3
 _PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
 
 
@@ -241,9 +247,65 @@ def _prose(claim: str) -> bool:
     return "\n" not in text and (bool(_PROSE_END.search(text)) or text.endswith(","))  # "," ends a clause
 
 
+#: a line that is code or a signature, not a title: brackets, ``=``, ``;``, ``|``, ``>``, ``_`` or a dotted name
+_CODE_LINE = re.compile(r"[()\[\]=;|<>_]|[a-z]\.[a-z]", re.IGNORECASE)
+
+
+def _uncovered_lines(text: str, spans: Sequence[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """The lines no statement covers that read as code, a signature or a table row (an API's
+    signature line ``random.gauss(mu, sigma)``, ``sqlite> PRAGMA foreign_keys = ON;``, the first
+    row of a table without a header, a one-line paragraph with a ``|`` in its prose), each a
+    statement of its own: :func:`ragdx.text.statement_spans` reads them as headings or headers."""
+    out: list[tuple[int, int, str]] = []
+    covered = sorted((a, b) for a, b, _ in spans)
+    pos = 0
+    for line in text.split("\n"):
+        stripped = line.strip()
+        start = pos + len(line) - len(line.lstrip())
+        end = start + len(stripped)
+        pos += len(line) + 1
+        if len(stripped) < 3 or not _CODE_LINE.search(stripped):
+            continue
+        k = bisect.bisect_left(covered, (end, end))
+        if any(a < end and start < b for a, b in covered[max(0, k - 64):k]):
+            continue
+        out.append((start, end, stripped))
+    return out
+
+
+#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
+#: underscore (``foreign_keys``)
+_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
+
+
+@functools.lru_cache(maxsize=4096)
+def api_names(text: str) -> frozenset[str]:
+    """The API names a text mentions (``random.gauss()`` is ``random.gauss``); a dotted name needs
+    two letters in each part ("e.g" is none)."""
+    return frozenset(n for n in _API_NAME.findall(text)
+                     if "." not in n or all(len(part) >= 2 for part in n.split(".")))
+
+
+@functools.lru_cache(maxsize=65536)
+def _documents(heading: str, names: frozenset[str]) -> bool:
+    """Whether the last of a statement's headings is the entry of one of the names (a reference
+    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``)."""
+    last = heading.rsplit(" > ", 1)[-1]
+    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", last) for n in names)
+
+
 @functools.lru_cache(maxsize=65536)
 def _stems(text: str) -> frozenset[str]:
-    return frozenset(stem(t) for t in content_terms(text))
+    """The stems of a text's content words; a number glued to its unit ("4MB") is the number and
+    the unit, as "4 MB" is."""
+    out = set()
+    for t in content_terms(text):
+        glued = _GLUED.fullmatch(t)
+        out.update((glued[1], stem(glued[2])) if glued else (stem(t),))
+    return frozenset(out)
+
+
+_GLUED = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
 
 
 class Labeller:
@@ -268,18 +330,20 @@ class Labeller:
         page_prior: statements are ranked by their score plus this times the page's prior, 1 / (1 +
             the page's rank among the pages a channel finds for the question alone), the best over
             the channels; the score itself, which the thresholds read, is the statement's own.
+        lines: the lines no statement covers that read as code, a signature or a table row are
+            candidate statements too (``_uncovered_lines``).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
-                 min_score: float = 0.5, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
+                 min_score: float = 0.45, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
-                 headings: bool = True, page_prior: float = 0.3) -> None:
+                 headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
-        self.page_prior = page_prior
+        self.page_prior, self.lines, self.api = page_prior, lines, api
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -292,7 +356,7 @@ class Labeller:
         return {"channels": [c.name for c in self.channels], "min_score": self.min_score,
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
-                "headings": self.headings, "page_prior": self.page_prior,
+                "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -304,15 +368,16 @@ class Labeller:
             chunks = sorted(((c.start, c.end, c.prefix) for c in self.store.chunks(doc, version)))
             out = []
             n = 0
-            for s in statement_spans(text):
-                if s.start < 0:
-                    continue
-                paragraph = text.rfind("\n\n", 0, s.start) + 1
-                while n + 1 < len(chunks) and chunks[n + 1][0] <= s.start:
+            spans = [(s.start, s.end, s.text) for s in statement_spans(text) if s.start >= 0]
+            if self.lines:
+                spans = sorted(spans + _uncovered_lines(text, spans))
+            for start, end, reads in spans:
+                paragraph = text.rfind("\n\n", 0, start) + 1
+                while n + 1 < len(chunks) and chunks[n + 1][0] <= start:
                     n += 1
-                heading = chunks[n][2] if self.headings and chunks and chunks[n][0] <= s.start < chunks[n][1] else ""
-                out.append(_Statement(Place(doc, version, s.start, s.end, text[s.start:s.end], current),
-                                      paragraph, s.text, heading))
+                heading = chunks[n][2] if self.headings and chunks and chunks[n][0] <= start < chunks[n][1] else ""
+                out.append(_Statement(Place(doc, version, start, end, text[start:end], current),
+                                      paragraph, reads, heading))
             if len(self._statements) > 256:
                 self._statements.clear()
             self._statements[key] = out
@@ -329,6 +394,7 @@ class Labeller:
             for c in ranked.items:
                 found.setdefault((c.doc_id, c.version), []).append((c.start, c.end))
         out, verbatim = [], []
+        names = api_names(f"{case.question}\n{claim}")
         probe = _probe(claim)
         last = near[-1] if near else None
         for p in near:  # the pages the reference's other claims were found in
@@ -341,7 +407,13 @@ class Labeller:
                     hits.sort(key=lambda h: abs(h[0] - last.end))
                 verbatim += [Place(doc, version, a, b, text[a:b], self._status.get((doc, version)) is DocStatus.CURRENT)
                              for a, b in hits[:1]]
+            entries: dict[str, int] = {}  # the first statements under the entry of a name asked about
             for s in self.statements(doc, version):
+                if self.api and names and s.heading and _documents(s.heading, names):
+                    entries[s.heading] = entries.get(s.heading, 0) + 1
+                    if entries[s.heading] <= ENTRY_STATEMENTS:
+                        out.append(s)
+                        continue
                 if any(s.place.start < end and start < s.place.end for start, end in ranges):
                     out.append(s)
         return out, verbatim
@@ -377,6 +449,10 @@ class Labeller:
             verbatim.sort(key=lambda p: ((p.doc, p.version) not in on, not p.current, p.doc, p.version))
             return [(1.0, _Statement(p, -1)) for p in verbatim], "the reference's words, verbatim"
         contexts = [_compact(c) for c in case.reference_contexts]
+        names = api_names(f"{case.question}\n{claim}") if self.api else frozenset()
+
+        def entry(s: _Statement) -> float:  # the statement stands under the entry of a name asked about
+            return self.api if names and s.heading and _documents(s.heading, names) else 0.0
         scored = []
         for s in candidates:
             if s.place.text.rstrip().endswith("?"):
@@ -385,7 +461,7 @@ class Labeller:
             if contexts and any(_compact(s.place.text) in c for c in contexts):
                 words = min(1.0, words + 0.2)  # the reference's own context states it
             scored.append((words, verbatim, s))
-        scored.sort(key=lambda x: (-x[0], not x[2].place.current))
+        scored.sort(key=lambda x: (-(x[0] + entry(x[2])), not x[2].place.current))
         # a version the question names wins over the others of the same page
         if named.named:
             pinned = {s.place.doc for _, _, s in scored if named.names(s.place.version)}
@@ -406,7 +482,8 @@ class Labeller:
         # the page the question alone points to wins among statements that state the claim about as
         # well: the reference manual's page, not the release notes that restate it
         prior = self._prior(case) if self.page_prior else {}
-        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0)), not x[1].place.current,
+        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0) + entry(x[1])),
+                                not x[1].place.current,
                                 x[1].place.doc, x[1].place.start))
         return out, how
 
