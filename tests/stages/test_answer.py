@@ -119,6 +119,26 @@ def test_budget_cut_is_recorded_with_rank(example):
     assert context.dropped[0].reason.startswith("truncated by the token budget")
 
 
+def test_the_assembler_counts_each_text_once(example):
+    store, _ = example
+    docs = ["policies/refund.md", "policies/quality.md", "policies/warranty.txt"]
+    ranked = candidates(store, *[(d, store.latest(d).document.version) for d in docs])
+    counted = []
+
+    class Spy(RegexTokenCounter):
+        def count(self, text):
+            counted.append(text)
+            return super().count(text)
+
+    assembler = ContextAssembler(store, Spy(), budget_tokens=10_000, expand="none")
+    first = assembler.run(Query("q", "refund", PUBLIC), ranked)
+    # each unit's text is counted when it is packed; as a unit it is not counted again
+    assert counted == [u.text for u in first.units] and len(first.units) == 3
+    again = assembler.run(Query("q2", "refund window", PUBLIC), ranked)
+    assert len(counted) == 3 and again.tokens == first.tokens == sum(RegexTokenCounter().count(u.text)
+                                                                     for u in first.units)
+
+
 def test_prompt_injection_changes_nothing(example, tmp_path):
     store, pipeline = example
     question = "My tent was delivered 60 days ago and I changed my mind. Will my refund request be approved?"
