@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the questions (default the dev set's fit half)")
     ap.add_argument("--store", type=Path, default=DEVSET / "store.db", help="the dev store of bench/quality.py")
     ap.add_argument("--offset", type=int, default=0, help="skip this many questions first")
-    ap.add_argument("--limit", type=int, default=0, help="this many questions (the first one untimed); 0: all")
+    ap.add_argument("--limit", type=int, default=41, help="this many questions (the first one untimed; default 41); 0: all")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="a ragdx setting (repeatable)")
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile the timed questions; print N functions")
     ap.add_argument("--label", default="")
