@@ -56,6 +56,40 @@ def test_superseded_and_unreadable_versions_are_dropped_with_reasons(example):
     assert [c.version for c in allowed.items] == ["2024-01", "2026-03"]
 
 
+def test_governance_reads_each_documents_versions_once_while_the_store_is_unchanged(example):
+    store, _ = example
+
+    class Spy:
+        """The store, counting ``versions`` reads; ``bump`` fakes a change to the store."""
+
+        def __init__(self):
+            self.read, self.bump = [], 0
+
+        def __getattr__(self, name):
+            return getattr(store, name)
+
+        @property
+        def index_version(self):
+            return store.index_version + self.bump
+
+        def versions(self, doc_id=None):
+            self.read.append(doc_id)
+            return store.versions(doc_id)
+
+    spy = Spy()
+    runbook = ("internal/refund-runbook.md", store.latest("internal/refund-runbook.md").document.version)
+    ranked = candidates(store, ("policies/refund.md", "2024-01"), ("policies/refund.md", "2026-03"), runbook)
+    governance = Governance(spy)
+    first = governance.run(Query("q", "refund window", PUBLIC), ranked)
+    again = governance.run(Query("q2", "refund window", PUBLIC), ranked)
+    assert spy.read == ["policies/refund.md", "internal/refund-runbook.md"]
+    assert [(c.doc_id, c.version) for c in again.items] == [(c.doc_id, c.version) for c in first.items] \
+        == [("policies/refund.md", "2026-03")]
+    spy.bump = 1  # the store changed: read again
+    governance.run(Query("q3", "refund window", PUBLIC), ranked)
+    assert spy.read == ["policies/refund.md", "internal/refund-runbook.md"] * 2
+
+
 def test_refund_question_cites_rule_and_exception_not_the_superseded_policy(example):
     _, pipeline = example
     trace = pipeline.run(Query("q", "Can I get a refund for a quality problem 35 days after delivery?", PUBLIC))
@@ -117,6 +151,26 @@ def test_budget_cut_is_recorded_with_rank(example):
     assert third.truncated and third.tokens <= 30 and third.text == store.texts(
         third.doc_id, third.version)[1][third.start:third.end]
     assert context.dropped[0].reason.startswith("truncated by the token budget")
+
+
+def test_the_assembler_counts_each_text_once(example):
+    store, _ = example
+    docs = ["policies/refund.md", "policies/quality.md", "policies/warranty.txt"]
+    ranked = candidates(store, *[(d, store.latest(d).document.version) for d in docs])
+    counted = []
+
+    class Spy(RegexTokenCounter):
+        def count(self, text):
+            counted.append(text)
+            return super().count(text)
+
+    assembler = ContextAssembler(store, Spy(), budget_tokens=10_000, expand="none")
+    first = assembler.run(Query("q", "refund", PUBLIC), ranked)
+    # each unit's text is counted when it is packed; as a unit it is not counted again
+    assert counted == [u.text for u in first.units] and len(first.units) == 3
+    again = assembler.run(Query("q2", "refund window", PUBLIC), ranked)
+    assert len(counted) == 3 and again.tokens == first.tokens == sum(RegexTokenCounter().count(u.text)
+                                                                     for u in first.units)
 
 
 def test_prompt_injection_changes_nothing(example, tmp_path):

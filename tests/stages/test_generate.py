@@ -240,6 +240,26 @@ def test_a_statement_that_announces_what_follows_brings_it():
                                                "$ chmod +x script.py $ ./script.py"]
 
 
+PROSE = "An assignment makes a variable local to its function."  # local, variable: 2 of 3
+
+
+@pytest.mark.parametrize("before", [
+    # a line of an interactive session: its block has a prompt line
+    "results in an error:\n\n>>> foo()\nUnboundLocalError: local variable referenced before assignment\n\n",
+    "See also the local variable UnboundLocalError entry.\n\n",             # a pointer elsewhere
+    # trailing off (after a sentence of no question word: one short line would be a heading)
+    "You may wonder what happened here. Surely a local variable is never an UnboundLocalError\u2026\n\n",
+])
+def test_an_answer_opens_with_a_sentence_of_prose(before):
+    question = "Why is the local variable an UnboundLocalError?"  # local, variable, unboundlocalerror
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.5, max_sentences=3)
+    answer = gen.run(Query("q", question), context(unit("S1", before + PROSE)))
+    # the other statement covers 3 of 3 and is chosen first (1.0 against 0.667); the prose one leads
+    top = [s for s in answer.claims if s.text != PROSE]
+    assert [c.text for c in answer.claims] == [PROSE, top[0].text] and len(top) == 1
+    assert "UnboundLocalError" in top[0].text and answer.text.startswith(PROSE)
+
+
 def test_the_reranker_and_the_generator_encode_a_sentence_once():
     from ragdx.stages._sentences import sentence_vectors
     from ragdx.stages.rerank import SentenceSimilarity

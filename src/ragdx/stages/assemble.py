@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from ragdx.ingest.chunk import TokenCounter
@@ -37,6 +38,10 @@ __all__ = ["ContextAssembler", "find_conflicts", "render_prompt", "SYSTEM_PROMPT
 
 #: the flag on a unit holding a passage of instruction-like text (its passages: ``ContextUnit.flagged``)
 FLAG = Flagged.FLAG
+
+#: how many texts' token counts an assembler keeps: a unit's text is counted when it is packed and
+#: again as a unit, and the contexts of a run's questions share many chunks and sections
+COUNT_MEMO = 4096
 
 
 @dataclass(slots=True)
@@ -70,6 +75,18 @@ class ContextAssembler:
                  expand: str = "section", min_tokens: int = 24, name: str = "context") -> None:
         self.store, self.counter, self.budget = store, counter, budget_tokens
         self.expand, self.min_tokens, self.name = expand, min_tokens, name
+        self._counts: OrderedDict[str, int] = OrderedDict()
+
+    def _count(self, text: str) -> int:
+        """The counter's count of ``text``, kept for the last :data:`COUNT_MEMO` texts."""
+        n = self._counts.get(text)
+        if n is None:
+            n = self._counts[text] = self.counter.count(text)
+            if len(self._counts) > COUNT_MEMO:
+                self._counts.popitem(last=False)
+        else:
+            self._counts.move_to_end(text)
+        return n
 
     def run(self, query: Query, ranked: Ranked) -> Context:
         started = time.perf_counter()
@@ -189,7 +206,7 @@ class ContextAssembler:
 
     def _tokens(self, d: _Draft, parsed: str) -> int:
         text = parsed[d.start:d.end]
-        return self.counter.count(f"{parsed[d.header[0]:d.header[1]]}\n{text}" if d.header else text)
+        return self._count(f"{parsed[d.header[0]:d.header[1]]}\n{text}" if d.header else text)
 
     def _unit(self, n: int, d: _Draft, parsed: str) -> ContextUnit:
         header_text = parsed[d.header[0]:d.header[1]] if d.header else ""
@@ -197,7 +214,7 @@ class ContextAssembler:
         version = self.store.version(d.doc_id, d.version)
         title = version.document.title if version else ""
         flagged = clip(flagged_passages(parsed, d.start, d.end), d.start, d.end)
-        tokens = self.counter.count(f"{header_text}\n{text}" if header_text else text)
+        tokens = self._count(f"{header_text}\n{text}" if header_text else text)
         return ContextUnit(f"S{n}", d.doc_id, d.version, d.start, d.end, text, title, d.heading_path,
                            tuple(d.chunk_ids), d.rank, tokens, False, d.header, header_text,
                            (FLAG,) if flagged else (), flagged)
@@ -206,11 +223,11 @@ class ContextAssembler:
         """The longest prefix of the unit (whole words) that fits in ``room`` tokens."""
         words = list(re.finditer(r"\S+", unit.text))
         low, high, best = 1, len(words), None
-        header = self.counter.count(unit.header_text) if unit.header_text else 0
+        header = self._count(unit.header_text) if unit.header_text else 0
         while low <= high:  # binary search over the number of words
             mid = (low + high) // 2
             end = unit.start + words[mid - 1].end()
-            tokens = header + self.counter.count(parsed[unit.start:end])
+            tokens = header + self._count(parsed[unit.start:end])
             if tokens <= room:
                 best, low = (end, tokens), mid + 1
             else:
@@ -236,7 +253,7 @@ class ContextAssembler:
                 continue  # it would swallow another unit
             parsed = text_of(unit.doc_id, unit.version)
             text = parsed[start:end]
-            tokens = self.counter.count(f"{unit.header_text}\n{text}" if unit.header_text else text)
+            tokens = self._count(f"{unit.header_text}\n{text}" if unit.header_text else text)
             if used - unit.tokens + tokens > self.budget:
                 continue
             header = unit.header if unit.header and unit.header[0] < start else None

@@ -71,6 +71,7 @@ class _Candidate:
     lexical: float = 0.0  # the weighted share of the question's terms it holds
     cosine: float = 0.0  # its cosine with the question (0 without an encoder)
     table_row: bool = False
+    leads: bool = True  # it may open an answer (:func:`_may_lead`)
 
 
 class ExtractiveGenerator:
@@ -193,7 +194,8 @@ class ExtractiveGenerator:
                 if score > 0 or self.semantic_weight > 0:
                     density = len(covered) / max(1, len(text.split()))
                     found.append(_Candidate(unit, text, covered, score, density, index, lexical=score,
-                                            table_row=said.head is not None))
+                                            table_row=said.head is not None,
+                                            leads=_may_lead(text, unit.text, said.start)))
         if self.semantic_weight > 0 and found:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
@@ -333,7 +335,7 @@ class ExtractiveGenerator:
         for cand in self._uncovered_parts(query.question, found, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
-        claims = _with_exceptions(chosen)
+        claims = _with_exceptions(_prose_first(chosen))
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             # the answer must be of the kind asked for: the best sentence that states the amount,
@@ -364,6 +366,33 @@ class ExtractiveGenerator:
         text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
+
+
+#: a line of an interactive session's transcript: a prompt (Python's, a shell's, SQLite's)
+_PROMPT = re.compile(r"^[ \t]*(?:>>>|\$ |sqlite>)", re.MULTILINE)
+#: a statement that sends the reader elsewhere, or trails off
+_POINTER = re.compile(r"^(?:see also|see)\b", re.IGNORECASE)
+
+
+def _may_lead(sentence: str, text: str, start: int) -> bool:
+    """Whether a statement (at ``start`` in its unit's ``text``) may open an answer: a sentence of
+    prose, not a line of an interactive session's transcript (a block of the text with a prompt
+    line, such as ``>>> foo()`` and the traceback it prints), a pointer elsewhere ("See also
+    ...") or a sentence that trails off ("..."). Such a statement may support an answer, but the
+    answer's first sentence is the one a reader reads as the answer."""
+    if _POINTER.match(sentence) or sentence.rstrip().endswith(("\u2026", "...")) or ">>>" in sentence:
+        return False
+    block_start = text.rfind("\n\n", 0, start)
+    block_end = text.find("\n\n", start)
+    block = text[block_start + 2 if block_start >= 0 else 0:block_end if block_end >= 0 else len(text)]
+    return _PROMPT.search(block) is None
+
+
+def _prose_first(chosen: list[_Candidate]) -> list[_Candidate]:
+    """The chosen statements with the first that may open an answer (:func:`_may_lead`) moved to
+    the front, the others in their order; unchanged when none may (or the first may)."""
+    lead = next((i for i, c in enumerate(chosen) if c.leads), 0)
+    return [chosen[lead], *chosen[:lead], *chosen[lead + 1:]]
 
 
 def _with_exceptions(chosen: list[_Candidate]) -> list[Claim]:

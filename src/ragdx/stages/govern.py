@@ -46,6 +46,9 @@ log = logging.getLogger("ragdx.access")
 #: item is removed without a record.
 UNREADABLE = "unreadable"
 
+#: how many documents' versions governance keeps between questions
+VERSIONS_MEMO = 10_000
+
 #: The reason every candidate of a withheld question is dropped with (it names no source).
 WITHHELD = "withheld: the best matches for this question are mostly sources the asker may not read"
 
@@ -72,6 +75,7 @@ class Governance:
         self.withhold_depth = withhold_depth
         self.withhold = tuple(channel.deeper(withhold_depth) for channel in withhold)
         self._groups: tuple[int, tuple[str, ...]] | None = None
+        self._versions: tuple[int, dict[str, list[StoredVersion]]] = (-1, {})
 
     def _every_group(self) -> tuple[str, ...]:
         """Every access group the store knows (read again when the index changed)."""
@@ -100,7 +104,9 @@ class Governance:
                versions: dict[str, list[StoredVersion]]) -> tuple[DropCode, str] | None:
         """Why an item may not be used, as a code and in words (:data:`UNREADABLE` when the
         principal may not read it), or None."""
-        stored = versions.setdefault(item.doc_id, self.store.versions(item.doc_id))
+        stored = versions.get(item.doc_id)
+        if stored is None:  # read once per document (``setdefault`` would read it for every item)
+            stored = versions[item.doc_id] = self.store.versions(item.doc_id)
         this = next((v for v in stored if v.document.version == item.version), None)
         if this is None:
             tomb = self.store.tombstone(item.doc_id)
@@ -118,9 +124,18 @@ class Governance:
             return DropCode.parse(status.value), f"{status.value}: version {item.version} of {item.doc_id}{now}"
         return None
 
+    def _known_versions(self) -> dict[str, list[StoredVersion]]:
+        """Each document's stored versions read so far, by doc id, kept across questions while the
+        store's index version stays the same (any change to the store, a status or an access
+        list, bumps it) and for at most :data:`VERSIONS_MEMO` documents."""
+        version = self.store.index_version
+        if self._versions[0] != version or len(self._versions[1]) > VERSIONS_MEMO:
+            self._versions = (version, {})
+        return self._versions[1]
+
     def run(self, query: Query, ranked: Ranked) -> Ranked:
         started = time.perf_counter()
-        versions: dict[str, list[StoredVersion]] = {}
+        versions = self._known_versions()
         kept, dropped = [], []
         withheld: bool | None = None  # asked once, and only when some item would pass
         for item in ranked.items:

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import html
 import re
+from bisect import bisect_right
 from dataclasses import replace
+from functools import lru_cache
 from itertools import chain
 from typing import Iterable, Iterator
 
@@ -157,23 +159,24 @@ def flagged_passages(text: str, start: int = 0, end: int | None = None) -> tuple
     or a block ending with a colon, like ``SYSTEM:``) runs on over the blocks after it up to the
     next heading (a block read as one, :func:`ragdx.text.heading_like`).
 
+    A text's blocks, which of them are headings, and which hold an instruction are kept for the
+    last :data:`PASSAGE_MEMO` texts (:class:`_Blocks`): the assembler asks about many ranges of
+    one document, and the contexts of a run's questions share their documents.
+
     Args:
         text: a document's parsed text.
         start, end: the range asked about (a context unit's span); a passage it cuts is
             returned whole.
     """
     end = len(text) if end is None else end
-    lo = 0  # read from the last heading before the range: a passage may run on from there
-    for block_start, block_end in _blocks(text):
-        if block_start > start:
-            break
-        if _heading(text[block_start:block_end]):
-            lo = block_start
+    doc = _blocks_of(text)
+    # read from the last heading before the range: a passage may run on from there
+    at = bisect_right(doc.headings, bisect_right(doc.starts, start) - 1) - 1
     found: list[Flagged] = []
     opener: Flagged | None = None  # a passage running on
-    for block_start, block_end in _blocks(text, lo):
-        block = text[block_start:block_end]
-        heading = _heading(block)
+    for i in range(doc.headings[at] if at >= 0 else 0, len(doc.starts)):
+        block_start, block_end = doc.starts[i], doc.ends[i]
+        heading = doc.heading[i]
         if opener is not None and not heading:
             opener = replace(opener, end=block_end)
             continue
@@ -182,16 +185,44 @@ def flagged_passages(text: str, start: int = 0, end: int | None = None) -> tuple
             opener = None
         if block_start >= end:
             break
-        hit = find_instruction(block)
+        hit = doc.instruction(i)
         if hit is None:
             continue
         flagged = Flagged(block_start, block_end, *hit)
-        if heading or block.endswith(":"):
+        if heading or text[block_start:block_end].endswith(":"):
             opener = flagged
         else:
             found.append(flagged)
     found += [opener] if opener is not None else []
     return tuple(f for f in found if f.start < end and start < f.end)
+
+
+#: how many texts' blocks :func:`flagged_passages` keeps
+PASSAGE_MEMO = 128
+
+
+class _Blocks:
+    """A parsed text's blocks (:func:`_blocks`), which are headings, and each block's instruction
+    (:func:`find_instruction`), read when first asked for."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        spans = list(_blocks(text))
+        self.starts = [s for s, _ in spans]
+        self.ends = [e for _, e in spans]
+        self.heading = [_heading(text[s:e]) for s, e in spans]
+        self.headings = [i for i, h in enumerate(self.heading) if h]  # their indexes, ascending
+        self._found: dict[int, tuple[InstructionKind, str] | None] = {}
+
+    def instruction(self, i: int) -> tuple[InstructionKind, str] | None:
+        if i not in self._found:
+            self._found[i] = find_instruction(self.text[self.starts[i]:self.ends[i]])
+        return self._found[i]
+
+
+@lru_cache(maxsize=PASSAGE_MEMO)
+def _blocks_of(text: str) -> _Blocks:
+    return _Blocks(text)
 
 
 def clip(flagged: Iterable[Flagged], start: int, end: int) -> tuple[Flagged, ...]:
