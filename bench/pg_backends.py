@@ -213,6 +213,8 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="the coordinator (and single node)")
     parser.add_argument("--shard", action="append", required=True, help="a shard's DSN (repeat)")
     parser.add_argument("--queries", type=int, default=210)
+    parser.add_argument("--parts-per-shard", type=int, default=2,
+                        help="hash parts per shard in the sharded store (setup_shards; default 2, as there)")
     parser.add_argument("--ef-search", type=int, action="append", default=None,
                         help="an HNSW ef_search to measure recall@10 at (repeat; default 40, 100, 200)")
     parser.add_argument("--vectors", type=Path, default=None,
@@ -221,7 +223,7 @@ def main() -> int:
     args = parser.parse_args()
     encoder = HashingEncoder(dim=384) if args.vectors is None else drawn_encoder(args.vectors)
     result: dict = {"machine": machine(), "code": code_version(), "chunks_asked": args.chunks,
-                    "vectors": encoder.name,
+                    "vectors": encoder.name, "parts_per_shard": args.parts_per_shard,
                     "command": " ".join(["bench/pg_backends.py", *sys.argv[1:]])}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -235,7 +237,7 @@ def main() -> int:
             with contextlib.suppress(StoreError):  # no store there yet
                 drop_store(dsn)
         stores = {"sqlite": SQLiteStore(folder / "store.db"), "pg": PostgresStore(single),
-                  "pg-sharded": setup_shards(sharded, args.shard)}
+                  "pg-sharded": setup_shards(sharded, args.shard, parts_per_shard=args.parts_per_shard)}
         dsns = {"pg": single, "pg-sharded": sharded}
         tops: dict[str, list[list[str]]] = {}
         dense_tops: dict[str, list[list[str]]] = {}

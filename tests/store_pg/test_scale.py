@@ -365,3 +365,32 @@ def test_ingest_reads_a_batchs_versions_in_one_look_up_and_keeps_them_right(tmp_
                                      {"doc_id": "d", "path": "nope.txt", "version": "1"}))
     assert (store.counts(), store.index_version, len(store.log_entries())) == before
     store.close()
+
+
+def test_a_shards_parts_are_searched_at_once_each_by_a_statement_of_its_own(tmp_path, pg_store_factory,
+                                                                           monkeypatch):
+    """Two parts per shard: each part's statement goes alone (no UNION ALL of a shard's parts,
+    which its server ran one after the other), all four at the same time on four threads, and
+    the results are one server's."""
+    import threading
+
+    import psycopg
+    manifest = _corpus(tmp_path, 48)
+    one, sharded = pg_store_factory("pg"), pg_store_factory("sharded")
+    for store in (one, sharded):
+        Ingestor(store).run(manifest)
+    ran: list[tuple[str, int]] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(self, query, *args, **kwargs):
+        if "acl_p" in str(query):
+            ran.append((str(query), threading.get_ident()))
+        return execute(self, query, *args, **kwargs)
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    keys = sorted((v.document.doc_id, v.document.version) for v in one.versions())[:12]
+    ran.clear()
+    assert sharded.readable_many(("public",), keys) == one.readable_many(("public",), keys) == {
+        key for key in keys if int(key[0][1:]) % 5 != 4}  # d04 and d09 are staff's
+    assert sorted(q.count("acl_p") for q, _ in ran) == [1, 1, 1, 1]
+    assert sorted(int(q.split("acl_p")[1][0]) for q, _ in ran) == [0, 1, 2, 3]
+    assert len({thread for _, thread in ran}) == 4
