@@ -149,6 +149,30 @@ def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path]
     return [manifest], words
 
 
+def questions_of(words: list[str], n: int) -> list[str]:
+    """The benchmark's questions: 3 to 8 of the 3,000 most frequent words (seeded)."""
+    rng = random.Random(1)
+    top = words[:3000]
+    return [" ".join(rng.choice(top) for _ in range(rng.randint(3, 8))) for _ in range(n)]
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, queries: int, out: str) -> None:
+    """The arguments of a script that queries the stores this benchmark leaves."""
+    parser.add_argument("--dsn", required=True, help="the coordinator bench/pg_backends.py used")
+    parser.add_argument("--chunks", type=int, default=100000, help="as given to bench/pg_backends.py")
+    parser.add_argument("--vectors", type=Path, default=None, help="as given to bench/pg_backends.py")
+    parser.add_argument("--queries", type=int, default=queries)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / out)
+
+
+def encoder_and_questions(args: argparse.Namespace):
+    """This benchmark's encoder and questions, for ``add_store_arguments``' arguments."""
+    encoder = HashingEncoder(dim=384) if args.vectors is None else drawn_encoder(args.vectors)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, words = make_corpus(Path(tmp), max(1, args.chunks // 10))
+    return encoder, questions_of(words, args.queries)
+
+
 def ingest(store, manifests: list[Path], encoder) -> dict:
     ingestor = Ingestor(store, embedder=Embedder(encoder))
     chunks, started = 0, time.perf_counter()
@@ -228,9 +252,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         manifests, words = make_corpus(folder, max(1, args.chunks // 10))
-        rng = random.Random(1)
-        top = words[:3000]
-        questions = [" ".join(rng.choice(top) for _ in range(rng.randint(3, 8))) for _ in range(args.queries)]
+        questions = questions_of(words, args.queries)
         single = f"{args.dsn}?options=-csearch_path%3Dbench_single"
         sharded = f"{args.dsn}?options=-csearch_path%3Dbench_sharded"
         for dsn in (single, sharded):
