@@ -149,6 +149,30 @@ def make_corpus(folder: Path, documents: int, seed: int = 0) -> tuple[list[Path]
     return [manifest], words
 
 
+def questions_of(words: list[str], n: int) -> list[str]:
+    """The benchmark's questions: 3 to 8 of the 3,000 most frequent words (seeded)."""
+    rng = random.Random(1)
+    top = words[:3000]
+    return [" ".join(rng.choice(top) for _ in range(rng.randint(3, 8))) for _ in range(n)]
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, queries: int, out: str) -> None:
+    """The arguments of a script that queries the stores this benchmark leaves."""
+    parser.add_argument("--dsn", required=True, help="the coordinator bench/pg_backends.py used")
+    parser.add_argument("--chunks", type=int, default=100000, help="as given to bench/pg_backends.py")
+    parser.add_argument("--vectors", type=Path, default=None, help="as given to bench/pg_backends.py")
+    parser.add_argument("--queries", type=int, default=queries)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / out)
+
+
+def encoder_and_questions(args: argparse.Namespace):
+    """This benchmark's encoder and questions, for ``add_store_arguments``' arguments."""
+    encoder = HashingEncoder(dim=384) if args.vectors is None else drawn_encoder(args.vectors)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, words = make_corpus(Path(tmp), max(1, args.chunks // 10))
+    return encoder, questions_of(words, args.queries)
+
+
 def ingest(store, manifests: list[Path], encoder) -> dict:
     ingestor = Ingestor(store, embedder=Embedder(encoder))
     chunks, started = 0, time.perf_counter()
@@ -213,6 +237,8 @@ def main() -> int:
     parser.add_argument("--dsn", required=True, help="the coordinator (and single node)")
     parser.add_argument("--shard", action="append", required=True, help="a shard's DSN (repeat)")
     parser.add_argument("--queries", type=int, default=210)
+    parser.add_argument("--parts-per-shard", type=int, default=2,
+                        help="hash parts per shard in the sharded store (setup_shards; default 2, as there)")
     parser.add_argument("--ef-search", type=int, action="append", default=None,
                         help="an HNSW ef_search to measure recall@10 at (repeat; default 40, 100, 200)")
     parser.add_argument("--vectors", type=Path, default=None,
@@ -221,21 +247,19 @@ def main() -> int:
     args = parser.parse_args()
     encoder = HashingEncoder(dim=384) if args.vectors is None else drawn_encoder(args.vectors)
     result: dict = {"machine": machine(), "code": code_version(), "chunks_asked": args.chunks,
-                    "vectors": encoder.name,
+                    "vectors": encoder.name, "parts_per_shard": args.parts_per_shard,
                     "command": " ".join(["bench/pg_backends.py", *sys.argv[1:]])}
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         manifests, words = make_corpus(folder, max(1, args.chunks // 10))
-        rng = random.Random(1)
-        top = words[:3000]
-        questions = [" ".join(rng.choice(top) for _ in range(rng.randint(3, 8))) for _ in range(args.queries)]
+        questions = questions_of(words, args.queries)
         single = f"{args.dsn}?options=-csearch_path%3Dbench_single"
         sharded = f"{args.dsn}?options=-csearch_path%3Dbench_sharded"
         for dsn in (single, sharded):
             with contextlib.suppress(StoreError):  # no store there yet
                 drop_store(dsn)
         stores = {"sqlite": SQLiteStore(folder / "store.db"), "pg": PostgresStore(single),
-                  "pg-sharded": setup_shards(sharded, args.shard)}
+                  "pg-sharded": setup_shards(sharded, args.shard, parts_per_shard=args.parts_per_shard)}
         dsns = {"pg": single, "pg-sharded": sharded}
         tops: dict[str, list[list[str]]] = {}
         dense_tops: dict[str, list[list[str]]] = {}

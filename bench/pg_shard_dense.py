@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import random
 import statistics
 import sys
-import tempfile
 import time
 import types
-from pathlib import Path
 
-from _common import REPO, code_version, machine, module_at, write_result
-from pg_backends import BM25Retriever, DenseRetriever, Principal, Query, RRF, drawn_encoder, make_corpus
+from _common import code_version, machine, module_at, write_result
+from pg_backends import (BM25Retriever, DenseRetriever, Principal, Query, RRF, add_store_arguments,
+                         encoder_and_questions)
 
 from ragdx.store.postgres import PostgresStore
 
@@ -53,23 +51,10 @@ def timed(store, before, questions: list[str], encoder, step) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", required=True, metavar="REV", help="the revision to compare with")
-    parser.add_argument("--dsn", required=True, help="the coordinator bench/pg_backends.py used")
-    parser.add_argument("--chunks", type=int, default=100000, help="as given to bench/pg_backends.py")
-    parser.add_argument("--vectors", type=Path, default=None, help="as given to bench/pg_backends.py")
-    parser.add_argument("--queries", type=int, default=110)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "pg_shard_dense.json")
+    add_store_arguments(parser, 110, "pg_shard_dense.json")
     args = parser.parse_args()
-    if args.vectors is None:
-        from ragdx.testing.encoders import HashingEncoder
-        encoder = HashingEncoder(dim=384)
-    else:
-        encoder = drawn_encoder(args.vectors)
     before = module_at(args.before, "src/ragdx/store/embeddings.py")
-    with tempfile.TemporaryDirectory() as tmp:  # the questions of bench/pg_backends.py
-        _, words = make_corpus(Path(tmp), max(1, args.chunks // 10))
-    rng = random.Random(1)
-    top = words[:3000]
-    questions = [" ".join(rng.choice(top) for _ in range(rng.randint(3, 8))) for _ in range(args.queries)]
+    encoder, questions = encoder_and_questions(args)
     result: dict = {"machine": machine(), "code": code_version(), "before": args.before,
                     "command": " ".join(["bench/pg_shard_dense.py", *sys.argv[1:]])}
     for schema in ("bench_sharded", "bench_single"):

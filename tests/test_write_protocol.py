@@ -17,8 +17,8 @@ def _parameters(fn) -> list[str]:
 
 
 def test_the_protocol_lists_the_writes_ingest_and_embedding_use():
-    assert len(WRITE_METHODS) == 16
-    assert {"insert_version", "write_vectors", "transaction", "audit", "delete_document"} <= set(WRITE_METHODS)
+    assert len(WRITE_METHODS) == 17
+    assert {"insert_version", "versions_of", "write_vectors", "transaction", "audit", "delete_document"} <= set(WRITE_METHODS)
 
 
 @pytest.mark.parametrize("module, cls", [("ragdx.store.sqlite", "SQLiteStore"), ("ragdx.store.postgres", "PostgresStore")])

@@ -253,6 +253,11 @@ class WritableStore(Store, Protocol):
         """Update a stored version's acl, status, title, path, metadata and updated_at; what changed."""
         ...
 
+    def versions_of(self, doc_ids: Sequence[str]) -> dict[str, list[StoredVersion]]:
+        """The stored versions of each of these documents, in ingestion order (an empty list for
+        one with none), in one look-up: ingest reads a whole batch's versions at once."""
+        ...
+
     def set_status(self, doc_id: str, version: str, status: DocStatus, reason: str) -> None: ...
 
     def delete_document(self, doc_id: str) -> list[str]:

@@ -284,3 +284,113 @@ def test_hnsw_settings_reach_the_connections_and_bad_ones_are_named(pg_servers, 
         assert reader._one("SHOW hnsw.ef_search") == ("57",)
     with pytest.raises(InputError, match=r"hnsw_m must be a whole number >= 2, not 0"):
         PostgresStore(store.dsn, "read", hnsw_m=0)
+
+
+def _statements(monkeypatch) -> list[str]:
+    """Every statement the process sends one at a time (``executemany`` and ``COPY`` batches not
+    counted, nor the settings of a pool's new connection), filled as it runs."""
+    import psycopg
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def counted(self, query, *args, **kwargs):
+        if not str(query).startswith("SET "):
+            sent.append(str(query))
+        return execute(self, query, *args, **kwargs)
+    monkeypatch.setattr(psycopg.Cursor, "execute", counted)
+    return sent
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ingest_sends_no_statement_per_document(tmp_path, pg_store_factory, monkeypatch, kind):
+    """The version look-ups (three a document: before parsing, before writing, and the versions
+    to supersede) are one per batch, and a version's rows (documents, acl, tombstone, log) go
+    with the batch's flush: ingesting 30 documents sends exactly the statements 10 do."""
+    counts = []
+    for n in (10, 30):
+        manifest = _corpus(tmp_path / str(n), n)
+        store = pg_store_factory(kind)
+        sent = _statements(monkeypatch)
+        Ingestor(store, embedder=Embedder(HashingEncoder(dim=16))).run(manifest)
+        monkeypatch.undo()
+        counts.append(len(sent))
+        assert store.counts()["versions"] == n and len(store.log_entries()) == n + 2  # + the space's two
+    assert counts[0] == counts[1]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", *KINDS])
+def test_ingest_reads_a_batchs_versions_in_one_look_up_and_keeps_them_right(tmp_path, pg_store_factory,
+                                                                           monkeypatch, kind):
+    """One ``versions_of`` before parsing and one inside the write transaction, not a
+    ``version``/``versions`` per document; what it writes is what the per-document look-ups
+    wrote: a version listed twice, a new version superseding the stored one, an attribute
+    change, each logged in order; a bad entry or a changed text under a stored version leaves
+    the store as it was."""
+    store = SQLiteStore(tmp_path / "s.db") if kind == "sqlite" else pg_store_factory(kind)
+    for name, text in (("a1", "Alpha one."), ("a2", "Alpha two."), ("b1", "Beta one."), ("b2", "Beta two.")):
+        write(tmp_path / f"{name}.txt", text)
+
+    def manifest(name, *rows):
+        return write(tmp_path / name, "".join(json.dumps(r) + "\n" for r in rows))
+
+    Ingestor(store).run(manifest("m1.jsonl", {"doc_id": "a", "path": "a1.txt", "version": "1"},
+                                 {"doc_id": "b", "path": "b1.txt", "version": "1"}))
+    calls: list[str] = []
+    for method in ("version", "versions", "versions_of"):
+        original = getattr(store, method)
+        monkeypatch.setattr(store, method, lambda *a, _m=method, _o=original, **k: calls.append(_m) or _o(*a, **k))
+    report = Ingestor(store).run(manifest(
+        "m2.jsonl",
+        {"doc_id": "a", "path": "a1.txt", "version": "1", "acl": ["staff"]},  # attributes only
+        {"doc_id": "a", "path": "a2.txt", "version": "2"},                    # supersedes a@1
+        {"doc_id": "b", "path": "b2.txt", "version": "2"}))                   # supersedes stored b@1
+    # (the one ``version``: update_attributes reads the stored version it changes, a@1)
+    assert calls == ["versions_of", "versions_of", "version"]
+    monkeypatch.undo()
+    assert [(a.doc_id, a.version, a.action.value, a.detail) for a in report.actions] == [
+        ("a", "1", "update", "acl, status"), ("a", "2", "add", ""), ("b", "2", "add", "")]
+    assert {(v.document.doc_id, v.document.version): (v.document.status.value, v.document.acl)
+            for v in store.versions()} == {("a", "1"): ("superseded", ("staff",)), ("b", "1"): ("superseded", ("public",)),
+                                          ("a", "2"): ("current", ("public",)), ("b", "2"): ("current", ("public",))}
+    assert [(e.op, e.doc_id, e.version) for e in store.log_entries()] == [
+        ("add", "a", "1"), ("add", "b", "1"), ("acl", "a", "1"), ("status", "a", "1"),
+        ("add", "a", "2"), ("add", "b", "2"), ("status", "b", "1")]
+    before = (store.counts(), store.index_version, len(store.log_entries()))
+    write(tmp_path / "b2.txt", "Beta two, changed.")
+    with pytest.raises(InputError, match="version '2' of 'b' is already stored with different content"):
+        Ingestor(store).run(manifest("m3.jsonl", {"doc_id": "c", "path": "a1.txt", "version": "1"},
+                                     {"doc_id": "b", "path": "b2.txt", "version": "2"}))
+    with pytest.raises(InputError, match="file not found"):
+        Ingestor(store).run(manifest("m4.jsonl", {"doc_id": "c", "path": "a1.txt", "version": "1"},
+                                     {"doc_id": "d", "path": "nope.txt", "version": "1"}))
+    assert (store.counts(), store.index_version, len(store.log_entries())) == before
+    store.close()
+
+
+def test_a_shards_parts_are_searched_at_once_each_by_a_statement_of_its_own(tmp_path, pg_store_factory,
+                                                                           monkeypatch):
+    """Two parts per shard: each part's statement goes alone (no UNION ALL of a shard's parts,
+    which its server ran one after the other), all four at the same time on four threads, and
+    the results are one server's."""
+    import threading
+
+    import psycopg
+    manifest = _corpus(tmp_path, 48)
+    one, sharded = pg_store_factory("pg"), pg_store_factory("sharded")
+    for store in (one, sharded):
+        Ingestor(store).run(manifest)
+    ran: list[tuple[str, int]] = []
+    execute = psycopg.Cursor.execute
+
+    def recorded(self, query, *args, **kwargs):
+        if "acl_p" in str(query):
+            ran.append((str(query), threading.get_ident()))
+        return execute(self, query, *args, **kwargs)
+    monkeypatch.setattr(psycopg.Cursor, "execute", recorded)
+    keys = sorted((v.document.doc_id, v.document.version) for v in one.versions())[:12]
+    ran.clear()
+    assert sharded.readable_many(("public",), keys) == one.readable_many(("public",), keys) == {
+        key for key in keys if int(key[0][1:]) % 5 != 4}  # d04 and d09 are staff's
+    assert sorted(q.count("acl_p") for q, _ in ran) == [1, 1, 1, 1]
+    assert sorted(int(q.split("acl_p")[1][0]) for q, _ in ran) == [0, 1, 2, 3]
+    assert len({thread for _, thread in ran}) == 4

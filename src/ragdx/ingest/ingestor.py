@@ -21,7 +21,7 @@ from ragdx.ingest.manifest import MAX_FILE_BYTES, ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
 from ragdx.progress import Progress
 from ragdx.protocols import VersionedIndexStore, WritableStore
-from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument
+from ragdx.types import ChoiceEnum, Document, DocStatus, ParsedDocument, StoredVersion
 
 log = logging.getLogger("ragdx.ingest")
 
@@ -145,7 +145,7 @@ class Ingestor:
             InputError: the file is missing or unreadable, of an unknown format, undecodable, or
                 has no text; the message names the file and the manifest line that declared it.
         """
-        read = self._read(entry)
+        read = self._read(entry, self._stored([entry]))
         if isinstance(read, PreparedDocument):
             return read
         return self._chunk(read, _parse(read.job))
@@ -158,7 +158,8 @@ class Ingestor:
         Raises:
             InputError: as :meth:`prepare`, for the first bad entry in manifest order.
         """
-        reads = [self._read(entry) for entry in entries]
+        stored = self._stored(entries)
+        reads = [self._read(entry, stored) for entry in entries]
         jobs = [r.job for r in reads if isinstance(r, _Read)]
         if self.workers > 1 and len(jobs) >= PARALLEL_FROM:
             # spawned, not forked: this process may hold an encoder's threads and locks
@@ -178,9 +179,15 @@ class Ingestor:
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
 
-    def _read(self, entry: ManifestEntry) -> "PreparedDocument | _Read":
+    def _stored(self, entries: Sequence[ManifestEntry]) -> dict[tuple[str, str], StoredVersion]:
+        """The stored versions of the entries' documents, by (doc_id, version): one look-up for
+        the whole batch, not one per entry."""
+        found = self.store.versions_of(list(dict.fromkeys(e.doc_id for e in entries)))
+        return {(v.document.doc_id, v.document.version): v for vs in found.values() for v in vs}
+
+    def _read(self, entry: ManifestEntry, known: dict[tuple[str, str], StoredVersion]) -> "PreparedDocument | _Read":
         """The entry's bytes, or the stored version when the store already holds these bytes
-        parsed and chunked as this ingest would."""
+        parsed and chunked as this ingest would (``known``: the batch's stored versions)."""
         try:
             fmt = detect_format(str(entry.path), entry.format)
             try:
@@ -199,7 +206,7 @@ class Ingestor:
             raise _declared(entry, exc) from None
         content_hash = hashlib.sha256(data).hexdigest()
         version = entry.version or content_hash[:12]
-        stored = self.store.version(entry.doc_id, version)
+        stored = known.get((entry.doc_id, version))
         if (stored is not None and stored.document.content_hash == content_hash
                 and stored.chunker_config == self._config_json and stored.parser == parser_id(fmt)
                 and (entry.status is not DocStatus.CURRENT or self.store.chunk_count(entry.doc_id, version))):
@@ -271,9 +278,11 @@ class Ingestor:
                 space = self.embedder.space
                 self.store.register_space(space, self.embedder.backend)
                 self.store.set_space_state(space.id, "active", "first space of this store")
+            # the batch's stored versions, read once under the write lock and kept up to date below
+            written = _Written(self.store.versions_of(list(dict.fromkeys(p.document.doc_id for p in prepared))))
             with Progress("writing", len(prepared), unit="documents") as progress:
                 for item in progress.iterate(prepared):
-                    action = self._write(item)
+                    action = self._write(item, written)
                     actions.append(action)
                     if vectors and item.chunked and action.action in ("add", "rechunk"):
                         self.store.write_vectors(self.embedder.space.id, [
@@ -336,16 +345,18 @@ class Ingestor:
                                   f"{wanted}, and this ragdx parses it with {item.parsed.parser}: {how}, "
                                   f"which parses every version again ({item.entry.origin})")
 
-    def _write(self, item: PreparedDocument) -> IngestAction:
+    def _write(self, item: PreparedDocument, written: "_Written") -> IngestAction:
         doc, store = item.document, self.store
-        stored = store.version(doc.doc_id, doc.version)
+        versions = written.of(doc.doc_id)
+        stored = versions.get(doc.version)
         if stored is not None:
-            if stored.document.content_hash != doc.content_hash:
+            if stored[0] != doc.content_hash:
                 raise InputError(
                     f"version {doc.version!r} of {doc.doc_id!r} is already stored with different "
                     "content; give the changed document a new version", file=item.entry.origin,
                     line=item.entry.line, field="version")
             changed = store.update_attributes(doc)
+            versions[doc.version] = (doc.content_hash, doc.status)
             action = IngestAction(doc.doc_id, doc.version, "update", ", ".join(changed)) \
                 if changed else IngestAction(doc.doc_id, doc.version, "unchanged")
             if item.parsed is not None and item.chunked is not None:  # parser or chunker changed
@@ -356,13 +367,29 @@ class Ingestor:
             assert item.parsed is not None and item.chunked is not None  # new versions are parsed
             store.insert_version(doc, item.raw_text, item.parsed, item.chunked.sections,
                                  item.chunked.chunks, self._config_json)
+            versions[doc.version] = (doc.content_hash, doc.status)
             action = IngestAction(doc.doc_id, doc.version, "add")
         if doc.status is DocStatus.CURRENT:
-            for other in store.versions(doc.doc_id):
-                if other.document.version != doc.version and other.document.status is DocStatus.CURRENT:
-                    store.set_status(doc.doc_id, other.document.version, DocStatus.SUPERSEDED,
-                                     f"version {doc.version} is current")
+            for other, (content_hash, status) in versions.items():
+                if other != doc.version and status is DocStatus.CURRENT:
+                    store.set_status(doc.doc_id, other, DocStatus.SUPERSEDED, f"version {doc.version} is current")
+                    versions[other] = (content_hash, DocStatus.SUPERSEDED)
         return action
+
+
+class _Written:
+    """What the store holds of a batch's documents while the batch is written: each version's
+    content hash and status, in ingestion order, read in one look-up at the start of the write
+    transaction (under its lock, so no other writer changes them) and updated by every write
+    the batch makes, instead of a look-up per document."""
+
+    def __init__(self, stored: dict[str, list[StoredVersion]]) -> None:
+        self._docs = {doc_id: {v.document.version: (v.document.content_hash, v.document.status) for v in vs}
+                      for doc_id, vs in stored.items()}
+
+    def of(self, doc_id: str) -> dict[str, tuple[str, DocStatus]]:
+        """The document's versions (version -> (content hash, status)); the caller updates it."""
+        return self._docs.setdefault(doc_id, {})
 
 
 def _supersede_earlier(prepared: list[PreparedDocument]) -> list[PreparedDocument]:

@@ -88,20 +88,18 @@ def pg_insert_version(self: PostgresStore, document: Document, raw_text: str, pa
     """Store a new document version with its text, access groups, sections and chunks."""
     if self._tx is None:
         raise StoreError("store writes must happen inside store.transaction()")
-    self._next_index_version()
-    # one round trip for the version's rows (pipeline mode; the chunks are buffered)
-    with self._tx.pipeline():
-        self._write(
-            "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
-            (document.doc_id, document.version, document.content_hash, document.path, document.title,
-             document.format, document.status.value, document.updated_at,
-             json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
-             json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, now()))
-        self._write("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
-                    (document.doc_id, document.version, sorted(set(document.acl))))
-        self._write("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
-        self.log("add", document.doc_id, document.version,
-                 f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
+    # the version's rows are buffered, as its chunks are: no round trip per version
+    self._buffer(
+        "INSERT INTO {s}.documents VALUES (%s,%s,nextval('{s}.doc_seq'),%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+        (document.doc_id, document.version, document.content_hash, document.path, document.title,
+         document.format, document.status.value, document.updated_at,
+         json.dumps(dict(document.metadata), sort_keys=True), parsed.parser,
+         json.dumps(list(parsed.warnings)), chunker_config, raw_text, parsed.text, now()))
+    self._buffer("INSERT INTO {s}.acl VALUES (%s, %s, %s)",
+                 (document.doc_id, document.version, sorted(set(document.acl))))
+    self._buffer("DELETE FROM {s}.tombstones WHERE doc_id = %s", (document.doc_id,))
+    self.log("add", document.doc_id, document.version,
+             f"{len(chunks)} chunks, status {document.status.value}, acl {list(document.acl)}")
     self._write_chunks(document, sections, chunks, chunker_config, new=True)
 
 
@@ -222,7 +220,7 @@ def sqlite_log(self: SQLiteStore, op: str, doc_id: str | None, version: str | No
 
 
 def pg_log(self: PostgresStore, op: str, doc_id: str | None, version: str | None, detail: str) -> None:
-    self._write("INSERT INTO {s}.log (at, index_version, op, doc_id, version, detail) "
+    self._buffer("INSERT INTO {s}.log (at, index_version, op, doc_id, version, detail) "
                 "VALUES (%s, %s, %s, %s, %s, %s)",
                 (now(), self._next_index_version(), op, doc_id, version, detail))
 
@@ -272,6 +270,30 @@ def pg_versions(self: PostgresStore, doc_id: str | None = None) -> list[StoredVe
     """Stored versions in ingestion order, of one document or of all."""
     where, args = (" WHERE d.doc_id = %s", (doc_id,)) if doc_id is not None else ("", ())
     return [self._version_row(r) for r in self._all(PG_VERSIONS + where + " ORDER BY d.seq", args)]
+
+
+def sqlite_versions_of(self: SQLiteStore, doc_ids: Sequence[str]) -> dict[str, list[StoredVersion]]:
+    """The stored versions of each of these documents, in ingestion order (an empty list for one
+    with none): what :meth:`versions` gives per document, for a batch at once."""
+    out: dict[str, list[StoredVersion]] = {doc_id: [] for doc_id in doc_ids}
+    ids = list(out)
+    for i in range(0, len(ids), 500):
+        batch = ids[i:i + 500]
+        rows = self._db.execute(f"SELECT {SQLITE_VERSION_COLUMNS} FROM documents WHERE doc_id IN "
+                                f"({','.join('?' * len(batch))}) ORDER BY seq", batch).fetchall()
+        for row in rows:
+            out[row[0]].append(self._version_row(row))
+    return out
+
+
+def pg_versions_of(self: PostgresStore, doc_ids: Sequence[str]) -> dict[str, list[StoredVersion]]:
+    """The stored versions of each of these documents, in ingestion order (an empty list for one
+    with none), in one statement: what :meth:`versions` gives per document, for a batch at once."""
+    out: dict[str, list[StoredVersion]] = {doc_id: [] for doc_id in doc_ids}
+    if out:
+        for row in self._all(PG_VERSIONS + " WHERE d.doc_id = ANY(%s) ORDER BY d.seq", (list(out),)):
+            out[row[0]].append(self._version_row(row))
+    return out
 
 
 def sqlite_chunks_by_id(self: SQLiteStore, ids: list[str]) -> dict[str, Chunk]:

@@ -98,6 +98,8 @@ def _schema_of(dsn: str) -> str:
 
 
 _BUFFERED = re.compile(r"\{s\}\.(chunks|sections|corpus|term_d|postings|vec_)")
+#: the tables of the buffered version rows (:meth:`PostgresStore._buffer`)
+_BUFFERED_ROWS = re.compile(r"\{s\}\.(documents|acl|tombstones|log)\b")
 
 
 class PostgresStore:
@@ -152,6 +154,9 @@ class PostgresStore:
         self._pending_keys: set[tuple[str, str]] = set()  # the versions of the buffered vectors
         self._pending_chunks: list[tuple] = []
         self._pending_sections: list[dict] = []
+        # statements on the versions' own tables (documents, acl, tombstones, log), each with its
+        # rows' arguments in order: sent together by _flush_rows, one round trip, not one a version
+        self._pending_rows: dict[str, list[Sequence[Any]]] = {}
         self._tx_configs: set[str] = set()
         self._rowid_block: list[int] | None = None  # the reserved chunk rows: next, end
         self._tx_index_version: int | None = None
@@ -209,8 +214,10 @@ class PostgresStore:
             yield conn
 
     def _all(self, sql: str, args: Sequence[Any] | dict | None = None) -> list[tuple]:
+        if self._pending_rows and self._writing() and _BUFFERED_ROWS.search(sql):
+            self._flush_rows()  # a read inside the writing transaction sees its buffered rows
         if (self._pending_chunks or self._pending_sections) and self._writing() and _BUFFERED.search(sql):
-            self._flush()  # a read inside the writing transaction sees its buffered rows
+            self._flush()
         with self._conn() as conn:
             return conn.execute(sql.replace("{s}", self.schema), args).fetchall()
 
@@ -271,6 +278,7 @@ class PostgresStore:
                 self._pending_keys.clear()
                 self._pending_chunks.clear()
                 self._pending_sections.clear()
+                self._pending_rows.clear()
                 self._tx_configs.clear()
                 self._rowid_block = self._tx_index_version = None
                 written, self._tx_vectors, self._tx_first_rowid = self._tx_vectors, {}, None
@@ -297,7 +305,26 @@ class PostgresStore:
         if self._tx is None:
             raise StoreError("store writes must happen inside store.transaction()")
         self._changed = True
+        if self._pending_rows and _BUFFERED_ROWS.search(sql):
+            self._flush_rows()  # the buffered rows go first: the statement may read or change them
         self._tx.execute(sql.replace("{s}", self.schema), args)
+
+    def _buffer(self, sql: str, args: Sequence[Any]) -> None:
+        """Write a row of a version's own tables (documents, acl, tombstones, log) with the
+        transaction's next flush: any statement or read of those tables, a flush of the chunks,
+        or the commit sends the buffered rows first, in the order they were buffered."""
+        if self._tx is None:
+            raise StoreError("store writes must happen inside store.transaction()")
+        self._changed = True
+        self._pending_rows.setdefault(sql.replace("{s}", self.schema), []).append(args)
+
+    def _flush_rows(self) -> None:
+        """Send the buffered version rows: one pipelined batch per statement, one round trip."""
+        pending, self._pending_rows = self._pending_rows, {}
+        if pending:
+            with self._tx.pipeline(), self._tx.cursor() as cursor:
+                for sql, rows in pending.items():
+                    cursor.executemany(sql, rows)
 
     def _insert(self, table: str, columns: str, rows: list[dict], select: str = "*") -> None:
         """Insert many rows in one statement (a statement trigger fires once, and postgres_fdw
@@ -311,6 +338,7 @@ class PostgresStore:
     # -- buffered writes: postings and vectors by COPY --------------------------------------
     def _flush(self) -> None:
         """Write what the transaction buffered (before its commit, and before a read inside it)."""
+        self._flush_rows()  # the versions first: their chunks refer to them
         if self._pending_chunks or self._pending_sections:
             self._flush_chunks()
         if self._pending_postings:
@@ -367,6 +395,7 @@ class PostgresStore:
     _version_row = documents._pg_version_row
     version = documents.pg_version
     versions = documents.pg_versions
+    versions_of = documents.pg_versions_of
     latest = documents.latest
     doc_ids = documents.doc_ids
     texts = documents.texts

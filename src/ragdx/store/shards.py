@@ -56,25 +56,27 @@ def _pg_on_each_shard(self: PostgresStore, statements: Callable[[int], list[str]
 
 
 def _pg_on_servers(self: PostgresStore, job: Callable[[Any, list[int]], Any],
-                   parts: Sequence[int] | None = None) -> list[Any]:
+                   parts: Sequence[int] | None = None, *, each_part: bool = False) -> list[Any]:
     """``job(connection, parts)`` on each shard server for the parts it holds (of ``parts``,
     when given), the servers in parallel (the first on this thread, the others on threads,
-    each with a connection of its own): ragdx's fan-out."""
-    by_server: dict[str, list[int]] = {}
+    each with a connection of its own): ragdx's fan-out. ``each_part``: one job per part
+    instead, all at once (a shard's parts are searched at the same time, each by a backend of
+    its own, not one after the other in one statement)."""
+    jobs: dict[tuple[str, int], list[int]] = {}  # (server, part or -1) -> its parts
     for part, server in self._parts.items():
         if parts is None or part in parts:
-            by_server.setdefault(server, []).append(part)
+            jobs.setdefault((server, part if each_part else -1), []).append(part)
     if self._fan_pool is None:
         from concurrent.futures import ThreadPoolExecutor
-        self._fan_pool = ThreadPoolExecutor(max_workers=len(by_server), thread_name_prefix="ragdx-shard")
+        self._fan_pool = ThreadPoolExecutor(max_workers=len(self._parts), thread_name_prefix="ragdx-shard")
 
-    def run(server: str, parts: list[int]) -> Any:
-        pool = self._shard_pool(server)
+    def run(key: tuple[str, int], parts: list[int]) -> Any:
+        pool = self._shard_pool(key[0])
         with pool.connection() as conn:
             return job(conn, parts)
-    # the first server's job runs on this thread: one hand-off fewer per fan-out (each costs a
-    # wake-up, which on a loaded machine is a wait for a core)
-    (first, first_parts), *others = by_server.items()
+    # the first job runs on this thread: one hand-off fewer per fan-out (each costs a wake-up,
+    # which on a loaded machine is a wait for a core)
+    (first, first_parts), *others = jobs.items()
     futures = [self._fan_pool.submit(run, server, parts) for server, parts in others]
     try:
         here = run(first, first_parts)
@@ -126,7 +128,7 @@ def _pg_fan(self: PostgresStore, sql: Callable[[str], str], args: Sequence[Any] 
         return " UNION ALL ".join(f"({sql(f'_p{p}')})" for p in parts)
     if self._writing():
         return run(self._tx, union([p for p in self._parts if parts is None or p in parts]))
-    found = self._on_servers(lambda conn, held: run(conn, union(held)), parts)
+    found = self._on_servers(lambda conn, held: run(conn, union(held)), parts, each_part=True)
     return [row for rows in found for row in rows]
 
 

@@ -233,6 +233,7 @@ class SQLiteStore:
     _version_row = documents._sqlite_version_row
     version = documents.sqlite_version
     versions = documents.sqlite_versions
+    versions_of = documents.sqlite_versions_of
     latest = documents.latest
     doc_ids = documents.doc_ids
     texts = documents.texts
