@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import statistics
 import sys
 import time
 
 from _common import code_version, label_table, machine, write_result
-from pg_backends import (BM25Retriever, DenseRetriever, Principal, Query, RRF, add_store_arguments,
-                         encoder_and_questions)
+from pg_backends import add_store_arguments, alternating, encoder_and_questions
 
 from ragdx.store.postgres import PostgresStore
 
@@ -47,25 +45,11 @@ def main() -> int:
             finally:
                 _spent[sys._getframe(1).f_code.co_name] += time.perf_counter() - started
         store._fan = timed
-    times: dict[str, list[float]] = {name: [] for name in STORES}
-    lists: dict[str, list] = {name: [] for name in STORES}
-    for n, question in enumerate(questions):
-        query = Query(f"q{n}", question, Principal("bench", ("public",)))
-        for name in (STORES if n % 2 == 0 else STORES[::-1]):
-            store = stores[name]
-            bm25 = BM25Retriever(store, top_k=100)
-            dense = DenseRetriever(store, encoder, top_k=100, search="hnsw")
-            started = time.perf_counter()
-            found = [bm25.run(query), dense.run(query)]
-            RRF(60.0, 50).run(found)
-            times[name].append(time.perf_counter() - started)
-            lists[name].append([(c.chunk_id, c.score) for c in found[0].items])
+    turns, lists = alternating(stores, encoder, questions)
     result: dict = {"machine": machine(), "code": code_version(), "load_1min": round(os.getloadavg()[0], 2),
                     "command": " ".join(["bench/pg_alternate.py", *sys.argv[1:]])}
     for name in STORES:
-        warm = times[name][10:]  # the first queries warm caches and prepared statements
-        result[name] = {"hybrid_hnsw_p50_ms": round(statistics.median(warm) * 1000, 1),
-                        "queries": len(warm),
+        result[name] = {"hybrid_hnsw_p50_ms": turns[name]["p50_ms"], "queries": turns[name]["queries"],
                         "ms_per_query": {k: round(v / len(questions) * 1000, 1) for k, v in spent[name].items()}}
     result["sharded_p50_vs_one_node"] = round(result["bench_sharded"]["hybrid_hnsw_p50_ms"]
                                               / result["bench_single"]["hybrid_hnsw_p50_ms"], 2)
