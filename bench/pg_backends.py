@@ -2,6 +2,9 @@
 in the same run: ingest throughput, and hybrid query latency (BM25 top 100 + dense top 100 +
 RRF, as the pipeline's retrieval runs them) p50/p95, with exact and HNSW vector search on
 PostgreSQL; plus the BM25 top-10 agreement of each PostgreSQL set-up with the embedded channel.
+Last, one node and the shards answer the hybrid query in turn, question by question
+(:func:`alternating`): the sharded p50 over one node's, both at the same load (the result's
+``p50_vs_one_node``; the two phases' ratio, timed minutes apart, is ``p50_vs_one_node_sequential``).
 
 The corpus is synthetic so its size is a parameter: documents of ten paragraphs of Zipf-
 distributed words (about ten chunks each; a fifth readable by "staff" only), embedded with the
