@@ -11,7 +11,7 @@ version's groups by a join rather than a second query.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ragdx.errors import InputError, StoreError
 from ragdx.store._attributes import attribute_changes
@@ -351,6 +351,27 @@ def _pg_rowids(self: PostgresStore, n: int) -> int:
     first = self._rowid_block[0]
     self._rowid_block[0] += n
     return first
+
+
+def _pg_buffer(self: PostgresStore, sql: str, args: Sequence[Any]) -> None:
+    """Write a row of a version's own tables (documents, acl, tombstones, log) with the
+    transaction's next flush: any statement or read of those tables, a flush of the chunks,
+    or the commit sends the buffered rows first: each statement's rows in the order they were
+    buffered, the statements in the order each was first buffered (a version's documents row
+    before its acl row)."""
+    if self._tx is None:
+        raise StoreError("store writes must happen inside store.transaction()")
+    self._changed = True
+    self._pending_rows.setdefault(sql.replace("{s}", self.schema), []).append(args)
+
+
+def _pg_flush_rows(self: PostgresStore) -> None:
+    """Send the buffered version rows: one pipelined batch per statement, one round trip."""
+    pending, self._pending_rows = self._pending_rows, {}
+    if pending:
+        with self._tx.pipeline(), self._tx.cursor() as cursor:
+            for sql, rows in pending.items():
+                cursor.executemany(sql, rows)
 
 
 def _pg_flush_chunks(self: PostgresStore) -> None:

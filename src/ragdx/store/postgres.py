@@ -309,23 +309,6 @@ class PostgresStore:
             self._flush_rows()  # the buffered rows go first: the statement may read or change them
         self._tx.execute(sql.replace("{s}", self.schema), args)
 
-    def _buffer(self, sql: str, args: Sequence[Any]) -> None:
-        """Write a row of a version's own tables (documents, acl, tombstones, log) with the
-        transaction's next flush: any statement or read of those tables, a flush of the chunks,
-        or the commit sends the buffered rows first, in the order they were buffered."""
-        if self._tx is None:
-            raise StoreError("store writes must happen inside store.transaction()")
-        self._changed = True
-        self._pending_rows.setdefault(sql.replace("{s}", self.schema), []).append(args)
-
-    def _flush_rows(self) -> None:
-        """Send the buffered version rows: one pipelined batch per statement, one round trip."""
-        pending, self._pending_rows = self._pending_rows, {}
-        if pending:
-            with self._tx.pipeline(), self._tx.cursor() as cursor:
-                for sql, rows in pending.items():
-                    cursor.executemany(sql, rows)
-
     def _insert(self, table: str, columns: str, rows: list[dict], select: str = "*") -> None:
         """Insert many rows in one statement (a statement trigger fires once, and postgres_fdw
         sends the rows to the shards in batches): the rows travel as one JSON array, read back
@@ -386,6 +369,8 @@ class PostgresStore:
     _write_chunks = documents._pg_write_chunks
     _rowids = documents._pg_rowids
     _flush_chunks = documents._pg_flush_chunks
+    _buffer = documents._pg_buffer
+    _flush_rows = documents._pg_flush_rows
     replace_chunks = documents.replace_chunks
     update_attributes = documents.update_attributes
     set_status = documents.set_status
