@@ -153,6 +153,27 @@ def test_budget_cut_is_recorded_with_rank(example):
     assert context.dropped[0].reason.startswith("truncated by the token budget")
 
 
+def test_a_revocation_by_another_connection_reaches_governance_that_kept_versions(tmp_path):
+    """Governance keeps documents' versions across questions; an access revocation committed by
+    another connection must still drop the version at the next question."""
+    import dataclasses
+
+    store = SQLiteStore(tmp_path / "store.db")
+    settings = load_settings(overrides=["chunking.tokenizer=regex"])
+    build_ingestor(store, settings, HashingEncoder(dim=64)).run(EXAMPLE / "manifest.jsonl")
+    ranked = candidates(store, ("policies/refund.md", "2026-03"))
+    governance = Governance(store)
+    assert [c.version for c in governance.run(Query("q", "refund window", PUBLIC), ranked).items] == ["2026-03"]
+    writer = SQLiteStore(tmp_path / "store.db")
+    revoked = dataclasses.replace(writer.version("policies/refund.md", "2026-03").document, acl=("staff",))
+    with writer.transaction():
+        assert writer.update_attributes(revoked) == ["acl"]
+    writer.close()
+    after = governance.run(Query("q2", "refund window", PUBLIC), ranked)
+    assert after.items == () and after.dropped == ()  # removed without a record (UNREADABLE)
+    store.close()
+
+
 def test_the_assembler_counts_each_text_once(example):
     store, _ = example
     docs = ["policies/refund.md", "policies/quality.md", "policies/warranty.txt"]
