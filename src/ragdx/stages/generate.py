@@ -371,7 +371,7 @@ class ExtractiveGenerator:
 #: a line of an interactive session's transcript: a prompt (Python's, a shell's, SQLite's)
 _PROMPT = re.compile(r"^[ \t]*(?:>>>|\$ |sqlite>)", re.MULTILINE)
 #: a statement that sends the reader elsewhere, or trails off
-_POINTER = re.compile(r"^(?:see also|see)\b", re.IGNORECASE)
+_POINTER = re.compile(r"^see\b", re.IGNORECASE)  # "See ...", "See also ..."
 
 
 def _may_lead(sentence: str, text: str, start: int) -> bool:
