@@ -306,6 +306,8 @@ def _stems(text: str) -> frozenset[str]:
 
 
 _GLUED = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
+#: a list item's line: "- ...", "* ...", "1. ...", "2) ..."
+_ITEM = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])\s+\S")
 
 
 class Labeller:
@@ -337,13 +339,15 @@ class Labeller:
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.45, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
-                 headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15) -> None:
+                 headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15,
+                 neighbour: float = 0.05, lists: bool = True, similar: float = 0.8) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
         self.page_prior, self.lines, self.api = page_prior, lines, api
+        self.neighbour, self.lists, self.similar = neighbour, lists, similar
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -357,6 +361,7 @@ class Labeller:
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
+                "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -527,7 +532,18 @@ class Labeller:
                 others.append([])
                 continue
             score, top = scored[0]
-            rival = next((sc for sc, s in scored[1:] if _compact(s.place.text) != _compact(top.place.text)), 0.0)
+            place, joined = top.place, None
+            if self.neighbour and score < 1.0:
+                # two statements side by side that state the claim about as well: the span covers both
+                # (a terse claim often sums up a sentence and the one after it)
+                joined = next((s for sc, s in scored[1:4] if sc >= score - self.neighbour
+                               and _compact(s.place.text) != _compact(top.place.text)
+                               and (s.place.doc, s.place.version) == (place.doc, place.version)
+                               and self._adjacent(place, s.place)), None)
+                if joined is not None:
+                    place = self._span([place, joined.place])
+            rival = next((sc for sc, s in scored[1:] if s is not joined
+                          and _compact(s.place.text) != _compact(top.place.text)), 0.0)
             verbatim = score >= 1.0
             reason = ("the reference's words, verbatim" if verbatim else
                       f"{how}: {score:.2f}; the runner-up elsewhere {rival:.2f}")
@@ -537,9 +553,9 @@ class Labeller:
                     continue
                 if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
                     also.append(s.place)
-            claims.append(ReferenceClaim(text, score, top.place, reason, rival, tuple(also)))
-            others.append([s.place for _, s in scored[1:6]
-                           if _compact(s.place.text) != _compact(top.place.text)])
+            claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also)))
+            others.append([s.place for _, s in scored[1:6] if s is not joined
+                           and _compact(s.place.text) != _compact(top.place.text)])
         verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
         for n, text in enumerate(split_claims(case.reference) if verbatim else []):
             if claims[n].score >= 1.0:
@@ -584,15 +600,12 @@ class Labeller:
                 run.append((claim, other))
         groups, candidates = [], []
         for run in runs:
-            places = [c.place for c, _ in run]
-            first = places[0]
-            assert first is not None
-            start, end = min(p.start for p in places), max(p.end for p in places)  # type: ignore[union-attr]
-            text = self.store.texts(first.doc, first.version)[1]
-            main = Place(first.doc, first.version, start, end, text[start:end], first.current)
+            main = self._span([c.place for c, _ in run if c.place is not None])
             places_out = [main] + self._elsewhere(main, named)
             if len(run) == 1:  # another page stating the claim about as well: an alternative too
                 places_out += [p for p in run[0][0].also if all(p.doc != q.doc for q in places_out)]
+            if self.lists:
+                places_out = [self._listed(p) for p in places_out]
             score = min(c.score for c, _ in run)
             rival = max(c.runner_up for c, _ in run)
             review = score < self.review_score or (score < 1.0 and score - rival < self.margin)
@@ -612,6 +625,33 @@ class Labeller:
         text = self.store.texts(a.doc, a.version)[1]
         return not text[a.end:b.start].strip()
 
+    def _span(self, places: Sequence[Place]) -> Place:
+        """One place from the first of places of one page version to the end of the last."""
+        first = places[0]
+        start, end = min(p.start for p in places), max(p.end for p in places)
+        text = self.store.texts(first.doc, first.version)[1]
+        return Place(first.doc, first.version, start, end, text[start:end], first.current)
+
+    def _listed(self, place: Place) -> Place:
+        """A place whose sentence ends in a colon, taken with the list that follows it: the
+        sentence announces what the items state ("... with the following exceptions:")."""
+        if not place.text.rstrip().endswith(":"):
+            return place
+        text = self.store.texts(place.doc, place.version)[1]
+        pos = text.find("\n", place.end) + 1  # the start of the line after the sentence
+        if pos == 0:
+            return place
+        end = place.end
+        for line in text[pos:].split("\n"):
+            start, pos = pos, pos + len(line) + 1
+            if not line.strip():
+                continue
+            if not _ITEM.match(line):
+                break
+            end = start + len(line.rstrip())
+        return place if end == place.end else Place(place.doc, place.version, place.start, end,
+                                                    text[place.start:end], place.current)
+
     def _paragraph(self, place: Place) -> int:
         for s in self.statements(place.doc, place.version):
             if s.place.start <= place.start < s.place.end or s.place.start >= place.start:
@@ -628,9 +668,13 @@ class Labeller:
                 continue
             text = self.store.texts(main.doc, version)[1]
             hits = find_quote(text, main.text) if _probe(main.text) in text else []
+            current = stored.document.status is DocStatus.CURRENT
             if hits:
-                out.append(Place(main.doc, version, hits[0][0], hits[0][1], text[hits[0][0]:hits[0][1]],
-                                 stored.document.status is DocStatus.CURRENT))
+                out.append(Place(main.doc, version, hits[0][0], hits[0][1], text[hits[0][0]:hits[0][1]], current))
+            elif self.similar and not named.named:
+                near = self._similar(main, version)
+                if near is not None:
+                    out.append(replace(near, current=current))
         bm25 = next((c for c in self.channels if c.name == "bm25"), None)
         if bm25 is not None:
             for c in bm25.run(Query("label#elsewhere", main.text[:400], self.everyone)).items[:10]:
@@ -645,6 +689,26 @@ class Labeller:
                     out.append(Place(c.doc_id, c.version, hits[0][0], hits[0][1], text[hits[0][0]:hits[0][1]],
                                      self._status.get((c.doc_id, c.version)) is DocStatus.CURRENT))
         return out
+
+    def _similar(self, main: Place, version: str) -> Place | None:
+        """The statements of another version of the page that say what the place's statements say,
+        in a few words otherwise (a footnote mark, a reworded clause): for each of the place's
+        statements, the other version's statement sharing the most of its content words, when the
+        two share at least ``similar`` of their words (Jaccard); one place from the first found to
+        the end of the last."""
+        mine = [s.terms for s in self.statements(main.doc, main.version)
+                if s.place.start < main.end and main.start < s.place.end and s.terms]
+        theirs = [s for s in self.statements(main.doc, version) if s.terms]
+        found: list[Place] = []
+        for terms in mine:
+            best, share = None, 0.0
+            for s in theirs:
+                j = len(terms & s.terms) / len(terms | s.terms)
+                if j > share:
+                    best, share = s, j
+            if best is not None and share >= self.similar:
+                found.append(best.place)
+        return self._span(found) if found else None
 
     def _check(self, proposal: Proposal) -> Proposal:
         """The proposal with only the alternatives that resolve to a span of the store (each is
