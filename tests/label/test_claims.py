@@ -28,3 +28,12 @@ def test_a_number_glued_to_its_unit_is_the_number_and_the_unit() -> None:
     # "4MB" meets "4 MB"; a version number and a word with digits inside stay whole
     assert _stems("about 4MB in size") == {"4", "mb", "size"}
     assert _stems("sqlite3 3.11 and 2.5x") == {"sqlite3", "3.11", "2.5", "x"}
+
+
+def test_a_numbers_thousands_separators_are_no_word_boundary() -> None:
+    from ragdx.label.propose import _stems
+    # "1,000,000 bytes" is not the first words of "1,000,000,000 bytes": one number each
+    assert _stems("1,000,000 bytes.") == {"1000000", "byte"}
+    assert _stems("a string or BLOB of 1,000,000,000 bytes") == {"string", "blob", "1000000000", "byte"}
+    # a comma before a space, or before fewer or more than three digits, still parts two numbers
+    assert _stems("round(2.675, 2) of (1,2) and 12,3456") == {"round", "2.675", "2", "1", "12", "3456"}

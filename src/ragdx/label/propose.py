@@ -297,15 +297,18 @@ def _documents(heading: str, names: frozenset[str]) -> bool:
 @functools.lru_cache(maxsize=65536)
 def _stems(text: str) -> frozenset[str]:
     """The stems of a text's content words; a number glued to its unit ("4MB") is the number and
-    the unit, as "4 MB" is."""
+    the unit, as "4 MB" is; a number's thousands separators are no boundary ("1,000,000" is
+    1000000, not the first words of "1,000,000,000")."""
     out = set()
-    for t in content_terms(text):
+    for t in content_terms(_THOUSANDS.sub("", text)):
         glued = _GLUED.fullmatch(t)
         out.update((glued[1], stem(glued[2])) if glued else (stem(t),))
     return frozenset(out)
 
 
 _GLUED = re.compile(r"(\d+(?:\.\d+)?)([a-z]+)")
+#: a thousands separator: a comma between a digit and three digits that end the number's group
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 #: a list item's line: "- ...", "* ...", "1. ...", "2) ..."
 _ITEM = re.compile(r"\s*(?:[-*\u2022]|\d+[.)])\s+\S")
 
