@@ -101,3 +101,15 @@ def test_a_place_scoring_045_states_the_claim(tmp_path: Path) -> None:
     # turn, widget): one held, 0.25 * 1/3; 0.4583 is at least min_score (0.45), below the old 0.5
     (group,) = Labeller(store, [BM25Retriever(store, top_k=20, current_only=False)]).run(case).groups
     assert (group.places[0].text, round(group.score, 4)) == ("Widgets rotate clockwise.", 0.4583)
+
+
+def test_a_label_ending_in_a_colon_under_an_entry_is_read_as_the_entry() -> None:
+    from ragdx.label.propose import _documents
+    names = frozenset({"widgets.spin"})
+    # a parameter's line stands under "Parameters:" under the signature: the entry's all the same
+    assert _documents("Spinners > widgets.spin(speed) > Parameters:", names) is True
+    assert _documents("Spinners > widgets.spin(speed) > Parameters: > Returns:", names) is True
+    # a heading of its own under the entry ("Notes") is another entry; a label alone names nothing
+    assert _documents("Spinners > widgets.spin(speed) > Notes", names) is False
+    assert _documents("Parameters:", names) is False
+    assert _documents("Spinners > gadgets.spin(speed) > Parameters:", names) is False

@@ -289,9 +289,13 @@ def api_names(text: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=65536)
 def _documents(heading: str, names: frozenset[str]) -> bool:
     """Whether the last of a statement's headings is the entry of one of the names (a reference
-    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``)."""
-    last = heading.rsplit(" > ", 1)[-1]
-    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", last) for n in names)
+    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``). A
+    label ending in a colon under the entry ("Parameters:", "Returns:") is no heading of its own:
+    the one above it is read."""
+    parts = heading.split(" > ")
+    while len(parts) > 1 and parts[-1].rstrip().endswith(":"):
+        parts.pop()
+    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", parts[-1]) for n in names)
 
 
 @functools.lru_cache(maxsize=65536)
