@@ -13,8 +13,9 @@ channels rank the page for the question alone (``page_prior``), so that among pa
 claim about as well the one the question points to wins. The best statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
 ``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
 the other on a page, become one group (one span over them); the places stating the same words
-elsewhere (another page, or another version when the question names none) are its alternatives,
-an OR. A group whose score is below
+elsewhere (another page, or another version when the question names none, in a few words otherwise
+too) are its alternatives, an OR. Two statements side by side that state a claim about as well are
+one place, and so is a sentence ending in a colon with the list after it. A group whose score is below
 ``review_score``, or whose runner-up from another place scores within ``margin`` of it, is marked
 ``needs_review``. Groups scoring below ``weak`` are left out when another group scores ``weak``
 or more (``weak_groups``). The required evidence is an AND of the groups.
@@ -341,6 +342,13 @@ class Labeller:
             the channels; the score itself, which the thresholds read, is the statement's own.
         lines: the lines no statement covers that read as code, a signature or a table row are
             candidate statements too (``_uncovered_lines``).
+        api: how much higher a statement under the entry of an API the question or claim names ranks.
+        neighbour: a statement beside the best (only white space between) scoring within it of
+            the best is part of the claim's place (0: the best alone).
+        lists: a place whose sentence ends in a colon runs to the end of the list after it.
+        similar: for a question naming no version, another version's statement sharing at least
+            this share of a place's statement's content words (Jaccard) is an alternative, when
+            that version lacks the same words (0: the same words only).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
