@@ -41,8 +41,7 @@ def test_two_statements_side_by_side_that_state_a_claim_as_well_are_one_span(tmp
     (group,) = _run(store, TURN_STOP).groups
     assert (group.places[0].text, group.score) == (
         "Gears turn widgets clockwise.\n\nGears stop widgets at night.", 0.75)
-    # the runner-up is part of the span now, not a rival: the group needs review only for its score
-    # (below 0.7? no: 0.75), so not at all
+    # the runner-up is part of the span now, not a rival within 0.05; 0.75 is no review score (0.7)
     assert group.needs_review is False
     # without the rule the first of the two alone, and the second its rival within 0.05
     (alone,) = _run(store, TURN_STOP, neighbour=0.0).groups
@@ -68,8 +67,8 @@ def test_a_sentence_ending_in_a_colon_is_taken_with_its_list(tmp_path: Path) -> 
     store = _store(tmp_path, SIZES)
     case = EvalCase(id="q3", question="Which sizes do widgets accept?", reference="Any size except a few.")
     (group,) = _run(store, case).groups
-    # the claim's words (size, except, any?): the colon sentence holds the most; its place runs to
-    # the end of the list's last item, not into the next paragraph
+    # the claim's words (any, size, except, few): the colon sentence holds two, the items none; its
+    # place runs to the end of the list's last item, not into the next paragraph
     assert group.places[0].text == ("Widgets accept any size, with the following exceptions:\n\n"
                                     "1. Round widgets are not supported.\n2. Square frames need a hinge.")
     (bare,) = _run(store, case, lists=False).groups
