@@ -171,6 +171,29 @@ class ExtractiveGenerator:
         return [max(0.0, float(c)) for c in sentence_vectors(self.encoder).cosines(question, texts)]
 
     def _candidates(self, question: str, context: Context) -> list[_Candidate]:
+        found = self._scored(question, context)
+        if self.weights is not None and found:
+            # the learned reader orders the sentences, reading what the question asks without the
+            # version it names (the version chose the units); abstention still compares ``content``
+            topic, read = self.as_read(question, context, found)
+            chances = self.weights.probabilities(self.reader_rows(topic, read))
+            found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
+        return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def as_read(self, question: str, context: Context, found: list[_Candidate]) -> tuple[str, list[_Candidate]]:
+        """What the learned reader reads: the question without the version it names
+        (:meth:`ragdx.types.VersionFilter.topic`), and the candidates ``found`` for the question,
+        each scored by words and meaning against that instead."""
+        topic = VersionFilter.topic(question)
+        if topic == question:
+            return question, found
+        by_place = {(c.unit.id, c.index): c for c in self._scored(topic, context)}
+        return topic, [by_place.get((c.unit.id, c.index), c) for c in found]
+
+    def _scored(self, question: str, context: Context) -> list[_Candidate]:
+        """The context's candidate sentences, scored by words and meaning (and the reader's share
+        without learned weights), with the rank prior; those of the version the question names
+        only, when one of them answers well enough."""
         weights = question_weights(question)
         total = sum(weights.values()) or 1.0
         # a version the question names ("the 2024-01 policy") is stated by the unit's version,
@@ -209,11 +232,7 @@ class ExtractiveGenerator:
             of_version = [c for c in found if asked.names(c.unit.version)]
             if any(c.content >= self.min_coverage for c in of_version):
                 found = of_version
-        if self.weights is not None and found:
-            # the learned reader orders the sentences; abstention still compares ``content``
-            chances = self.weights.probabilities(self.reader_rows(question, found))
-            found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
-        return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+        return found
 
     def reader_rows(self, question: str, found: list[_Candidate]) -> np.ndarray:
         """The learned reader's features of each candidate (:func:`ragdx.stages.reader.feature_matrix`):
