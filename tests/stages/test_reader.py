@@ -95,12 +95,17 @@ ANSWER = ("There is no API to kill a running thread: set an Event that the threa
 
 def test_without_the_cross_encoder_place_decides_between_equal_words():
     gen = ExtractiveGenerator(min_coverage=0.1, weights=load_weights()["plain"])
-    answer = gen.run(Query("q", QUESTION), thread_context())
-    # the most probable first; then, as without a reader, a unit not cited yet before the rest
-    assert [c.text for c in answer.claims] == ["A thread object has a name.", ANSWER,
-                                               "Each thread is created by the Thread class."]
     p = {c.text: c.score for c in gen._candidates(QUESTION, thread_context())}
-    assert p["A thread object has a name."] > p["Each thread is created by the Thread class."] > p[ANSWER]
+    first, same, other = "A thread object has a name.", "Each thread is created by the Thread class.", ANSWER
+    assert p[first] > p[same] > p[other]
+    # the most probable first; the next by probability, the first's unit (S1) counting a share of it
+    for share in (0.0, 0.5, 1.0):
+        gen = ExtractiveGenerator(min_coverage=0.1, weights=load_weights()["plain"], reader_same_unit=share)
+        second = same if share * p[same] > p[other] else other
+        third = other if second == same else same
+        assert [c.text for c in gen.run(Query("q", QUESTION), thread_context()).claims] == [first, second, third]
+    # the shares here tell the two orders apart: 0 takes the other unit second, 1 the same unit
+    assert 0.0 * p[same] < p[other] < 1.0 * p[same]
 
 
 def test_the_packaged_cross_encoder_puts_the_sentence_that_answers_first():

@@ -84,7 +84,8 @@ class ExtractiveGenerator:
     context, as in Karpukhin et al., "Dense Passage Retrieval", EMNLP 2020). The best sentence
     must reach ``min_coverage``; further sentences are taken while they score at least
     ``keep_ratio`` of the best, up to ``max_sentences``, each time from a unit not cited yet when
-    one qualifies; equal scores go to the denser sentence (more question terms per word). A
+    one qualifies (with a learned reader, a unit already cited counts ``reader_same_unit`` of a
+    sentence's probability); equal scores go to the denser sentence (more question terms per word). A
     chosen sentence whose next sentence limits it (``except``, ``unless``, ``however``, ...)
     brings that sentence too, so a rule is never cited without its exception; one that ends with
     a colon brings what it announces. A question that asks several things is answered in each
@@ -120,6 +121,8 @@ class ExtractiveGenerator:
             instead of the blend and the rank prior; abstention still compares the blend. A reader
             fitted with the cross-encoder's features needs the ``reader``.
         reader_keep: with ``weights``, a further sentence's least share of the first's probability.
+        reader_same_unit: with ``weights``, the share of its probability that a further sentence of
+            a unit already cited counts when the next is chosen (1: the reader's order alone).
         store: given, the generator abstains when one of the question's distinctive names (a
             function, an extension, a product, a version) or words occurs nowhere the asker may
             read, naming it (:class:`ragdx.stages.answerable.Answerability`); None: no such check.
@@ -131,7 +134,7 @@ class ExtractiveGenerator:
                  encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
                  tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
                  reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
-                 weights: ReaderWeights | None = None, reader_keep: float = 0.0,
+                 weights: ReaderWeights | None = None, reader_keep: float = 0.0, reader_same_unit: float = 0.5,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
@@ -139,7 +142,7 @@ class ExtractiveGenerator:
         self.reader_weight = reader_weight if reader is not None and weights is None else 0.0
         if weights is not None and weights.cross and reader is None:
             raise ConfigError("the generator's learned reader reads a cross-encoder's score, and none was given")
-        self.weights, self.reader_keep = weights, reader_keep
+        self.weights, self.reader_keep, self.reader_same_unit = weights, reader_keep, reader_same_unit
         self.store = store
         self.names = NameCoverage(store, encoder) if store is not None else None
         self.answerability = Answerability(self.names)
@@ -158,6 +161,7 @@ class ExtractiveGenerator:
                 "learned": {"weights": self.weights.digest, "cross": self.weights.cross}
                 if self.weights is not None else None,
                 "reader_keep": self.reader_keep if self.weights is not None else None,
+                "reader_same_unit": self.reader_same_unit if self.weights is not None else None,
                 "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
@@ -269,6 +273,16 @@ class ExtractiveGenerator:
         return [replace(c, score=(1 - w) * c.score + w * _sigmoid(read[i] / self.reader_scale) if i in read
                         else (1 - w) * c.score) for i, c in enumerate(found)]
 
+    def _next_key(self, c: _Candidate, units_used: set[str]) -> tuple:
+        """The order further statements are taken in. By the blend: from a unit not cited yet
+        first (a question's evidence may be spread over several), then by score. With the learned
+        reader: by its probability, a statement of a unit already cited counting
+        ``reader_same_unit`` of it (1: no preference; 0: as the blend)."""
+        again = c.unit.id in units_used
+        if self.weights is None:
+            return (again, -c.score, -c.density, c.unit.rank)
+        return (False, -c.score * (self.reader_same_unit if again else 1.0), -c.density, c.unit.rank)
+
     def _older_differs(self, query: Query, first: Claim, context: Context) -> str:
         """For a question that names no version: a note naming each older version of the first
         claim's document, readable by the asker, whose text does not hold that claim's sentence."""
@@ -346,7 +360,7 @@ class ExtractiveGenerator:
             rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
             if not rest:
                 break
-            cand = min(rest, key=lambda c: (c.unit.id in units_used, -c.score, -c.density, c.unit.rank))
+            cand = min(rest, key=lambda c: self._next_key(c, units_used))
             rest = [c for c in rest if c.text != cand.text]
             chosen.append(cand)
             units_used.add(cand.unit.id)
