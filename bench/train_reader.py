@@ -111,7 +111,7 @@ def build_rows(store: Any, settings: Any, encoder: Any, queries: list[Any], ctxs
         found = gen._candidates(q.question, ctx)
         if not found:
             continue
-        rows = gen.reader_rows(q.question, found) if read else None
+        rows = gen.reader_rows(*gen.as_read(q.question, ctx, found)) if read else None
         spans = [a for a in resolver.run(q).alternatives if a.span is not None]
         groups = [sorted({a.group for a in spans for s in support_spans(c.text, [c.unit]) if s.overlaps(a.span)})
                   for c in found]

@@ -74,11 +74,13 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     diagnoses = [json.loads(line) for line in (out / "run" / "diagnosis.jsonl").read_text().splitlines()]
     assert len(diagnoses) == 20
     by_id = {d["id"]: d for d in diagnoses}
-    assert by_id["q-refund-35d"]["outcome"] == "supported"
     assert by_id["q-order-quality-refund"]["outcome"] == "supported"  # the multi-hop path, routed by default
     # as labelled (labels.jsonl) for the default pipeline; without the 'dense' extra the demo runs
     # lexical only, and the generator, scoring words alone, abstains
     dense = importlib.util.find_spec("sentence_transformers") is not None
+    # with meaning, the learned reader states the 30-day rule in the FAQ's words, not the policy's
+    # the label names (generation.reader_same_unit); by words alone it cites the policy
+    assert by_id["q-refund-35d"]["outcome"] == ("incomplete" if dense else "supported")
     assert by_id["q-price-match"]["outcome"] == ("hallucination" if dense else "correct_abstention")
     assert by_id["q-manual-refund-approval-public"]["outcome"] == "correct_abstention"
     manifest = json.loads((out / "run" / "manifest.json").read_text())
@@ -154,7 +156,9 @@ def test_ask_with_both_channels_and_json_trace(tmp_path, capsys):
         assert "internal/refund-runbook.md" not in docs
     answer = trace["stages"][-2]
     cited = {u["id"]: u["doc"] for u in trace["stages"][-3]["items"] if u["id"] in answer["citations"]}
-    assert {"policies/refund.md", "policies/quality.md"} <= set(cited.values())
+    # the quality exception and the 30-day rule in the FAQ's words (generation.reader_same_unit: see
+    # labels.jsonl, q-refund-35d); never the superseded 14-day policy
+    assert set(cited.values()) == {"help/faq.html", "policies/quality.md"}
     assert main(["ask", "--store", store, "--group", "public", "--group", "staff",
                  "Above which amount does a manual refund need approval from a team lead?"]) == 0
     out = capsys.readouterr().out

@@ -230,7 +230,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                       semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
                                       tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
                                       reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
-                                      store=store if g.check_names else None))
+                                      reader_same_unit=g.reader_same_unit, store=store if g.check_names else None))
     v = settings.verify
     checker: Any = LexicalChecker()
     if v.method == "nli":

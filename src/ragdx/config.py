@@ -177,6 +177,8 @@ class GenerationSettings:
     reader_model: str = ""  # default: the packaged ms-marco-MiniLM-L-12-v2 (extra 'models')
     reader_weights: str = ""  # the learned reader's weights file; default the one ragdx ships
     reader_keep: float = _at_least(0.0, 0.0, 1.0)  # learned reader: a further sentence's least share of the first's probability
+    # learned reader: a further sentence of a unit already cited counts this share of its probability
+    reader_same_unit: float = _at_least(0.5, 0.0, 1.0)
     reader_weight: float = _at_least(0.5, 0.0, 1.0)
     reader_depth: int = _at_least(12, 1)
     reader_scale: float = _at_least(1.0, 0.001, 1000.0)

@@ -879,6 +879,10 @@ class IndexVersion:
 
 
 _VERSION_TOKEN = re.compile(r"(?<![\w.-])v?(\d+(?:[.-]\d+)+)(?![\w]|[.-]\d)")
+#: an opening clause of at most eight words that names a version: "In Python 3.11, "
+_VERSION_CLAUSE = re.compile(r"^\W*(?:[^\s,?]+\s+){0,7}?v?\d+(?:[.-]\d+)+(?:\s+[^\s,?]+){0,2},\s*")
+#: a version label in running text, with a possessive
+_VERSION_WORD = re.compile(r"(?<![\w.-])v?\d+(?:[.-]\d+)+(?:['\u2019]s)?(?![\w]|[.-]\d)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -899,6 +903,22 @@ class VersionFilter:
     @classmethod
     def for_question(cls, question: str, *, current_only: bool = True) -> "VersionFilter":
         return cls(current_only, tuple(dict.fromkeys(_VERSION_TOKEN.findall(question))))
+
+    @staticmethod
+    def topic(question: str) -> str:
+        """The question without the version it names: what it asks, for reading sentences (the
+        version chooses the documents, and a sentence that merely mentions a version, such as a
+        changelog entry, answers nothing). An opening clause that names the version ("In Python
+        3.11, ...", "After upgrading to SQLite 3.40, ...") is dropped; elsewhere the version label
+        alone is ("What does Python 3.9's gauss() take?": "What does Python gauss() take?").
+
+        >>> VersionFilter.topic("After upgrading to Python 3.11, how can zip() raise an error?")
+        'how can zip() raise an error?'
+        """
+        opening = _VERSION_CLAUSE.match(question)
+        if opening is not None:
+            return question[opening.end():]
+        return " ".join(_VERSION_WORD.sub(" ", question).split()) or question
 
     def names(self, version: str) -> bool:
         """Whether the question names this version label."""

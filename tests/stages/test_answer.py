@@ -263,6 +263,15 @@ def test_unanswerable_question_abstains_naming_what_is_missing(example):
      "not in the cited evidence: berlin, courier (75% covered)"),
     ("Payment method: PayPal; Fee: none", "Payment method | Fee\nPayPal | none", Verdict.SUPPORTED,
      "100% of the claim's content words are in the evidence"),
+    # a sentence quoted word for word is judged against itself, not against a signature sharing as
+    # many words; and Python's None is a value, not a negation
+    ("name is the thread name.",
+     "class threading.Thread(group=None, name=None)\n\nname is the thread name. By default, a unique name is made.",
+     Verdict.SUPPORTED, "100% of the claim's content words are in the evidence"),
+    ("The default name is None.", "The default name is not set.", Verdict.UNSUPPORTED,
+     "negation flip: the claim affirms what the evidence negates ('The default name is not set.')"),
+    ("None of the names is set.", "Every name is set.", Verdict.UNSUPPORTED,
+     "negation flip: the claim negates what the evidence affirms ('Every name is set.')"),
 ])
 def test_lexical_checker(claim, evidence, verdict, reason):
     assert LexicalChecker().judge(claim, evidence) == (verdict, reason)

@@ -95,12 +95,17 @@ ANSWER = ("There is no API to kill a running thread: set an Event that the threa
 
 def test_without_the_cross_encoder_place_decides_between_equal_words():
     gen = ExtractiveGenerator(min_coverage=0.1, weights=load_weights()["plain"])
-    answer = gen.run(Query("q", QUESTION), thread_context())
-    # the most probable first; then, as without a reader, a unit not cited yet before the rest
-    assert [c.text for c in answer.claims] == ["A thread object has a name.", ANSWER,
-                                               "Each thread is created by the Thread class."]
     p = {c.text: c.score for c in gen._candidates(QUESTION, thread_context())}
-    assert p["A thread object has a name."] > p["Each thread is created by the Thread class."] > p[ANSWER]
+    first, same, other = "A thread object has a name.", "Each thread is created by the Thread class.", ANSWER
+    assert p[first] > p[same] > p[other]
+    # the most probable first; the next by probability, the first's unit (S1) counting a share of it
+    for share in (0.0, 0.5, 1.0):
+        gen = ExtractiveGenerator(min_coverage=0.1, weights=load_weights()["plain"], reader_same_unit=share)
+        second = same if share * p[same] > p[other] else other
+        third = other if second == same else same
+        assert [c.text for c in gen.run(Query("q", QUESTION), thread_context()).claims] == [first, second, third]
+    # the shares here tell the two orders apart: 0 takes the other unit second, 1 the same unit
+    assert 0.0 * p[same] < p[other] < 1.0 * p[same]
 
 
 def test_the_packaged_cross_encoder_puts_the_sentence_that_answers_first():
@@ -151,3 +156,33 @@ def test_the_default_settings_build_the_learned_reader_with_the_packaged_cross_e
     assert gen.weights == load_weights()["cross"] and gen.reader.model == DEFAULT_CROSS_ENCODER
     assert (gen.reader_depth, gen.max_sentences, gen.reader_keep, gen.reader_weight) == (12, 3, 0.0, 0.0)
     assert gen.config["learned"] == {"weights": load_weights()["cross"].digest, "cross": True}
+
+
+class _Recording:
+    """A cross-encoder stand-in that records what it is asked and scores by a word the sentence holds."""
+
+    config = {"model": "recording"}
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def score(self, question: str, texts: list[str]) -> list[float]:
+        self.asked.append(question)
+        return [3.0 if "ordinal" in t.lower() else -3.0 for t in texts]
+
+
+def test_a_question_naming_a_version_is_read_without_it_and_answered_from_that_version():
+    def unit(uid, text, rank, version):
+        return ContextUnit(uid, "datetime.html", version, 0, len(text), text, "datetime", (), (f"c-{uid}",), rank,
+                           len(text.split()))
+    ctx = Context("context", (
+        unit("S1", "Changed in version 3.11: fromisoformat() now parses most ISO 8601 formats.", 1, "3.11.2"),
+        unit("S2", "Ordinal dates are not accepted by fromisoformat() in any version.", 2, "3.11.2"),
+        unit("S3", "Ordinal dates are not accepted by fromisoformat().", 3, "3.9.2")), (), 1200, 40, "words")
+    reader = _Recording()
+    gen = ExtractiveGenerator(min_coverage=0.1, reader=reader, weights=load_weights()["cross"], max_sentences=1)
+    answer = gen.run(Query("q", "In Python 3.11, which ISO 8601 inputs does fromisoformat() not accept?"), ctx)
+    # the reader read what is asked, not the version (which chose the units: S3 is 3.9.2)
+    assert reader.asked == ["which ISO 8601 inputs does fromisoformat() not accept?"]
+    assert answer.claims[0].citations == ("S2",)
+    assert answer.text.startswith("Version 3.11.2: Ordinal dates are not accepted")

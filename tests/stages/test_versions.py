@@ -24,6 +24,19 @@ def test_the_versions_a_question_names(question, named):
     assert VersionFilter.for_question(question).named == named
 
 
+@pytest.mark.parametrize("question, topic", [
+    ("In SQLite 3.34.1, is the conflict target required?", "is the conflict target required?"),
+    ("After upgrading to Python 3.11, how can zip() raise an error?", "how can zip() raise an error?"),
+    ("What does Python 3.9's random.gauss() take?", "What does Python random.gauss() take?"),
+    ("What did the 2024-01 refund policy say?", "What did the refund policy say?"),
+    # no version: unchanged (an ISO number, an amount and an error code are no versions)
+    ("Which ISO 8601 inputs are refused, and is 1.5x the limit for RFD-4021?",
+     "Which ISO 8601 inputs are refused, and is 1.5x the limit for RFD-4021?"),
+])
+def test_what_a_question_asks_without_the_version_it_names(question, topic):
+    assert VersionFilter.topic(question) == topic
+
+
 def test_a_named_version_is_allowed_and_its_leading_parts_name_it():
     f = VersionFilter.for_question("How did Python 3.9 do it?")
     assert f.allows("3.9.2", DocStatus.SUPERSEDED) and f.allows("3.11.2", DocStatus.CURRENT)

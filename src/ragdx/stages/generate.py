@@ -84,7 +84,8 @@ class ExtractiveGenerator:
     context, as in Karpukhin et al., "Dense Passage Retrieval", EMNLP 2020). The best sentence
     must reach ``min_coverage``; further sentences are taken while they score at least
     ``keep_ratio`` of the best, up to ``max_sentences``, each time from a unit not cited yet when
-    one qualifies; equal scores go to the denser sentence (more question terms per word). A
+    one qualifies (with a learned reader, a unit already cited counts ``reader_same_unit`` of a
+    sentence's probability); equal scores go to the denser sentence (more question terms per word). A
     chosen sentence whose next sentence limits it (``except``, ``unless``, ``however``, ...)
     brings that sentence too, so a rule is never cited without its exception; one that ends with
     a colon brings what it announces. A question that asks several things is answered in each
@@ -120,6 +121,8 @@ class ExtractiveGenerator:
             instead of the blend and the rank prior; abstention still compares the blend. A reader
             fitted with the cross-encoder's features needs the ``reader``.
         reader_keep: with ``weights``, a further sentence's least share of the first's probability.
+        reader_same_unit: with ``weights``, the share of its probability that a further sentence of
+            a unit already cited counts when the next is chosen (1: the reader's order alone).
         store: given, the generator abstains when one of the question's distinctive names (a
             function, an extension, a product, a version) or words occurs nowhere the asker may
             read, naming it (:class:`ragdx.stages.answerable.Answerability`); None: no such check.
@@ -131,7 +134,7 @@ class ExtractiveGenerator:
                  encoder: Encoder | None = None, semantic_weight: float = 0.5, rank_weight: float = 0.0,
                  tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
                  reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
-                 weights: ReaderWeights | None = None, reader_keep: float = 0.0,
+                 weights: ReaderWeights | None = None, reader_keep: float = 0.0, reader_same_unit: float = 0.5,
                  name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
@@ -139,7 +142,7 @@ class ExtractiveGenerator:
         self.reader_weight = reader_weight if reader is not None and weights is None else 0.0
         if weights is not None and weights.cross and reader is None:
             raise ConfigError("the generator's learned reader reads a cross-encoder's score, and none was given")
-        self.weights, self.reader_keep = weights, reader_keep
+        self.weights, self.reader_keep, self.reader_same_unit = weights, reader_keep, reader_same_unit
         self.store = store
         self.names = NameCoverage(store, encoder) if store is not None else None
         self.answerability = Answerability(self.names)
@@ -158,6 +161,7 @@ class ExtractiveGenerator:
                 "learned": {"weights": self.weights.digest, "cross": self.weights.cross}
                 if self.weights is not None else None,
                 "reader_keep": self.reader_keep if self.weights is not None else None,
+                "reader_same_unit": self.reader_same_unit if self.weights is not None else None,
                 "check_names": self.names is not None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
@@ -171,6 +175,29 @@ class ExtractiveGenerator:
         return [max(0.0, float(c)) for c in sentence_vectors(self.encoder).cosines(question, texts)]
 
     def _candidates(self, question: str, context: Context) -> list[_Candidate]:
+        found = self._scored(question, context)
+        if self.weights is not None and found:
+            # the learned reader orders the sentences, reading what the question asks without the
+            # version it names (the version chose the units); abstention still compares ``content``
+            topic, read = self.as_read(question, context, found)
+            chances = self.weights.probabilities(self.reader_rows(topic, read))
+            found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
+        return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+
+    def as_read(self, question: str, context: Context, found: list[_Candidate]) -> tuple[str, list[_Candidate]]:
+        """What the learned reader reads: the question without the version it names
+        (:meth:`ragdx.types.VersionFilter.topic`), and the candidates ``found`` for the question,
+        each scored by words and meaning against that instead."""
+        topic = VersionFilter.topic(question)
+        if topic == question:
+            return question, found
+        by_place = {(c.unit.id, c.index): c for c in self._scored(topic, context)}
+        return topic, [by_place.get((c.unit.id, c.index), c) for c in found]
+
+    def _scored(self, question: str, context: Context) -> list[_Candidate]:
+        """The context's candidate sentences, scored by words and meaning (and the reader's share
+        without learned weights), with the rank prior; those of the version the question names
+        only, when one of them answers well enough."""
         weights = question_weights(question)
         total = sum(weights.values()) or 1.0
         # a version the question names ("the 2024-01 policy") is stated by the unit's version,
@@ -209,11 +236,7 @@ class ExtractiveGenerator:
             of_version = [c for c in found if asked.names(c.unit.version)]
             if any(c.content >= self.min_coverage for c in of_version):
                 found = of_version
-        if self.weights is not None and found:
-            # the learned reader orders the sentences; abstention still compares ``content``
-            chances = self.weights.probabilities(self.reader_rows(question, found))
-            found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
-        return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
+        return found
 
     def reader_rows(self, question: str, found: list[_Candidate]) -> np.ndarray:
         """The learned reader's features of each candidate (:func:`ragdx.stages.reader.feature_matrix`):
@@ -249,6 +272,16 @@ class ExtractiveGenerator:
         read = dict(zip(top, self.reader.score(question, texts)))
         return [replace(c, score=(1 - w) * c.score + w * _sigmoid(read[i] / self.reader_scale) if i in read
                         else (1 - w) * c.score) for i, c in enumerate(found)]
+
+    def _next_key(self, c: _Candidate, units_used: set[str]) -> tuple:
+        """The order further statements are taken in. By the blend: from a unit not cited yet
+        first (a question's evidence may be spread over several), then by score. With the learned
+        reader: by its probability, a statement of a unit already cited counting
+        ``reader_same_unit`` of it (1: no preference; 0: as the blend)."""
+        again = c.unit.id in units_used
+        if self.weights is None:
+            return (again, -c.score, -c.density, c.unit.rank)
+        return (False, -c.score * (self.reader_same_unit if again else 1.0), -c.density, c.unit.rank)
 
     def _older_differs(self, query: Query, first: Claim, context: Context) -> str:
         """For a question that names no version: a note naming each older version of the first
@@ -327,7 +360,7 @@ class ExtractiveGenerator:
             rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
             if not rest:
                 break
-            cand = min(rest, key=lambda c: (c.unit.id in units_used, -c.score, -c.density, c.unit.rank))
+            cand = min(rest, key=lambda c: self._next_key(c, units_used))
             rest = [c for c in rest if c.text != cand.text]
             chosen.append(cand)
             units_used.add(cand.unit.id)

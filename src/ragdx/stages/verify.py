@@ -38,8 +38,9 @@ from ragdx.types import (
     VersionFilter,
 )
 
+# a word that negates; "None" is Python's value unless it opens "None of ..."
 _NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|"
-                       r"didn't|without|non-?\w+)\b", re.IGNORECASE)
+                       r"didn't|without|(?-i:none|None(?= of\b))|non-?(?!e\b)\w+)\b", re.IGNORECASE)
 # phrases that restrict a statement's scope; dropping or swapping one overreaches
 _QUALIFIER = re.compile(
     r"\bin (?:the )?(test|testing|staging|sandbox|beta|preview|development|dev|trial|pilot)"
@@ -148,8 +149,12 @@ class LexicalChecker:
         claim_terms = _terms(claim)
         if not claim_terms:
             return Verdict.UNCERTAIN, "the claim has no content words to check"
-        # the evidence sentence closest to the claim decides negation and qualifiers
-        best = max(statements(evidence) or [evidence], key=lambda s: len(_terms(s) & claim_terms))
+        # the evidence sentence closest to the claim decides negation and qualifiers: one that
+        # holds the claim word for word, else the one sharing the most content words
+        said = statements(evidence) or [evidence]
+        compact = "".join(claim.split())
+        best = next((s for s in said if compact in "".join(s.split())), None) \
+            or max(said, key=lambda s: len(_terms(s) & claim_terms))
         evidence_quantities = set(quantities(evidence))
         for number, unit in quantities(claim):
             if (number, unit) in evidence_quantities or (
