@@ -414,3 +414,35 @@ def test_the_chunks_leading_up_to_a_chunk_in_its_section_follow_it(paragraphs):
     assert context.units[0].chunk_ids == (p3.id, p2.id) and context.tokens == 14
     assert [(d.chunk_id, d.reason) for d in context.dropped] == [
         (other.id, "cut by the token budget: rank 2 of 3, needs 4 tokens, 0 of 14 left")]
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory):
+    """Three one-chunk documents stating the same two sentences under different headings: two of
+    release 1 (a page and its copy) and one of release 2; a fourth of release 1 adds a sentence."""
+    root = tmp_path_factory.mktemp("repeated")
+    body = "Vacuum rebuilds the file. It needs twice the space.\n"
+    docs = {"a.md": ("1", "# Alpha\n\n" + body), "copy.md": ("1", "# Copy\n\n" + body),
+            "old.md": ("2", "# Old\n\n" + body), "more.md": ("1", "# More\n\n" + body + "\nIt locks the file.\n")}
+    for name, (_, text) in docs.items():
+        write(root / name, text)
+    manifest = write(root / "m.jsonl", "".join(json.dumps({"doc_id": d, "path": str(root / d), "version": v,
+                                                           "acl": ["public"]}) + "\n" for d, (v, _) in docs.items()))
+    store = SQLiteStore(root / "store.db")
+    settings = load_settings(overrides=["chunking.tokenizer=regex", "retrieval.dense.enabled=false"])
+    build_ingestor(store, settings).run(manifest)
+    yield store, {d: store.chunks(d, v)[0] for d, (v, _) in docs.items()}
+    store.close()
+
+
+def test_a_unit_whose_every_statement_is_in_the_context_already_is_a_duplicate(repeated):
+    store, chunks = repeated
+    ranked = ranked_chunks(chunks["a.md"], chunks["copy.md"], chunks["old.md"], chunks["more.md"])
+    context = ContextAssembler(store, RegexTokenCounter(), budget_tokens=1000, expand="none").run(
+        Query("q", "x", PUBLIC), ranked)
+    # the copy of release 1 says nothing new; release 2's page is another version's statement, and
+    # the fourth page adds one
+    assert [(u.id, u.doc_id, u.rank) for u in context.units] == [("S1", "a.md", 1), ("S2", "old.md", 3),
+                                                                 ("S3", "more.md", 4)]
+    assert [(d.chunk_id, d.reason, d.code.value) for d in context.dropped] == [
+        (chunks["copy.md"].id, "duplicate: every statement is in unit S1", "duplicate")]

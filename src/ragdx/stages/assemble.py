@@ -6,7 +6,9 @@ overlaps or adjoins a unit of the same document version extends that unit, a new
 unit, and a chunk that does not fit is cut (so a low-ranked neighbour never takes the budget of
 a better-ranked unit). The chunks leading up to a chunk in its section, when retrieved too, are
 packed right after it. A chunk inside a unit already taken, or repeating its text, is dropped
-as a duplicate; table rows carry their header row; the best-ranked unit that did not fit is
+as a duplicate, and so is a chunk that would start a unit when every statement it makes is in
+the context already in the same version (another page of the release saying it again); table
+rows carry their header row; the best-ranked unit that did not fit is
 truncated at a word boundary into what is left, when at least ``min_tokens`` fit; every chunk
 that does not fit is recorded with its rank and the reason. Leftover budget expands small units
 to their parent section (small-to-big). Every unit carries its source, version, location and
@@ -29,7 +31,7 @@ from dataclasses import dataclass, replace
 from ragdx.ingest.chunk import TokenCounter
 from ragdx.protocols import Store
 from ragdx.stages.injection import INSTRUCTION_LIKE, blank, clip, flagged_passages, quote
-from ragdx.text import content_terms, quantities, sentences, stem
+from ragdx.text import content_terms, quantities, sentences, statements, stem
 from ragdx.types import (
     Candidate, Chunk, Conflict, Context, ContextUnit, DropCode, Dropped, Flagged, Query, Ranked, StageKind,
 )
@@ -103,6 +105,7 @@ class ContextAssembler:
         dropped: list[Dropped] = []
         seen_text: dict[str, int] = {}
         cut: list[tuple[_Draft, str]] = []  # new units that did not fit, best first, and why
+        said: dict[tuple[str, str], int] = {}  # each statement packed, by version, and its unit
         used = 0
         for item in self._order(ranked.items, chunks):
             chunk = chunks[item.chunk_id]
@@ -130,6 +133,8 @@ class ContextAssembler:
                                 chunk_ids=d.chunk_ids + [item.chunk_id])
                 cost = self._tokens(grown, parsed) - tokens[joins]
                 if used + cost <= self.budget:
+                    for x in _said(item.version, parsed[item.start:item.end]):
+                        said.setdefault(x, joins)
                     drafts[joins], tokens[joins] = grown, tokens[joins] + cost
                     used += cost
                 else:
@@ -144,12 +149,22 @@ class ContextAssembler:
                                        f"duplicate: same text as unit S{seen_text[key] + 1}", item.rank,
                                        DropCode.DUPLICATE))
                 continue
+            own = _said(item.version, parsed[item.start:item.end])
+            if own and all(x in said for x in own):
+                # another page of the same release saying it all again (a release note repeated
+                # for each patch release, a C function's page and the page listing them all)
+                dropped.append(Dropped(item.chunk_id, item.doc_id, item.version, item.start, item.end,
+                                       f"duplicate: every statement is in unit S{said[own[0]] + 1}",
+                                       item.rank, DropCode.DUPLICATE))
+                continue
             header = chunk.header if chunk.header and chunk.header[0] < item.start else None
             draft = _Draft(item.doc_id, item.version, item.start, item.end, item.rank,
                            [item.chunk_id], chunk.heading_path, chunk.section_id, header)
             cost = self._tokens(draft, parsed)
             if used + cost <= self.budget:
                 seen_text[key] = len(drafts)
+                for x in own:
+                    said.setdefault(x, len(drafts))
                 drafts.append(draft)
                 tokens.append(cost)
                 used += cost
@@ -264,6 +279,13 @@ class ContextAssembler:
                              + ((FLAG,) if flagged and FLAG not in unit.flags else ()), flagged=flagged)
             used += tokens - unit.tokens
         return out, used
+
+
+def _said(version: str, text: str) -> list[tuple[str, str]]:
+    """The statements of a chunk's text (:func:`ragdx.text.statements`, spaces normalised), each
+    with the version it is stated in: the same words in another version are another statement
+    (a question that names a version is answered from that version's text)."""
+    return [(version, " ".join(s.split())) for s in statements(text)]
 
 
 def _subject(sentence: str) -> tuple[str, ...]:
