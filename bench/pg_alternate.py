@@ -25,6 +25,9 @@ from pg_backends import add_store_arguments, alternating, encoder_and_questions
 
 from ragdx.store.postgres import PostgresStore
 
+#: what bench/run_all.py cannot give it: the script is skipped there
+NEEDS = "the stores bench/pg_backends.py left on a PostgreSQL server: --dsn"
+
 STORES = ("bench_single", "bench_sharded")
 
 

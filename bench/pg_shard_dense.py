@@ -26,6 +26,9 @@ from pg_backends import (BM25Retriever, DenseRetriever, Principal, Query, RRF, a
 
 from ragdx.store.postgres import PostgresStore
 
+#: what bench/run_all.py cannot give it: the script is skipped there
+NEEDS = "a PostgreSQL server (--dsn) and a revision to compare with (--before)"
+
 
 def timed(store, before, questions: list[str], encoder, step) -> dict:
     """``step(query)`` with this revision's dense search and the one before, alternating which

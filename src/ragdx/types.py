@@ -881,8 +881,8 @@ class IndexVersion:
 _VERSION_TOKEN = re.compile(r"(?<![\w.-])v?(\d+(?:[.-]\d+)+)(?![\w]|[.-]\d)")
 #: an opening clause of at most eight words that names a version: "In Python 3.11, "
 _VERSION_CLAUSE = re.compile(r"^\W*(?:[^\s,?]+\s+){0,7}?v?\d+(?:[.-]\d+)+(?:\s+[^\s,?]+){0,2},\s*")
-#: a version label in running text, with a possessive
-_VERSION_WORD = re.compile(r"(?<![\w.-])v?\d+(?:[.-]\d+)+(?:['\u2019]s)?(?![\w]|[.-]\d)")
+#: a version label in running text (:data:`_VERSION_TOKEN`), with a possessive
+_VERSION_WORD = re.compile(_VERSION_TOKEN.pattern.replace(r")(?!", r")(?:['\u2019]s)?(?!", 1))
 
 
 @dataclass(frozen=True, slots=True)
@@ -915,6 +915,8 @@ class VersionFilter:
         >>> VersionFilter.topic("After upgrading to Python 3.11, how can zip() raise an error?")
         'how can zip() raise an error?'
         """
+        if not _VERSION_TOKEN.search(question):
+            return question  # names no version (:meth:`for_question`)
         opening = _VERSION_CLAUSE.match(question)
         if opening is not None:
             return question[opening.end():]

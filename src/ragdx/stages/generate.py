@@ -273,7 +273,7 @@ class ExtractiveGenerator:
         return [replace(c, score=(1 - w) * c.score + w * _sigmoid(read[i] / self.reader_scale) if i in read
                         else (1 - w) * c.score) for i, c in enumerate(found)]
 
-    def _next_key(self, c: _Candidate, units_used: set[str]) -> tuple:
+    def _next_key(self, c: _Candidate, units_used: set[str]) -> tuple[Any, ...]:
         """The order further statements are taken in. By the blend: from a unit not cited yet
         first (a question's evidence may be spread over several), then by score. With the learned
         reader: by its probability, a statement of a unit already cited counting
@@ -281,7 +281,7 @@ class ExtractiveGenerator:
         again = c.unit.id in units_used
         if self.weights is None:
             return (again, -c.score, -c.density, c.unit.rank)
-        return (False, -c.score * (self.reader_same_unit if again else 1.0), -c.density, c.unit.rank)
+        return (-c.score * (self.reader_same_unit if again else 1.0), -c.density, c.unit.rank)
 
     def _older_differs(self, query: Query, first: Claim, context: Context) -> str:
         """For a question that names no version: a note naming each older version of the first
