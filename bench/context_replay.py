@@ -26,6 +26,9 @@ from ragdx.queryset import load_queries
 from ragdx.stages.assemble import ContextAssembler
 from ragdx.types import Candidate, Ranked, Span, StageKind
 
+#: what bench/run_all.py cannot give it: the script is skipped there
+NEEDS = "a run folder of bench/quality.py to replay (its first argument)"
+
 
 def governance_lists(run: Path) -> dict[str, Ranked]:
     """Each question's governance list, as the run recorded it."""

@@ -30,6 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, code_version, write_result
 
+#: what bench/run_all.py cannot give it: the script is skipped there
+NEEDS = "a run folder, its store and its query set (--run, --store, --queries)"
+
 RAGDX = str(Path(sys.executable).with_name("ragdx"))
 DEFAULT_OUT = REPO / "bench" / "results" / "rediagnose.json"
 ANSWER = ("success", "supported", "answered", "faithfulness", "citation_support")

@@ -2,6 +2,7 @@
 first that fails; a script that says what it ``NEEDS`` beyond its defaults is skipped, saying so."""
 
 import importlib.util
+import re
 from pathlib import Path
 
 RUNNER = Path(__file__).resolve().parents[1] / "bench" / "run_all.py"
@@ -48,7 +49,17 @@ def test_the_first_failing_script_stops_the_run_with_its_exit_code(tmp_path, cap
     assert "== bench/a_fails.py failed with exit code 3" in capsys.readouterr().err
 
 
-def test_the_postgresql_benchmarks_say_what_they_need():
+def _demands_arguments(source: str) -> bool:
+    """Whether a script's parser has a required option or a positional argument without a default."""
+    calls = re.findall(r"add_argument\((.*?)\)\n", source, re.S)
+    return any("required=True" in c or (re.match(r'\s*"[a-z]', c) and "nargs=" not in c) for c in calls)
+
+
+def test_every_script_that_cannot_run_with_its_defaults_says_what_it_needs():
     run_all = _runner()
-    skipped = {p.name for p in run_all.scripts() if run_all.needs(p) is not None}
-    assert skipped == {"pg_alternate.py", "pg_backends.py", "pg_shard_dense.py"}
+    found = run_all.scripts()
+    demanding = {p.name for p in found if _demands_arguments(p.read_text(encoding="utf-8"))}
+    skipped = {p.name for p in found if run_all.needs(p) is not None}
+    assert {"pg_backends.py", "pg_shard_dense.py", "rediagnose.py", "context_replay.py"} <= demanding
+    # pg_alternate reads pg_backends' stores: it needs them without demanding an argument
+    assert skipped == demanding | {"pg_alternate.py"}

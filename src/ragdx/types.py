@@ -878,11 +878,13 @@ class IndexVersion:
         return self.settings.keyword.retain_superseded
 
 
-_VERSION_TOKEN = re.compile(r"(?<![\w.-])v?(\d+(?:[.-]\d+)+)(?![\w]|[.-]\d)")
+_VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
+_VERSION_END = r"(?![\w]|[.-]\d)"
+_VERSION_TOKEN = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}{_VERSION_END}")
 #: an opening clause of at most eight words that names a version: "In Python 3.11, "
-_VERSION_CLAUSE = re.compile(r"^\W*(?:[^\s,?]+\s+){0,7}?v?\d+(?:[.-]\d+)+(?:\s+[^\s,?]+){0,2},\s*")
-#: a version label in running text (:data:`_VERSION_TOKEN`), with a possessive
-_VERSION_WORD = re.compile(_VERSION_TOKEN.pattern.replace(r")(?!", r")(?:['\u2019]s)?(?!", 1))
+_VERSION_CLAUSE = re.compile(rf"^\W*(?:[^\s,?]+\s+){{0,7}}?{_VERSION_LABEL}(?:\s+[^\s,?]+){{0,2}},\s*")
+#: a version label in running text, with a possessive
+_VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
 
 
 @dataclass(frozen=True, slots=True)
