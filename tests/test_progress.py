@@ -60,3 +60,22 @@ def test_progress_set_takes_a_count_shared_with_other_workers():
     progress.set(7, "q7")  # other workers finished five meanwhile
     assert progress.done == 7 and progress.line().startswith("ragdx run: 7/10 queries (70%)")
     assert progress.line().endswith("q7")
+
+
+def test_progress_writes_whole_lines_to_a_log_for_a_long_step():
+    # off a terminal a long step is not silent: a whole line each log_every seconds (0 here: each
+    # advance), and the step's last line at its end; a short step (the default 30 s) writes nothing
+    piped = io.StringIO()
+    with Progress("embedding", 4, unit="chunks", stream=piped, log_every=0) as progress:
+        progress.advance(1)
+        progress.advance(3, "done")
+    lines = piped.getvalue().split("\n")
+    assert "\r" not in piped.getvalue() and lines[-1] == ""
+    assert [re.sub(r"  [\d,.]+/s.*", "", line) for line in lines[:-1]] == [
+        "embedding: 0/4 chunks (0%)", "embedding: 1/4 chunks (25%)", "embedding: 4/4 chunks (100%)",
+        "embedding: 4/4 chunks (100%)"]
+    assert lines[-2].endswith("done")
+    with quiet():
+        with Progress("embedding", 4, stream=piped, log_every=0) as progress:
+            progress.advance(4)
+    assert len(piped.getvalue().split("\n")) == 5  # quiet: nothing more

@@ -1,8 +1,10 @@
 """Progress of a long step on stderr: what is done of how many, the rate and the time left, drawn
 over itself on one line.
 
-Shown only when stderr is a terminal: a log file, a pipe or a test sees nothing (its logs stay
-readable), and the CLI's ``--quiet`` turns it off everywhere (:func:`quiet`).
+On a terminal the line is redrawn over itself. A log file or a pipe gets a whole line only for a
+long step, at most one every ``log_every`` seconds (30), and the step's last line when it printed
+one: a twenty-minute ingest into a log is not silent, and a short step writes nothing (logs and
+tests stay readable). The CLI's ``--quiet`` turns both off everywhere (:func:`quiet`).
 """
 
 from __future__ import annotations
@@ -42,27 +44,32 @@ class Progress:
         label: what the step does ("parsing and chunking").
         total: how many items the step has (None: unknown; no time left is shown).
         unit: what an item is ("documents").
-        stream: where to draw (default stderr); nothing is drawn unless it is a terminal.
-        every: the least time between two redraws, in seconds.
+        stream: where to draw (default stderr).
+        every: the least time between two redraws on a terminal, in seconds.
+        log_every: off a terminal, the least time between two whole lines, in seconds (the first
+            comes after as long).
 
     Use it as a context manager (the line is ended when the step ends) and call :meth:`advance`.
     """
 
     def __init__(self, label: str, total: int | None = None, *, unit: str = "",
-                 stream: TextIO | None = None, every: float = 0.2) -> None:
+                 stream: TextIO | None = None, every: float = 0.2, log_every: float = 30.0) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
-        self.shown = not _QUIET.get() and bool(isatty and isatty())
-        self.every = every
+        self.terminal = bool(isatty and isatty())
+        self.shown = not _QUIET.get() and self.terminal
+        self.logged = not _QUIET.get() and not self.terminal  # whole lines, now and then
+        self.every, self.log_every = every, log_every
+        self._lines = 0
         self.done = 0
         self.note = ""
         self.started = time.perf_counter()
-        self._drawn = 0.0
+        self._drawn = self.started  # off a terminal, the first line comes log_every after the start
         self._width = 0
 
     def __enter__(self) -> "Progress":
-        self.started = time.perf_counter()
+        self.started = self._drawn = time.perf_counter()
         self._draw(force=True)
         return self
 
@@ -102,14 +109,28 @@ class Progress:
         return f"{self.label}: {counts}  {timing}{note}"
 
     def close(self) -> None:
-        """Draw the final line and end it."""
+        """Draw the final line and end it (off a terminal: only after a line was written)."""
+        if self.logged and self._lines:
+            self._log()
+            self._lines = 0
         if self.shown and self._width:
             self._draw(force=True)
             self.stream.write("\n")
             self.stream.flush()
             self._width = 0
 
+    def _log(self) -> None:
+        self.stream.write(self.line() + "\n")
+        self.stream.flush()
+        self._lines += 1
+
     def _draw(self, force: bool = False) -> None:
+        if self.logged:
+            now = time.perf_counter()
+            if now - self._drawn >= self.log_every:
+                self._drawn = now
+                self._log()
+            return
         if not self.shown:
             return
         now = time.perf_counter()

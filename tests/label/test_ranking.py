@@ -113,3 +113,28 @@ def test_a_label_ending_in_a_colon_under_an_entry_is_read_as_the_entry() -> None
     assert _documents("Spinners > widgets.spin(speed) > Notes", names) is False
     assert _documents("Parameters:", names) is False
     assert _documents("Spinners > gadgets.spin(speed) > Parameters:", names) is False
+
+
+def test_a_statement_holding_the_claims_code_word_for_word_ranks_higher(tmp_path: Path) -> None:
+    from ragdx.ingest.ingestor import Ingestor
+    from ragdx.label.propose import _code
+    folder = tmp_path / "corpus"
+    write(folder / "loops.md", "# Loops\n\nA warning comes in some versions when no loop runs.\n\n"
+                               "Tasks wait.\n\n"
+                               "With no loop set, the call returns what get_policy().get_loop() returns.\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(folder)
+    case = EvalCase(id="q1", question="What does it return with no loop?",
+                    reference="The result of get_policy().get_loop(), with a warning in some versions.")
+    assert _code(case.reference or "") == {"get_policy().get_loop()"}
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    # the claim's stems: loop, policy, result, some, version, warn; the question's others: no, return.
+    # "A warning comes ...": 4/6 of the claim's, 1/2 of the question's: 0.75 * 4/6 + 0.25 * 1/2 = 0.625;
+    # "With no loop set ...": 2/6 and 2/2: 0.75 * 2/6 + 0.25 = 0.5, and it holds the claim's code
+    # word for word: ranked at 0.5 + 0.15 = 0.65, above 0.625 (its score stays its own)
+    plain = Labeller(store, [bm25], code=0.0).run(case)
+    coded = Labeller(store, [bm25]).run(case)
+    assert [(g.places[0].text, g.score) for g in plain.groups] == [
+        ("A warning comes in some versions when no loop runs.", 0.625)]
+    assert [(g.places[0].text, g.score) for g in coded.groups] == [
+        ("With no loop set, the call returns what get_policy().get_loop() returns.", 0.5)]

@@ -8,7 +8,8 @@ scored against the claim by the words they share with it (the lines no statement
 read as code, a signature or a table row are statements too, and so are the first statements under
 the entry of an API the question or claim names, which rank ``api`` higher) and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement, read under its headings, to the
-question and claim. Statements are ranked by that score plus a prior for their page: how high the
+question and claim. A prose claim that quotes code (an API call, a setting: :func:`_code`) ranks the
+statements holding that code word for word higher (``code``). Statements are ranked by that score plus a prior for their page: how high the
 channels rank the page for the question alone (``page_prior``), so that among pages stating the
 claim about as well the one the question points to wins. The best statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
 ``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
@@ -287,6 +288,19 @@ def api_names(text: str) -> frozenset[str]:
                      if "." not in n or all(len(part) >= 2 for part in n.split(".")))
 
 
+_SETTING = re.compile(r"[A-Za-z_][\w.]*\s*=\s*[\w.'\"]+")
+
+
+def _code(claim: str) -> frozenset[str]:
+    """The claim's code, as a statement would hold it word for word (spaces aside): its API names
+    with their calls' parentheses and what they chain ("get_event_loop_policy().get_event_loop()"),
+    and its settings ("strict=True", "foreign_keys = ON")."""
+    out = {_compact(m) for m in _SETTING.findall(claim)}
+    for m in re.finditer(r"[A-Za-z_][\w.]*\(\)(?:\.[A-Za-z_]\w*\(\))*", claim):
+        out.add(m.group())
+    return frozenset(x for x in out if len(x) >= 6)
+
+
 @functools.lru_cache(maxsize=65536)
 def _documents(heading: str, names: frozenset[str]) -> bool:
     """Whether the last of a statement's headings is the entry of one of the names (a reference
@@ -349,20 +363,23 @@ class Labeller:
         similar: for a question naming no version, another version's statement sharing at least
             this share of a place's statement's content words (Jaccard) is an alternative, when
             that version lacks the same words (0: the same words only).
+        code: how much higher a prose claim's statement ranks for each share of the claim's code
+            (:func:`_code`: API calls, settings) it holds word for word, spaces aside (0: none).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
                  min_score: float = 0.45, review_score: float = 0.7, margin: float = 0.05, rescore: int = 12,
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
                  headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15,
-                 neighbour: float = 0.05, lists: bool = True, similar: float = 0.8) -> None:
+                 neighbour: float = 0.05, lists: bool = True, similar: float = 0.8,
+                 code: float = 0.15) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
         self.page_prior, self.lines, self.api = page_prior, lines, api
-        self.neighbour, self.lists, self.similar = neighbour, lists, similar
+        self.neighbour, self.lists, self.similar, self.code = neighbour, lists, similar, code
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -376,7 +393,7 @@ class Labeller:
                 "review_score": self.review_score, "margin": self.margin, "rescore": self.rescore,
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
-                "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar,
+                "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar, "code": self.code,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -471,8 +488,11 @@ class Labeller:
         contexts = [_compact(c) for c in case.reference_contexts]
         names = api_names(f"{case.question}\n{claim}") if self.api else frozenset()
 
+        code = _code(claim) if self.code and _prose(claim) else frozenset()  # prose quoting code
+
         def entry(s: _Statement) -> float:  # the statement stands under the entry of a name asked about
-            return self.api if names and s.heading and _documents(s.heading, names) else 0.0
+            held = self.code * sum(1 for c in code if c in _compact(s.place.text)) / len(code) if code else 0.0
+            return held + (self.api if names and s.heading and _documents(s.heading, names) else 0.0)
         scored = []
         for s in candidates:
             if s.place.text.rstrip().endswith("?"):
