@@ -30,16 +30,21 @@ class SentenceVectors:
         self.encoded = 0  # how many sentences were encoded (not found kept)
         self.stored = 0  # how many were read from the store's statement vectors
 
-    def read(self, store: Store, chunks: Sequence[Chunk]) -> None:
+    def read(self, store: Store, chunks: Sequence[Chunk], parts: Sequence[list[str]] | None = None) -> None:
         """Keep the statement vectors the store holds for these chunks in the encoder's space
         (those of statements not kept already), so that :meth:`cosines` encodes only what the
         store lacks. Vectors stored for other statements (a chunk split by another ragdx: their
-        hash differs) or of another dimension are left, and encoded."""
+        hash differs) or of another dimension are left, and encoded.
+
+        Args:
+            store: the store (one without statement vectors is not read).
+            chunks: the chunks.
+            parts: each chunk's :func:`~ragdx.ingest.embed.chunk_statements`, when computed already.
+        """
         if not isinstance(store, StatementVectorStore):
             return
         wanted = {}
-        for chunk in chunks:
-            texts = chunk_statements(chunk)
+        for chunk, texts in zip(chunks, parts if parts is not None else map(chunk_statements, chunks)):
             if any(t not in self._kept for t in texts):
                 wanted[chunk.id] = texts
         if not wanted:

@@ -118,7 +118,7 @@ class SentenceSimilarity:
         flat = [t for texts in parts for t in texts]
         vectors = sentence_vectors(self.encoder)
         if self.store is not None:
-            vectors.read(self.store, chunks)
+            vectors.read(self.store, chunks, parts)
         cosines = vectors.cosines(question, flat)
         out, at = [], 0
         for texts in parts:

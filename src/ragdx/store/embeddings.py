@@ -256,9 +256,11 @@ def sqlite_statement_vectors(self: SQLiteStore, space_id: str, chunk_ids: Sequen
     ids = list(dict.fromkeys(chunk_ids))
     for i in range(0, len(ids), 500):
         batch = ids[i:i + 500]
+        # from the chunks (CROSS JOIN keeps that order): joined the other way, SQLite walked every
+        # vector of the space by its (space_id, statements_hash) index, 0.5 s for 75 chunks
         for cid, h, blob in self._db.execute(
-                "SELECT c.id, s.statements_hash, s.vectors FROM chunks c JOIN statement_vectors s "
-                f"ON s.chunk_rowid = c.rowid AND s.space_id = ? WHERE c.id IN ({','.join('?' * len(batch))})",
+                "SELECT c.id, s.statements_hash, s.vectors FROM chunks c CROSS JOIN statement_vectors s "
+                f"ON s.space_id = ? AND s.chunk_rowid = c.rowid WHERE c.id IN ({','.join('?' * len(batch))})",
                 (space_id, *batch)):
             out[cid] = (h, blob)
     return out
