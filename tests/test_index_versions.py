@@ -22,7 +22,7 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.ingestor import delete_documents
 from ragdx.queryset import load_queries
 from ragdx.store.cache import SQLiteCache
-from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, INITIAL_INDEX, SQLiteStore
+from ragdx.store.sqlite import FTS_BM25_B, FTS_BM25_K1, INITIAL_INDEX, SCHEMA_VERSION, SQLiteStore
 from ragdx.types import Principal, Query, SpaceState
 from tests.conftest import snapshot, write
 
@@ -298,7 +298,7 @@ def test_a_schema_1_store_is_read_as_is_and_migrated_when_written(store, tmp_pat
         assert [(v.id, v.state, v.chunks) for v in old.index_versions()] == [(INITIAL_INDEX, SpaceState.ACTIVE, 6)]
         assert found(old, ["parcels"]) == {"shipping.md"}
     with SQLiteStore(path, "write") as migrated:
-        assert migrated._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert migrated._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
         assert build(migrated) == "ix_1" and migrated.verify() == []
 
 

@@ -125,7 +125,7 @@ def build_embedder(dense: DenseSettings, encoder: Encoder | None = None, *,
     """The embedder of the dense settings: their encoder (built when not given), passage prefix
     and backend name, as ingest and the index commands embed."""
     return Embedder(encoder if encoder is not None else build_encoder(dense), with_prefix=dense.with_prefix,
-                    backend=backend or dense.backend)
+                    backend=backend or dense.backend, statements=dense.statement_vectors)
 
 
 def build_ingestor(store: WritableStore, settings: Settings, encoder: Encoder | None = None, *,

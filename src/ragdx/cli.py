@@ -139,6 +139,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         e = report.embedding
         print(f"vectors: {e.encoded} encoded, {e.reused} reused, {e.truncated} truncated by the "
               f"encoder's window, in {e.seconds:.2f} s")
+        if e.statements is not None:
+            print(f"statement vectors of {e.statements.chunks} chunks: {e.statements.encoded} encoded "
+                  f"in {e.statements.seconds:.2f} s")
     return 0
 
 
@@ -277,6 +280,10 @@ def cmd_index(args: argparse.Namespace) -> int:
                 print(f"space {embedder.space.id}: {stats.encoded} encoded, {stats.reused} reused, "
                       f"{stats.truncated} truncated, {stats.seconds:.1f} s; state "
                       f"{store.space_state(embedder.space.id)}")
+                if stats.statements is not None:
+                    said = stats.statements
+                    print(f"statement vectors of {said.chunks} chunks: {said.encoded} encoded, {said.reused} "
+                          f"repeated, {said.truncated} truncated, {said.seconds:.1f} s")
                 return 0
             space_id = args.space or embedder.space.id
             problems = index.verify_space(store, space_id, embedder if space_id == embedder.space.id else None)

@@ -59,7 +59,10 @@ class BM25Settings:
 
 @dataclass(frozen=True, slots=True)
 class DenseSettings:
-    """The dense channel: exact (numpy) or approximate (hnsw) nearest neighbours."""
+    """The dense channel: exact (numpy) or approximate (hnsw) nearest neighbours.
+    ``statement_vectors``: ingest and ``ragdx index build`` also store each chunk's statement
+    vectors, which the sentence reranker and the extractive generator read instead of encoding
+    (a store that keeps none, PostgreSQL, is encoded at query time)."""
 
     enabled: bool = True
     model: str = "all-MiniLM-L6-v2"
@@ -70,6 +73,7 @@ class DenseSettings:
     passage_prefix: str = ""
     with_prefix: bool = True
     search: str = _choice("auto", "auto", "exact", "quantized", "hnsw")
+    statement_vectors: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
-    "WritableStore",
+    "StatementVectorStore", "WritableStore",
     "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
@@ -207,6 +207,28 @@ class VectorSearchStore(Protocol):
                       keys: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
         """Which (doc_id, version) pairs the groups may read, in one look-up."""
         ...
+
+
+@runtime_checkable
+class StatementVectorStore(Protocol):
+    """A store that keeps each chunk's statement vectors in a space, computed at ingest (the
+    SQLite store): the sentence reranker and the extractive generator read them instead of
+    encoding the statements at query time. A store without it (PostgreSQL) is read the same,
+    and its statements are encoded when a question reads them."""
+
+    def write_statement_vectors(self, space_id: str, rows: Sequence[tuple[str, str, bytes]]) -> None:
+        """Store ``(chunk_id, statements_hash, float32 bytes of every statement)`` per chunk."""
+        ...
+
+    def statement_vectors(self, space_id: str, chunk_ids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+        """Chunk id -> (statements hash, float32 bytes), for the chunks that have them."""
+        ...
+
+    def statement_vectors_by_hash(self, space_id: str, hashes: Sequence[str]) -> dict[str, bytes]:
+        """Statements hash -> float32 bytes, for the hashes some chunk's vectors are stored under."""
+        ...
+
+    def chunks_without_statement_vectors(self, space_id: str) -> list[Chunk]: ...
 
 
 @runtime_checkable

@@ -27,7 +27,7 @@ from ragdx.cli import RECHECK_CHANGED, main
 from ragdx.config import load_settings
 from ragdx.errors import InputError
 from ragdx.ingest.ingestor import delete_documents
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.store.sqlite import SCHEMA_VERSION, SQLiteStore
 from ragdx.types import Principal, Query
 from tests.conftest import write
 from tests.hardening.test_fuzz import ident, number, value
@@ -128,7 +128,7 @@ def test_a_schema_1_store_without_an_id_is_migrated_and_given_one(tmp_path):
         assert (old.store_id, old._schema) == (None, 1)
     with SQLiteStore(path, "write") as opened:
         meta = dict(opened._db.execute("SELECT key, value FROM meta WHERE key != 'store_id'"))
-        assert meta == {"schema_version": "2", "index_version": "1"} and len(opened.store_id) == 32
+        assert meta == {"schema_version": str(SCHEMA_VERSION), "index_version": "1"} and len(opened.store_id) == 32
 
 
 # -- item 1: rechecks that read every span -----------------------------------------------------------

@@ -138,7 +138,10 @@ def test_unchanged_content_is_not_re_encoded(small):
     # only refund.md is read again; of its two chunks (one per section) only the edited one is new
     assert len(store.chunks("refund.md", store.latest("refund.md").document.version)) == 2
     assert (edit.embedding.encoded, edit.embedding.reused) == (1, 1)
-    assert encoder.calls == calls + 1
+    # and of the statement vectors, the edited chunk's one statement (the other chunk's are reused)
+    said = edit.embedding.statements
+    assert (said.chunks, said.encoded, said.reused) == (2, 1, 1)
+    assert encoder.calls == calls + 1 + 1
 
 
 def test_hnsw_search_matches_exact_on_a_small_index_and_filters_access(small):

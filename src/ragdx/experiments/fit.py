@@ -94,7 +94,7 @@ def reranker_rows(pipeline: Pipeline, run: ValidationRun, *, depth: int = 75) ->
     features are scored for the ``depth`` best fused candidates with the pipeline's encoder (0
     without one)."""
     rows, labels = [], []
-    similarity = SentenceSimilarity(pipeline.encoder) if pipeline.encoder is not None else None
+    similarity = SentenceSimilarity(pipeline.encoder, pipeline.store) if pipeline.encoder is not None else None
     for query, lists, evidence in zip(run.queries, run.lists, run.evidence):
         fused = pipeline.fusion.run(lists)
         relevant = relevant_items(evidence, {c.chunk_id: c.span for c in fused.items})

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import random
+from dataclasses import replace
 
 import numpy as np
 
 from ragdx.errors import ConfigError, InputError
-from ragdx.ingest.embed import EmbedStats, Embedder, passage_input
+from ragdx.ingest.embed import EmbedStats, Embedder, fill_statements, passage_input
 from ragdx.protocols import WritableStore
 from ragdx.types import SpaceState
 
@@ -24,7 +25,9 @@ log = logging.getLogger("ragdx.index")
 
 def build_space(store: WritableStore, embedder: Embedder) -> EmbedStats:
     """Embed every chunk that has no vector in the embedder's space yet (reusing vectors of
-    identical inputs), beside whatever space is active. A new space ends ``built``."""
+    identical inputs), beside whatever space is active, then the statements of every chunk that
+    has no statement vectors there (where the store keeps them: :func:`fill_statements`, their
+    figures in the result's ``statements``). A new space ends ``built``."""
     space = embedder.space
     todo = store.chunks_without_vectors(space.id)
     log.info("building space %s: %d chunks to embed", space.id, len(todo))
@@ -34,7 +37,7 @@ def build_space(store: WritableStore, embedder: Embedder) -> EmbedStats:
         store.write_vectors(space.id, rows)
         if store.space_state(space.id) is SpaceState.BUILDING:
             store.set_space_state(space.id, SpaceState.BUILT, f"{len(rows)} vectors")
-    return stats
+    return replace(stats, statements=fill_statements(store, embedder))
 
 
 def verify_space(store: WritableStore, space_id: str, embedder: Embedder | None = None,

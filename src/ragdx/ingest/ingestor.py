@@ -15,7 +15,7 @@ from typing import Iterator, Sequence
 
 from ragdx.errors import ConfigError, InputError
 from ragdx.ingest.chunk import ChunkedDocument, ChunkerConfig, StructureChunker, TokenCounter
-from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow
+from ragdx.ingest.embed import EmbedStats, Embedder, VectorRow, fill_statements
 from ragdx.store.vectors import check_space
 from ragdx.ingest.manifest import MAX_FILE_BYTES, ManifestEntry, load_source
 from ragdx.ingest.parsers import detect_format, parse, parser_id
@@ -289,6 +289,10 @@ class Ingestor:
                             vectors[c.id] for c in item.chunked.chunks if c.id in vectors])
             if isinstance(self.store, VersionedIndexStore):
                 self.store.apply_retention(sorted({p.document.doc_id for p in prepared}))
+        if self.embedder is not None and stats is not None:
+            # after the chunks commit, in batches of their own: any chunk of the space without
+            # them (this ingest's, and those a killed fill left), so the store holds them whole
+            stats = replace(stats, statements=fill_statements(self.store, self.embedder))
         warnings = tuple(f"{p.document.doc_id}: {w}" for p in prepared if p.parsed
                          for w in p.parsed.warnings)
         return IngestReport(tuple(actions), tuple(map(str, skipped)), warnings, len(prepared),

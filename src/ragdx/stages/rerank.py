@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ragdx.errors import ConfigError
-from ragdx.text import content_terms, statements
+from ragdx.ingest.embed import chunk_statements
+from ragdx.text import content_terms
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
 from ragdx.stages.fuse import RRF_C
@@ -97,7 +98,8 @@ class SentenceSimilarity:
     """Each chunk's best sentence's cosine with a question: the largest over its statements
     (:func:`ragdx.text.statements`; a chunk without one, such as a heading, counts as one
     sentence), in the encoder's space. Sentence vectors are kept with the encoder's, shared with
-    the extractive generator (:func:`ragdx.stages._sentences.sentence_vectors`).
+    the extractive generator (:func:`ragdx.stages._sentences.sentence_vectors`), and read from the
+    store's statement vectors where it keeps them (computed at ingest); only the rest are encoded.
 
     The maximum over parts follows ColBERT's MaxSim (Khattab & Zaharia, "ColBERT: Efficient and
     Effective Passage Search via Contextualized Late Interaction over BERT", SIGIR 2020), here over
@@ -105,15 +107,19 @@ class SentenceSimilarity:
 
     Args:
         encoder: the dense encoder.
+        store: the store whose statement vectors are read (None: every statement is encoded).
     """
 
-    def __init__(self, encoder: Encoder) -> None:
-        self.encoder = encoder
+    def __init__(self, encoder: Encoder, store: Store | None = None) -> None:
+        self.encoder, self.store = encoder, store
 
     def run(self, question: str, chunks: Sequence[Chunk]) -> list[float]:
-        parts = [statements(c.text) or [c.text] for c in chunks]
+        parts = [chunk_statements(c) for c in chunks]
         flat = [t for texts in parts for t in texts]
-        cosines = sentence_vectors(self.encoder).cosines(question, flat)
+        vectors = sentence_vectors(self.encoder)
+        if self.store is not None:
+            vectors.read(self.store, chunks, parts)
+        cosines = vectors.cosines(question, flat)
         out, at = [], 0
         for texts in parts:
             out.append(float(cosines[at:at + len(texts)].max()))
@@ -157,7 +163,7 @@ class SentenceReranker:
         if depth < 1 or c < 0:
             raise ConfigError(f"the sentence reranker needs rerank.depth >= 1 and c >= 0, not {depth} and {c}")
         self.store, self.top_n, self.depth, self.c, self.name = store, top_n, depth, c, name
-        self.similarity = SentenceSimilarity(encoder)
+        self.similarity = SentenceSimilarity(encoder, store)
 
     def run(self, query: Query, ranked: Ranked) -> Ranked:
         started = time.perf_counter()
@@ -196,7 +202,7 @@ class FeatureReranker:
         if encoder is None and any(self.weights.get(f) for f in SENTENCE_FEATURES):
             raise ConfigError(f"rerank weights weigh {', '.join(SENTENCE_FEATURES)}, which need the dense "
                               f"encoder: set retrieval.dense.enabled = true")
-        self.similarity = SentenceSimilarity(encoder) if encoder is not None else None
+        self.similarity = SentenceSimilarity(encoder, store) if encoder is not None else None
         self.fitted_on = fitted_on
 
     @classmethod

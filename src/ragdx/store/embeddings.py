@@ -1,6 +1,8 @@
 """Embedding spaces and their vectors in the stores: which spaces are registered and in what
 state, each chunk's vector in a space (keyed by its input's hash, so unchanged text is never
-encoded twice), and the dense search.
+encoded twice), each chunk's statement vectors (SQLite only: the sentence reranker and the
+extractive generator read them instead of encoding; a PostgreSQL store has none, and they
+encode), and the dense search.
 
 SQLite keeps every space's vectors in one ``vectors`` table (float32 bytes), searched in numpy
 (:mod:`ragdx.store.vectors`). PostgreSQL keeps one ``vec_<n>`` table per space (pgvector's
@@ -231,6 +233,58 @@ def sqlite_chunks_without_vectors(self: SQLiteStore, space_id: str) -> list[Chun
     return [self._chunk_row(r) for r in self._db.execute(
         f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
         "SELECT 1 FROM vectors v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
+        "ORDER BY c.rowid", (space_id,))]
+
+
+def sqlite_write_statement_vectors(self: SQLiteStore, space_id: str, rows: Sequence[tuple[str, str, bytes]]) -> None:
+    """Store each chunk's statement vectors in a space: ``(chunk_id, statements_hash, float32
+    bytes)``, the bytes every statement's vector in the chunk's order (:func:`ragdx.text.statements`),
+    the hash that of the statements' texts (a chunk's earlier ones in the space are replaced).
+    They go with the chunk: deleted, or replaced by a re-chunk, with it. The index version
+    stays: they are what a question would encode, so no result a cache holds changes."""
+    self._db.executemany(
+        "INSERT OR REPLACE INTO statement_vectors SELECT rowid, ?, ?, ? FROM chunks WHERE id = ?",
+        [(space_id, h, blob, cid) for cid, h, blob in rows])
+
+
+def sqlite_statement_vectors(self: SQLiteStore, space_id: str, chunk_ids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+    """The stored statement vectors of these chunks in a space: chunk id -> (statements hash,
+    float32 bytes), for the chunks that have them (none in a store of schema 2 not yet written)."""
+    out: dict[str, tuple[str, bytes]] = {}
+    if self._schema < 3:
+        return out
+    ids = list(dict.fromkeys(chunk_ids))
+    for i in range(0, len(ids), 500):
+        batch = ids[i:i + 500]
+        # from the chunks (CROSS JOIN keeps that order): joined the other way, SQLite walked every
+        # vector of the space by its (space_id, statements_hash) index, 0.5 s for 75 chunks
+        for cid, h, blob in self._db.execute(
+                "SELECT c.id, s.statements_hash, s.vectors FROM chunks c CROSS JOIN statement_vectors s "
+                f"ON s.space_id = ? AND s.chunk_rowid = c.rowid WHERE c.id IN ({','.join('?' * len(batch))})",
+                (space_id, *batch)):
+            out[cid] = (h, blob)
+    return out
+
+
+def sqlite_statement_vectors_by_hash(self: SQLiteStore, space_id: str, hashes: Sequence[str]) -> dict[str, bytes]:
+    """Stored statement vectors of a space under these statements hashes (another version's
+    chunk of the same text: reused, not encoded again)."""
+    out: dict[str, bytes] = {}
+    for i in range(0, len(hashes), 500):
+        batch = list(hashes[i:i + 500])
+        for h, blob in self._db.execute(
+                f"SELECT statements_hash, vectors FROM statement_vectors WHERE space_id = ? AND statements_hash "
+                f"IN ({','.join('?' * len(batch))})", (space_id, *batch)):
+            out[h] = blob
+    return out
+
+
+def sqlite_chunks_without_statement_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
+    """The searchable chunks with no statement vectors in a space, in chunk order."""
+    columns = documents.SQLITE_CHUNK_COLUMNS_C
+    return [self._chunk_row(r) for r in self._db.execute(
+        f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+        "SELECT 1 FROM statement_vectors s WHERE s.space_id = ? AND s.chunk_rowid = c.rowid) "
         "ORDER BY c.rowid", (space_id,))]
 
 

@@ -2,8 +2,9 @@
 how an existing one is checked (and, for SQLite, migrated) when it is opened.
 
 - SQLite (schema :data:`SQLITE_SCHEMA_VERSION`): one file; the DDL below, FTS5 over the chunks
-  kept by triggers, and the ``staged_*`` tables of index versions. A store of schema 1 gets the
-  tables schema 2 added when opened for writing (:func:`_sqlite_migrate`).
+  kept by triggers, the ``staged_*`` tables of index versions and the statement vectors. A store
+  of an older schema gets the tables the later ones added when opened for writing
+  (:func:`_sqlite_migrate`), and is read as it is until then.
 - PostgreSQL with pgvector (schema :data:`PG_SCHEMA_VERSION`): coordinator tables, per-document
   tables (hash-partitioned by ``doc_id`` when sharded, each part a ``postgres_fdw`` foreign table
   on its shard: :func:`sharded_table_ddl`) and per-part BM25 statistics kept by triggers
@@ -33,7 +34,8 @@ log = logging.getLogger("ragdx.store")
 # -- SQLite -----------------------------------------------------------------------------------
 
 
-SQLITE_SCHEMA_VERSION = 2  # 2: index versions built beside the live one (index_versions, staged_*)
+SQLITE_SCHEMA_VERSION = 3  # 2: index versions built beside the live one (index_versions, staged_*);
+# 3: each chunk's statement vectors in a space (statement_vectors)
 
 
 #: the columns a section and a chunk have, live and staged in an index version alike (the staged
@@ -149,6 +151,15 @@ CREATE TABLE IF NOT EXISTS vectors (
 );
 CREATE INDEX IF NOT EXISTS vectors_by_input ON vectors (space_id, input_hash);
 CREATE INDEX IF NOT EXISTS vectors_by_chunk ON vectors (chunk_rowid);
+CREATE TABLE IF NOT EXISTS statement_vectors (
+    chunk_rowid INTEGER NOT NULL REFERENCES chunks (rowid) ON DELETE CASCADE,
+    space_id TEXT NOT NULL REFERENCES spaces (id),
+    statements_hash TEXT NOT NULL,
+    vectors BLOB NOT NULL,
+    PRIMARY KEY (space_id, chunk_rowid)
+);
+CREATE INDEX IF NOT EXISTS statement_vectors_by_chunk ON statement_vectors (chunk_rowid);
+CREATE INDEX IF NOT EXISTS statement_vectors_by_hash ON statement_vectors (space_id, statements_hash);
 CREATE TABLE IF NOT EXISTS index_versions (
     id TEXT PRIMARY KEY,
     body TEXT NOT NULL,
@@ -206,8 +217,8 @@ def sqlite_ddl() -> str:
     return _SCHEMA.format(tokenizer=FTS_TOKENIZER, section_columns=_SECTION_COLUMN_DDL,
                           chunk_columns=_CHUNK_COLUMN_DDL)
 
-#: Tables and indexes that schema 2 added (a store of schema 1 gets them when opened for writing).
-_SINCE_2 = ("index_versions", "staged_")
+#: The tables and indexes each schema added (an older store gets them when opened for writing).
+_ADDED = {2: ("index_versions", "staged_"), 3: ("statement_vectors",)}
 
 
 @functools.lru_cache(maxsize=1)
@@ -264,8 +275,9 @@ def _sqlite_check_schema(self: SQLiteStore) -> None:
         raise StoreError(f"{self.path}: damaged store: index_version is "
                          f"{row[0] if row else None!r}, not a number")
     expected = _expected_schema()
-    if int(version) < 2:  # migrated when opened for writing (_init_schema)
-        expected = {k: v for k, v in expected.items() if not k[1].startswith(_SINCE_2)}
+    later = tuple(name for since, names in _ADDED.items() if int(version) < since for name in names)
+    if later:  # migrated when opened for writing (_init_schema)
+        expected = {k: v for k, v in expected.items() if not k[1].startswith(later)}
     self._schema = int(version)
     for kind, name in sorted(set(expected) - found):
         raise StoreError(f"{self.path}: damaged store: the {kind} {name!r} is missing")
@@ -310,7 +322,8 @@ def _sqlite_init_schema(self: SQLiteStore) -> None:
 def _sqlite_migrate(self: SQLiteStore) -> None:
     """Bring a store of an older schema up to this one, in one transaction (a killed process
     leaves the old schema, migrated again at the next write). 1 -> 2: the tables of index
-    versions, and the live index recorded as :data:`INITIAL_INDEX`."""
+    versions, and the live index recorded as :data:`INITIAL_INDEX`; 2 -> 3: the statement vectors'
+    table (empty: ``ragdx index build`` fills it)."""
     log.info("%s: migrating the store from schema %d to %d", self.path, self._schema, SQLITE_SCHEMA_VERSION)
     with self.transaction():
         row = self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()

@@ -286,6 +286,10 @@ class SQLiteStore:
     vectors_at = embeddings.sqlite_vectors_at
     window_end = embeddings.sqlite_window_end
     chunk_vectors = embeddings.sqlite_chunk_vectors
+    write_statement_vectors = embeddings.sqlite_write_statement_vectors
+    statement_vectors = embeddings.sqlite_statement_vectors
+    statement_vectors_by_hash = embeddings.sqlite_statement_vectors_by_hash
+    chunks_without_statement_vectors = embeddings.sqlite_chunks_without_statement_vectors
 
     # -- the store's checks of itself (store/checks.py) ------------------------------------------------
     fts_problems = checks.sqlite_fts_problems
