@@ -79,3 +79,13 @@ def test_progress_writes_whole_lines_to_a_log_for_a_long_step():
         with Progress("embedding", 4, stream=piped, log_every=0) as progress:
             progress.advance(4)
     assert len(piped.getvalue().split("\n")) == 5  # quiet: nothing more
+
+
+def test_the_log_interval_comes_from_the_environment(monkeypatch):
+    monkeypatch.setenv("RAGDX_PROGRESS_LOG_SECONDS", "0")
+    piped = io.StringIO()
+    with Progress("writing", 2, stream=piped) as progress:
+        progress.advance(2)
+    assert piped.getvalue().startswith("writing: 0/2 (0%)")
+    monkeypatch.setenv("RAGDX_PROGRESS_LOG_SECONDS", "3600")
+    assert Progress("writing", 2, stream=io.StringIO()).log_every == 3600.0

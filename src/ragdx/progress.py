@@ -9,6 +9,7 @@ tests stay readable). The CLI's ``--quiet`` turns both off everywhere (:func:`qu
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -31,6 +32,17 @@ def quiet(on: bool = True) -> Iterator[None]:
         _QUIET.reset(token)
 
 
+#: the environment variable that sets how often a log gets a progress line, in seconds (30)
+LOG_SECONDS_ENV = "RAGDX_PROGRESS_LOG_SECONDS"
+
+
+def _log_seconds() -> float:
+    try:
+        return float(os.environ.get(LOG_SECONDS_ENV, "30"))
+    except ValueError:
+        return 30.0
+
+
 def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     hours, rest = divmod(seconds, 3600)
@@ -47,20 +59,21 @@ class Progress:
         stream: where to draw (default stderr).
         every: the least time between two redraws on a terminal, in seconds.
         log_every: off a terminal, the least time between two whole lines, in seconds (the first
-            comes after as long).
+            comes after as long); default ``RAGDX_PROGRESS_LOG_SECONDS`` or 30.
 
     Use it as a context manager (the line is ended when the step ends) and call :meth:`advance`.
     """
 
     def __init__(self, label: str, total: int | None = None, *, unit: str = "",
-                 stream: TextIO | None = None, every: float = 0.2, log_every: float = 30.0) -> None:
+                 stream: TextIO | None = None, every: float = 0.2, log_every: float | None = None) -> None:
         self.label, self.total, self.unit = label, total, unit
         self.stream = stream if stream is not None else sys.stderr
         isatty = getattr(self.stream, "isatty", None)
         self.terminal = bool(isatty and isatty())
         self.shown = not _QUIET.get() and self.terminal
         self.logged = not _QUIET.get() and not self.terminal  # whole lines, now and then
-        self.every, self.log_every = every, log_every
+        self.every = every
+        self.log_every = log_every if log_every is not None else _log_seconds()
         self._lines = 0
         self.done = 0
         self.note = ""
