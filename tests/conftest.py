@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +11,10 @@ import pytest
 from ragdx.examples import example_dir
 from ragdx.ingest.ingestor import Ingestor
 from ragdx.store.sqlite import SQLiteStore
+
+# a test (and the commands it starts) writes no progress line to a pipe however loaded the
+# machine: a step would have to last an hour (tests/test_progress.py sets the interval itself)
+os.environ.setdefault("RAGDX_PROGRESS_LOG_SECONDS", "3600")
 
 EXAMPLE = example_dir()
 
