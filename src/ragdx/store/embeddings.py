@@ -228,12 +228,18 @@ def pg_write_vectors(self: PostgresStore, space_id: str, rows: list[tuple[str, s
         self._flush_vectors(table)
 
 
-def sqlite_chunks_without_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
+def _sqlite_chunks_without(self: SQLiteStore, table: str, space_id: str) -> list[Chunk]:
+    """The searchable chunks with no row of ``table`` (``vectors``, ``statement_vectors``) in a
+    space, in chunk order."""
     columns = documents.SQLITE_CHUNK_COLUMNS_C
     return [self._chunk_row(r) for r in self._db.execute(
         f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
-        "SELECT 1 FROM vectors v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
+        f"SELECT 1 FROM {table} v WHERE v.space_id = ? AND v.chunk_rowid = c.rowid) "
         "ORDER BY c.rowid", (space_id,))]
+
+
+def sqlite_chunks_without_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
+    return _sqlite_chunks_without(self, "vectors", space_id)
 
 
 def sqlite_write_statement_vectors(self: SQLiteStore, space_id: str, rows: Sequence[tuple[str, str, bytes]]) -> None:
@@ -281,11 +287,7 @@ def sqlite_statement_vectors_by_hash(self: SQLiteStore, space_id: str, hashes: S
 
 def sqlite_chunks_without_statement_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
     """The searchable chunks with no statement vectors in a space, in chunk order."""
-    columns = documents.SQLITE_CHUNK_COLUMNS_C
-    return [self._chunk_row(r) for r in self._db.execute(
-        f"SELECT {columns} FROM chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
-        "SELECT 1 FROM statement_vectors s WHERE s.space_id = ? AND s.chunk_rowid = c.rowid) "
-        "ORDER BY c.rowid", (space_id,))]
+    return _sqlite_chunks_without(self, "statement_vectors", space_id)
 
 
 def pg_chunks_without_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:
