@@ -3,6 +3,8 @@ under CI), and the model resolver with and without the extra."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 
@@ -52,6 +54,24 @@ def test_a_score_is_the_pair_s_own_at_one_pair_per_pass(cross: CrossEncoder) -> 
     batched = CrossEncoder(threads=1, batch_size=32).score(QUESTION, SENTENCES)
     assert 0 < np.abs(batched - together).max() < 0.5 and int(np.argmax(batched)) == 1
     assert cross.score(QUESTION, []).shape == (0,)
+
+
+def test_pairs_run_side_by_side_on_single_threaded_runs_with_the_same_scores(cross: CrossEncoder) -> None:
+    # two threads at one pair per pass: each pair on its own worker thread, the session single-threaded
+    side = CrossEncoder(threads=2)
+    names: set[str] = set()
+    run = side._model.load().run
+
+    def seen(*args):
+        names.add(threading.current_thread().name)
+        return run(*args)
+    side._model.run = seen
+    assert (side.workers, side._model.threads) == (2, 1)
+    assert np.array_equal(side.score(QUESTION, SENTENCES), cross.score(QUESTION, SENTENCES))
+    assert len(names) >= 1 and all(n.startswith("ragdx-cross") for n in names)  # never the caller's
+    # larger batches keep both threads inside each batch, on the calling thread
+    batched = CrossEncoder(threads=2, batch_size=2)
+    assert (batched.workers, batched._model.threads) == (1, 2)
 
 
 def test_the_token_budget_cuts_the_text(cross: CrossEncoder) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 import numpy as np
@@ -134,8 +135,11 @@ class CrossEncoder:
             range per batch tensor, so in a batch a logit moves with its batch mates (measured:
             up to 0.35 between batches of 1 and 32); alone is also cheaper here (35 ms of CPU
             per pair of 60-160 words against 55 ms in batches of 32: no padding).
-        threads: intra-op threads; default one per CPU this process may run on, at most
-            :data:`MAX_THREADS`.
+        threads: default one per CPU this process may run on, at most :data:`MAX_THREADS`. With
+            ``batch_size`` 1, pairs run side by side on that many threads, each on one core (a
+            pair's score is the same either way): on 2 idle cores, 24 pairs took 418 ms so
+            against 533 ms with both threads inside each pair (docs/benchmarks.md). With larger
+            batches, the threads work inside each batch.
 
     Raises:
         ConfigError: a bad ``max_tokens``, ``batch_size`` or ``threads``.
@@ -150,6 +154,12 @@ class CrossEncoder:
         self.max_tokens, self.batch_size = max_tokens, batch_size
         self._model = OnnxModel(model, kind="cross-encoder", what=_WHAT, max_tokens=max_tokens, threads=threads,
                                 output="logits")
+        # pairs alone run side by side, each a single-threaded run of the one session
+        self.workers = self._model.threads if batch_size == 1 else 1
+        if self.workers > 1:
+            self._model.threads = 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
 
     def warm_up(self) -> None:
         """Load the model now rather than on the first call."""
@@ -176,10 +186,19 @@ class CrossEncoder:
         found = model.tokenizer.encode_batch([(query, t) for t in texts])
         order = sorted(range(len(found)), key=lambda i: len(found[i].ids), reverse=True)
         scores = np.empty(len(found), np.float32)
-        for at in range(0, len(order), self.batch_size):
-            batch = order[at:at + self.batch_size]
+
+        def run(batch: list[int]) -> None:
             ids, mask = pad([found[i].ids for i in batch])
             types, _ = pad([found[i].type_ids for i in batch], ids.shape[1])
-            logits = model.run(ids, mask, types)
-            scores[batch] = logits.reshape(len(batch), -1)[:, 0]
+            scores[batch] = model.run(ids, mask, types).reshape(len(batch), -1)[:, 0]
+        batches = [order[at:at + self.batch_size] for at in range(0, len(order), self.batch_size)]
+        if self.workers < 2 or len(batches) < 2:
+            for batch in batches:
+                run(batch)
+            return scores
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ragdx-cross")
+        for done in [self._pool.submit(run, batch) for batch in batches]:
+            done.result()  # an error in any pair is raised here
         return scores
