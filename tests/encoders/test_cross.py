@@ -136,3 +136,22 @@ def test_late_interaction_ranks_the_answer_first() -> None:
     assert np.array_equal(scores[1:2], scorer.score(QUESTION, [ILIKE]))
     config = scorer.config
     assert config["model"] == "answerdotai/answerai-colbert-small-v1" and config["scoring"] == "maxsim"
+
+
+def test_a_forked_child_scores_on_threads_of_its_own() -> None:
+    # the child inherits the parent's pool object but none of its threads: it makes its own
+    import multiprocessing
+    require_models()
+    side = CrossEncoder(threads=2)
+    parent = side.score(QUESTION, SENTENCES)
+    fork = multiprocessing.get_context("fork")
+    out = fork.Queue()
+    child = fork.Process(target=lambda: out.put(side.score(QUESTION, SENTENCES)))  # fork: nothing pickled
+    child.start()
+    try:
+        scores = out.get(timeout=60)  # before the fix: the child waited for threads it does not have
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert np.array_equal(scores, parent)

@@ -17,6 +17,7 @@ Reference: Nogueira & Cho, "Passage Re-ranking with BERT", 2019 (the cross-encod
 from __future__ import annotations
 
 import json
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
@@ -159,6 +160,7 @@ class CrossEncoder:
         if self.workers > 1:
             self._model.threads = 1
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self._lock = threading.Lock()
 
     def warm_up(self) -> None:
@@ -197,8 +199,10 @@ class CrossEncoder:
                 run(batch)
             return scores
         with self._lock:
-            if self._pool is None:
+            # a forked child (``--executor local:N``) inherits the pool but not its threads
+            if self._pool is None or self._pool_pid != os.getpid():
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="ragdx-cross")
+                self._pool_pid = os.getpid()
         for done in [self._pool.submit(run, batch) for batch in batches]:
             done.result()  # an error in any pair is raised here
         return scores
