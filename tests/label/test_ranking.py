@@ -7,9 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from ragdx.label import Labeller
+from ragdx.label.propose import question_parts
 from ragdx.label.readers import EvalCase
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import SQLiteStore
+from ragdx.text import split_question
 from tests.conftest import write
 
 
@@ -138,3 +140,63 @@ def test_a_statement_holding_the_claims_code_word_for_word_ranks_higher(tmp_path
         ("A warning comes in some versions when no loop runs.", 0.625)]
     assert [(g.places[0].text, g.score) for g in coded.groups] == [
         ("With no loop set, the call returns what get_policy().get_loop() returns.", 0.5)]
+
+
+def _optimize_store(tmp_path: Path) -> SQLiteStore:
+    from ragdx.ingest.ingestor import Ingestor
+    folder = tmp_path / "corpus"
+    write(folder / "cmdline.md", "# Command line options\n\n## -O\n\nRemove assert statements and any code "
+                                 "conditional on the value of __debug__.\n")
+    write(folder / "reference.md", "# The assert statement\n\nThe code generator emits no code for an "
+                                   "assert statement when optimization is requested.\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store).run(folder)
+    return store
+
+
+OPTIMIZE = EvalCase(id="q3", question="Which command-line option removes assert statements, and what does the "
+                                      "code generator emit for them then?",
+                    reference="-O; no code is emitted for assert statements.")
+
+
+class _Knowing:
+    """A pair scorer standing in for the cross-encoder: logit 4 for the statement that answers
+    the part "which option" (asked alone) and for the code generator's sentence (asked whole), -4
+    for every other pair."""
+
+    config = {"name": "knowing"}
+    PART = "Which command-line option removes assert statements?"
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        return [4.0 if (query.startswith(self.PART) and "Remove assert" in t)
+                or (not query.startswith(self.PART) and "code generator" in t) else -4.0 for t in texts]
+
+
+def test_each_part_of_a_compound_question_finds_the_page_its_terse_reference_leaves_implicit(tmp_path: Path) -> None:
+    store = _optimize_store(tmp_path)
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    alone = Labeller(store, [bm25], _Knowing(), parts=False).run(OPTIMIZE)
+    assert [g.places[0].doc for g in alone.groups] == ["reference.md"]
+    both = Labeller(store, [bm25], _Knowing()).run(OPTIMIZE)
+    # the reference read with the part "Which command-line option removes assert statements?":
+    # the option's own page, which no group cites yet, is a group of its own
+    assert [(g.places[0].doc, g.claims) for g in both.groups] == [
+        ("reference.md", ("-O; no code is emitted for assert statements.",)),
+        ("cmdline.md", ("Which command-line option removes assert statements?",))]
+    assert both.groups[1].places[0].text.startswith("Remove assert statements and any code")
+    # its words: 3 of the reference's 6 stems (code, stat, assert) x 0.75, and 1 of the part's 4
+    # others (remov of command, line, option, remov) x 0.25: 0.4375; half that and half
+    # sigmoid(4) = 0.98201: 0.70976, above weak (0.7)
+    assert round(both.groups[1].score, 4) == 0.7098
+    assert "the reference read for the question's part" in both.groups[1].reason
+
+
+def test_a_sentence_naming_the_version_the_asker_runs_is_no_part() -> None:
+    question = "We're on Python 3.11. What does the code generator emit for an assert statement?"
+    assert split_question(question) == ("We're on Python 3.11.",
+                                         "What does the code generator emit for an assert statement?")
+    assert question_parts(question) == ["What does the code generator emit for an assert statement?"]
+    # a premise without a version is a part: a multi-hop question's bridge
+    assert question_parts("Python's sqlite3 opens transactions implicitly; when does such a transaction "
+                          "start in SQLite?") == ["Python's sqlite3 opens transactions implicitly.",
+                                                  "When does such a transaction start in SQLite?"]

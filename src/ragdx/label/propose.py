@@ -19,7 +19,10 @@ too) are its alternatives, an OR. Two statements side by side that state a claim
 one place, and so is a sentence ending in a colon with the list after it. A group whose score is below
 ``review_score``, or whose runner-up from another place scores within ``margin`` of it, is marked
 ``needs_review``. Groups scoring below ``weak`` are left out when another group scores ``weak``
-or more (``weak_groups``). The required evidence is an AND of the groups.
+or more (``weak_groups``). A compound question with fewer groups than parts has its reference
+looked for with each part as the question (``parts``): a place on a page no group cites, scoring
+``weak`` or more, is a group of its own (a multi-hop question's terse reference states its bridge
+only implicitly). The required evidence is an AND of the groups.
 
 Every alternative is written as ``doc``, ``version`` and ``quote`` (the statement's exact words),
 and resolved against the store before it is written: a proposal never names a span that does
@@ -40,7 +43,7 @@ from ragdx.ingest.quotes import find_quote
 from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
 from ragdx.queryset import parse_query
-from ragdx.text import content_terms, sentence_spans, statement_spans, stem
+from ragdx.text import content_terms, sentence_spans, split_question, statement_spans, stem
 from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
 __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
@@ -52,6 +55,7 @@ VERBATIM_WORDS = 5
 #: (its signature and the first sentences that say what it does)
 ENTRY_STATEMENTS = 3
 _PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
+_VERSION_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?:\.\d+)*(?![\w])")
 
 
 def _compact(text: str) -> str:
@@ -128,6 +132,13 @@ def split_claims(reference: str) -> list[str]:
             block.append(line)
     flush()
     return claims
+
+
+def question_parts(question: str) -> list[str]:
+    """The parts of a compound question that need evidence of their own
+    (:func:`ragdx.text.split_question`), without a sentence stating the version the asker runs
+    ("We're on Python 3.9."): that is the version's context, which the version filter reads."""
+    return [a for a in split_question(question) if a.endswith("?") or not _VERSION_NUMBER.search(a)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -365,6 +376,11 @@ class Labeller:
             that version lacks the same words (0: the same words only).
         code: how much higher a prose claim's statement ranks for each share of the claim's code
             (:func:`_code`: API calls, settings) it holds word for word, spaces aside (0: none).
+        parts: a compound question (:func:`ragdx.text.split_question`; a sentence naming only
+            the version the asker runs is no part) with fewer groups than parts: the whole
+            reference is looked for with each part as the question, and a place on a page no
+            group cites, scoring at least ``weak``, is a group of its own (a multi-hop question's
+            terse reference states its bridge only implicitly).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
@@ -372,7 +388,7 @@ class Labeller:
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
                  headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15,
                  neighbour: float = 0.05, lists: bool = True, similar: float = 0.8,
-                 code: float = 0.15) -> None:
+                 code: float = 0.15, parts: bool = True) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
@@ -380,6 +396,7 @@ class Labeller:
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
         self.page_prior, self.lines, self.api = page_prior, lines, api
         self.neighbour, self.lists, self.similar, self.code = neighbour, lists, similar, code
+        self.parts = parts
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -394,6 +411,7 @@ class Labeller:
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
                 "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar, "code": self.code,
+                "parts": self.parts,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -608,6 +626,20 @@ class Labeller:
             weak = [g for g in groups if g.score < self.weak]
             keep = [n for n, g in enumerate(groups) if g.score >= self.weak]
             groups, candidates = [groups[n] for n in keep], [candidates[n] for n in keep]
+        if self.parts:
+            asked = question_parts(case.question)
+            if len(asked) > 1 and len(groups) < len(asked):
+                pages = {p.doc for g in groups for p in g.places}
+                for part in asked:
+                    scored, how = self._best(replace(case, question=part), case.reference)
+                    if not scored or scored[0][0] < self.weak or scored[0][1].place.doc in pages:
+                        continue
+                    score, top = scored[0]
+                    groups.append(ProposedGroup((part,), (top.place,), score,
+                                                f"{how}: {score:.2f}; the reference read for the question's part",
+                                                score < self.review_score))
+                    candidates.append(())
+                    pages.add(top.place.doc)
         restricted = bool(groups) and case.principal is not None and not any(
             self.store.readable(case.principal.groups, p.doc, p.version) for g in groups for p in g.places)
         note = "" if groups else "no claim of the reference is stated in the store"
