@@ -4,6 +4,7 @@ to wins (``page_prior``)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from ragdx.label import Labeller
@@ -145,12 +146,16 @@ def test_a_statement_holding_the_claims_code_word_for_word_ranks_higher(tmp_path
 def _optimize_store(tmp_path: Path) -> SQLiteStore:
     from ragdx.ingest.ingestor import Ingestor
     folder = tmp_path / "corpus"
-    write(folder / "cmdline.md", "# Command line options\n\n## -O\n\nRemove assert statements and any code "
-                                 "conditional on the value of __debug__.\n")
-    write(folder / "reference.md", "# The assert statement\n\nThe code generator emits no code for an "
-                                   "assert statement when optimization is requested.\n")
+    cmdline = write(folder / "cmdline.md", "# Command line options\n\n## -O\n\nRemove assert statements and any "
+                                           "code conditional on the value of __debug__.\n")
+    reference = write(folder / "reference.md", "# The assert statement\n\nThe code generator emits no code for an "
+                                               "assert statement when optimization is requested.\n")
+    manifest = write(tmp_path / "manifest.jsonl", "".join(json.dumps(row) + "\n" for row in [
+        {"doc_id": "cmdline.md", "path": str(cmdline), "version": "3.9", "status": "superseded"},
+        {"doc_id": "cmdline.md", "path": str(cmdline), "version": "3.11"},
+        {"doc_id": "reference.md", "path": str(reference), "version": "3.11"}]))
     store = SQLiteStore(tmp_path / "store.db")
-    Ingestor(store).run(folder)
+    Ingestor(store).run(manifest)
     return store
 
 
@@ -184,6 +189,8 @@ def test_each_part_of_a_compound_question_finds_the_page_its_terse_reference_lea
         ("reference.md", ("-O; no code is emitted for assert statements.",)),
         ("cmdline.md", ("Which command-line option removes assert statements?",))]
     assert both.groups[1].places[0].text.startswith("Remove assert statements and any code")
+    # the question names no version: the same words in the page's other version are an alternative
+    assert [(p.doc, p.version) for p in both.groups[1].places] == [("cmdline.md", "3.11"), ("cmdline.md", "3.9")]
     # its words: 3 of the reference's 6 stems (code, stat, assert) x 0.75, and 1 of the part's 4
     # others (remov of command, line, option, remov) x 0.25: 0.4375; half that and half
     # sigmoid(4) = 0.98201: 0.70976, above weak (0.7)

@@ -138,7 +138,7 @@ class CrossEncoder:
             per pair of 60-160 words against 55 ms in batches of 32: no padding).
         threads: default one per CPU this process may run on, at most :data:`MAX_THREADS`. With
             ``batch_size`` 1, pairs run side by side on that many threads, each on one core (a
-            pair's score is the same either way): on 2 idle cores, 24 pairs took 418 ms so
+            pair's score is the same either way): on 2 idle cores, 24 pairs took 418 ms,
             against 533 ms with both threads inside each pair (docs/benchmarks.md). With larger
             batches, the threads work inside each batch.
 

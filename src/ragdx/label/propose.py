@@ -635,9 +635,12 @@ class Labeller:
                     if not scored or scored[0][0] < self.weak or scored[0][1].place.doc in pages:
                         continue
                     score, top = scored[0]
-                    groups.append(ProposedGroup((part,), (top.place,), score,
-                                                f"{how}: {score:.2f}; the reference read for the question's part",
-                                                score < self.review_score))
+                    places = [top.place, *self._elsewhere(top.place, named)]  # its other versions too
+                    places = [self._listed(p) for p in places] if self.lists else places
+                    groups.append(ProposedGroup((part,), tuple(places), score,
+                                                f"{how}: {score:.2f}; the reference read for the question's part"
+                                                + (f"; the same words in {len(places) - 1} other place(s)"
+                                                   if len(places) > 1 else ""), score < self.review_score))
                     candidates.append(())
                     pages.add(top.place.doc)
         restricted = bool(groups) and case.principal is not None and not any(
