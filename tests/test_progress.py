@@ -3,6 +3,8 @@
 import io
 import re
 
+import pytest
+
 from ragdx.progress import Progress, quiet
 
 
@@ -89,3 +91,11 @@ def test_the_log_interval_comes_from_the_environment(monkeypatch):
     assert piped.getvalue().startswith("writing: 0/2 (0%)")
     monkeypatch.setenv("RAGDX_PROGRESS_LOG_SECONDS", "3600")
     assert Progress("writing", 2, stream=io.StringIO()).log_every == 3600.0
+
+
+@pytest.mark.parametrize("value", ["soon", "-5", "nan"])
+def test_a_log_interval_that_is_no_number_of_seconds_is_named_and_the_default_used(monkeypatch, caplog, value):
+    monkeypatch.setenv("RAGDX_PROGRESS_LOG_SECONDS", value)
+    with caplog.at_level("WARNING", logger="ragdx"):
+        assert Progress("writing", 2, stream=io.StringIO()).log_every == 30.0
+    assert f"RAGDX_PROGRESS_LOG_SECONDS={value!r} is not a number of seconds >= 0; using 30" in caplog.text

@@ -9,6 +9,7 @@ tests stay readable). The CLI's ``--quiet`` turns both off everywhere (:func:`qu
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -37,10 +38,18 @@ LOG_SECONDS_ENV = "RAGDX_PROGRESS_LOG_SECONDS"
 
 
 def _log_seconds() -> float:
+    """The interval ``RAGDX_PROGRESS_LOG_SECONDS`` sets; a value that is no number of seconds
+    (or is negative) is named in a warning and the default, 30, is used: a progress line is no
+    reason to stop a long step."""
+    value = os.environ.get(LOG_SECONDS_ENV, "30")
     try:
-        return float(os.environ.get(LOG_SECONDS_ENV, "30"))
+        seconds = float(value)
     except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also NaN
+        logging.getLogger("ragdx").warning("%s=%r is not a number of seconds >= 0; using 30", LOG_SECONDS_ENV, value)
         return 30.0
+    return seconds
 
 
 def _clock(seconds: float) -> str:

@@ -55,7 +55,6 @@ VERBATIM_WORDS = 5
 #: (its signature and the first sentences that say what it does)
 ENTRY_STATEMENTS = 3
 _PROSE_END = re.compile(r"[.!?:]['\")\]]*$")
-_VERSION_NUMBER = re.compile(r"(?<![\w.])\d+\.\d+(?:\.\d+)*(?![\w])")
 
 
 def _compact(text: str) -> str:
@@ -138,7 +137,7 @@ def question_parts(question: str) -> list[str]:
     """The parts of a compound question that need evidence of their own
     (:func:`ragdx.text.split_question`), without a sentence stating the version the asker runs
     ("We're on Python 3.9."): that is the version's context, which the version filter reads."""
-    return [a for a in split_question(question) if a.endswith("?") or not _VERSION_NUMBER.search(a)]
+    return [a for a in split_question(question) if a.endswith("?") or not VersionFilter.for_question(a).named]
 
 
 @dataclass(frozen=True, slots=True)
