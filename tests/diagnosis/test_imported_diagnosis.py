@@ -93,6 +93,13 @@ def test_an_unverified_answer_is_checked_against_the_context_before_it_can_be_su
     # a claim no unit supports is the generator's
     made_up = diagnose(view(ctx, {"text": "Refunds are accepted within 45 days of delivery."}))
     assert (made_up.outcome, made_up.first_failure) == ("unsupported", "generation")
+    # a claim whose words two of the three units hold between them is supported by none, and says so
+    stitched = diagnose(view(ctx, {"text": "Refunds are accepted within 30 days, and quality defects within 90 "
+                                           "days of delivery."}))
+    assert (stitched.outcome, stitched.first_failure) == ("unsupported", "generation")
+    assert [(c.supported, c.reason) for c in stitched.claims] == [
+        (False, "no one context unit supports it; all 3 together: 100% of the claim's content words are in the "
+                "evidence")]
 
 
 def test_an_answer_that_cannot_be_checked_is_never_supported():

@@ -272,6 +272,16 @@ def test_unanswerable_question_abstains_naming_what_is_missing(example):
      "negation flip: the claim affirms what the evidence negates ('The default name is not set.')"),
     ("None of the names is set.", "Every name is set.", Verdict.UNSUPPORTED,
      "negation flip: the claim negates what the evidence affirms ('Every name is set.')"),
+    # a list item of several sentences is one statement: a quoted sentence is judged against
+    # itself, not against the "cannot" of the sentence after it
+    ("At the prompt, you type a tab for each indented line.",
+     "- At the prompt, you type a tab for each indented line. The parser cannot guess the last line.",
+     Verdict.SUPPORTED, "100% of the claim's content words are in the evidence"),
+    ("A backslash is kept.", "- A backslash is kept. Only when followed by a quote is it dropped.",
+     Verdict.SUPPORTED, "100% of the claim's content words are in the evidence"),
+    # ... but the sentence quoting it is: a "not" in it still negates what the claim quotes
+    ("the cache is shared.", "- It is not true that the cache is shared. Locks are kept.", Verdict.UNSUPPORTED,
+     "negation flip: the claim affirms what the evidence negates ('It is not true that the cache is shared.')"),
 ])
 def test_lexical_checker(claim, evidence, verdict, reason):
     assert LexicalChecker().judge(claim, evidence) == (verdict, reason)

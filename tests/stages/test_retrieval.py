@@ -61,7 +61,8 @@ def test_restricted_chunk_never_reaches_a_public_principal(small):
 def test_dense_query_against_another_space_is_refused(small):
     store, encoder, _ = small
     other = HashingEncoder(dim=128, seed=1)  # same dimension, different space
-    with pytest.raises(SpaceMismatchError, match=r"weights_hash: 'seed1' vs 'seed0'"):
+    with pytest.raises(SpaceMismatchError, match=r"weights_hash: 'seed1' vs 'seed0'.*the retrieval.dense settings "
+                       r"the store was ingested with"):
         DenseRetriever(store, other).run(ask("refund"))
     prompt = HashingEncoder(dim=128, query_prefix="query: ")
     with pytest.raises(SpaceMismatchError, match="query_prefix"):

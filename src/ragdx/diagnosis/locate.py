@@ -486,7 +486,9 @@ class Diagnoser:
                 checked.append(ClaimView(claim.text, tuple(u.id for u in support), True,
                                          f"supported by {', '.join(u.id for u in support)}"))
             else:
-                _, reason = checker.judge(claim.text, "\n\n".join(u.text or "" for u in units))
+                together, reason = checker.judge(claim.text, "\n\n".join(u.text or "" for u in units))
+                if together.value == "supported":  # the words are spread over several units
+                    reason = f"no one context unit supports it; all {len(units)} together: {reason}"
                 checked.append(ClaimView(claim.text, (), False, reason))
             verdicts.append(bool(support))
         name = getattr(checker, "name", type(checker).__name__)

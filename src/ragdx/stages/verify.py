@@ -32,7 +32,7 @@ from ragdx.ingest.quotes import find_quote
 from ragdx.stages.generate import ChatClient
 from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
-from ragdx.text import content_terms, quantities, statement_spans, statements, stem
+from ragdx.text import content_terms, quantities, sentence_spans, statement_spans, statements, stem
 from ragdx.types import (
     Answer, Claim, ClaimCheck, Context, ContextUnit, DocStatus, Query, Span, StageKind, Verdict, Verification,
     VersionFilter,
@@ -131,6 +131,17 @@ def support_spans(claim: str, units: Sequence[ContextUnit]) -> tuple[Span, ...]:
     return tuple(out)
 
 
+def _covering(statement: str, compact: str) -> str:
+    """The fewest consecutive sentences of a statement that hold a claim word for word (``compact``:
+    the claim without white space): a list item or a paragraph of several sentences is one
+    statement, and a "not" in the sentence after a quoted one negates nothing the quote says."""
+    spans = sentence_spans(statement) or [(0, len(statement))]
+    runs = [(j - i, a, spans[j][1]) for i, (a, _) in enumerate(spans) for j in range(i, len(spans))
+            if compact in "".join(statement[a:spans[j][1]].split())]
+    _, start, end = min(runs, default=(0, 0, len(statement)))
+    return statement[start:end]
+
+
 class LexicalChecker:
     """Offline support check by numbers, negation, qualifiers and content-word coverage.
 
@@ -153,8 +164,9 @@ class LexicalChecker:
         # holds the claim word for word, else the one sharing the most content words
         said = statements(evidence) or [evidence]
         compact = "".join(claim.split())
-        best = next((s for s in said if compact in "".join(s.split())), None) \
-            or max(said, key=lambda s: len(_terms(s) & claim_terms))
+        holding = next((s for s in said if compact in "".join(s.split())), None)
+        best = _covering(holding, compact) if holding is not None \
+            else max(said, key=lambda s: len(_terms(s) & claim_terms))
         evidence_quantities = set(quantities(evidence))
         for number, unit in quantities(claim):
             if (number, unit) in evidence_quantities or (

@@ -481,4 +481,6 @@ def check_space(query_space: EmbeddingSpace, index_space: EmbeddingSpace | None,
                   for k in query_space.__slots__ if getattr(query_space, k) != getattr(index_space, k)]
         raise SpaceMismatchError(
             f"{stage}: the query encoder's space {query_space.id} is not the index's space "
-            f"{index_space.id} ({'; '.join(differ)}); vectors of two spaces are never compared")
+            f"{index_space.id} ({'; '.join(differ)}); vectors of two spaces are never compared: run with "
+            f"the retrieval.dense settings the store was ingested with (--set or --config), or build this "
+            f"encoder's index beside it ('ragdx index build', then 'ragdx index switch')")
