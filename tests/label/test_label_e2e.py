@@ -83,6 +83,16 @@ def test_ragas_dataset_diagnosed_directly(labelled, example_store, tmp_path: Pat
     assert found["q3"]["first_failure"] is None
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["system"] == "ragas"
+    from ragdx.testing.browser import Browser, find_chromium
+    if find_chromium() is None:
+        pytest.skip("no Chromium on PATH (apt-get install chromium)")
+    with Browser() as browser:  # the funnel's labels, "channel retrieved_contexts" the longest, are drawn whole
+        page = browser.open(folder / "report.html")
+        labels = page.evaluate("Array.from(document.querySelectorAll('#funnel text')).filter(t => "
+                               "t.getAttribute('text-anchor') === 'end').map(t => [t.textContent.trim(), "
+                               "t.getBBox().x])")
+        assert "channel retrieved_contexts" in [name for name, _ in labels]
+        assert min(x for _, x in labels) >= 0, labels
 
 
 def _review(store, proposed: Path, tmp_path: Path, clicks) -> Path:

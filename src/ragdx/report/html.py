@@ -127,8 +127,11 @@ def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None, element_id
                     rows.append((d.channel, a.value, int(round(a.total)), a.n, True))
     if not rows:
         return '<p class="muted">No query has required evidence labelled, so there is no funnel.</p>'
-    width, label_w, bar_w, row_h = 760, 150, 480, 26
-    height = row_h * len(rows) + 10
+    # the labels' column is as wide as the longest ("channel retrieved_contexts"), at about 7.5 px
+    # a character of 13 px sans-serif
+    label_w = max(150, 16 + round(7.5 * max(len(("channel " if c else "") + n) for n, _, _, _, c in rows)))
+    bar_w, row_h = 480, 26
+    width, height = label_w + bar_w + 130, row_h * len(rows) + 10
     parts = [f'<svg id="{element_id}" role="img" aria-label="evidence survival funnel" width="{width}" '
              f'height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">']
     for i, (name, value, count, n, channel) in enumerate(rows):
