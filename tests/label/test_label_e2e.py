@@ -83,10 +83,17 @@ def test_ragas_dataset_diagnosed_directly(labelled, example_store, tmp_path: Pat
     assert found["q3"]["first_failure"] is None
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["system"] == "ragas"
+
+
+def test_ragas_report_draws_the_funnel_labels_whole_in_chromium(labelled, example_store, tmp_path: Path) -> None:
     from ragdx.testing.browser import Browser, find_chromium
     if find_chromium() is None:
         pytest.skip("no Chromium on PATH (apt-get install chromium)")
-    with Browser() as browser:  # the funnel's labels, "channel retrieved_contexts" the longest, are drawn whole
+    data, out, _ = labelled
+    folder = tmp_path / "diagnosis"
+    assert main(["diagnose", "--traces", str(data), "--queries", str(out), "--store", str(example_store.path),
+                 "--out", str(folder), "-q"]) == 0
+    with Browser() as browser:  # the longest label, "channel retrieved_contexts", is not cut at the page's edge
         page = browser.open(folder / "report.html")
         labels = page.evaluate("Array.from(document.querySelectorAll('#funnel text')).filter(t => "
                                "t.getAttribute('text-anchor') === 'end').map(t => [t.textContent.trim(), "
