@@ -37,7 +37,10 @@ endef
 test-core: $(CORE)/.installed
 	RAGDX_REQUIRE_FRAMEWORKS= RAGDX_REQUIRE_MODELS= $(call run_pytest,$(CORE),-q -p no:cacheprovider)
 
+# the PostgreSQL backend's tests start their own servers: scripts/pg_install.sh installs
+# PostgreSQL 15 and pgvector when missing (idempotent); RAGDX_SKIP_PG=1 skips both locally
 test-full: $(VENV)/.installed
+	@if [ "$$RAGDX_SKIP_PG" != 1 ] || [ -n "$$CI" ]; then bash scripts/pg_install.sh; fi
 	$(call run_pytest,$(VENV),)
 
 test: test-core test-full
