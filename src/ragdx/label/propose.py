@@ -133,6 +133,11 @@ def split_claims(reference: str) -> list[str]:
     return claims
 
 
+def _same_words(places: Sequence[Place]) -> str:
+    """A group's reason's note of its alternatives beyond the first place."""
+    return f"; the same words in {len(places) - 1} other place(s)" if len(places) > 1 else ""
+
+
 def question_parts(question: str) -> list[str]:
     """The parts of a compound question that need evidence of their own
     (:func:`ragdx.text.split_question`), without a sentence stating the version the asker runs
@@ -634,12 +639,10 @@ class Labeller:
                     if not scored or scored[0][0] < self.weak or scored[0][1].place.doc in pages:
                         continue
                     score, top = scored[0]
-                    places = [top.place, *self._elsewhere(top.place, named)]  # its other versions too
-                    places = [self._listed(p) for p in places] if self.lists else places
+                    places = self._alternatives(top.place, named)
                     groups.append(ProposedGroup((part,), tuple(places), score,
                                                 f"{how}: {score:.2f}; the reference read for the question's part"
-                                                + (f"; the same words in {len(places) - 1} other place(s)"
-                                                   if len(places) > 1 else ""), score < self.review_score))
+                                                + _same_words(places), score < self.review_score))
                     candidates.append(())
                     pages.add(top.place.doc)
         restricted = bool(groups) and case.principal is not None and not any(
@@ -670,17 +673,13 @@ class Labeller:
         groups, candidates = [], []
         for run in runs:
             main = self._span([c.place for c, _ in run if c.place is not None])
-            places_out = [main] + self._elsewhere(main, named)
-            if len(run) == 1:  # another page stating the claim about as well: an alternative too
-                places_out += [p for p in run[0][0].also if all(p.doc != q.doc for q in places_out)]
-            if self.lists:
-                places_out = [self._listed(p) for p in places_out]
+            # another page stating one claim about as well: an alternative too
+            places_out = self._alternatives(main, named, run[0][0].also if len(run) == 1 else ())
             score = min(c.score for c, _ in run)
             rival = max(c.runner_up for c, _ in run)
             review = score < self.review_score or (score < 1.0 and score - rival < self.margin)
             reasons = "; ".join(dict.fromkeys(c.reason for c, _ in run))
-            if len(places_out) > 1:
-                reasons += f"; the same words in {len(places_out) - 1} other place(s)"
+            reasons += _same_words(places_out)
             groups.append(ProposedGroup(tuple(c.text for c, _ in run), tuple(places_out), score, reasons, review))
             seen = {(p.doc, p.version, p.start) for p in places_out}
             candidates.append(tuple(p for _, o in run for p in o if (p.doc, p.version, p.start) not in seen))
@@ -700,6 +699,14 @@ class Labeller:
         start, end = min(p.start for p in places), max(p.end for p in places)
         text = self.store.texts(first.doc, first.version)[1]
         return Place(first.doc, first.version, start, end, text[start:end], first.current)
+
+    def _alternatives(self, main: Place, named: VersionFilter, also: Sequence[Place] = ()) -> list[Place]:
+        """A group's places: ``main``, the same words in its other versions and pages
+        (:meth:`_elsewhere`), then ``also`` on pages not among them; each runs to the end of the
+        list it announces (``lists``)."""
+        places = [main] + self._elsewhere(main, named)
+        places += [p for p in also if all(p.doc != q.doc for q in places)]
+        return [self._listed(p) for p in places] if self.lists else places
 
     def _listed(self, place: Place) -> Place:
         """A place whose sentence ends in a colon, taken with the list that follows it: the

@@ -129,7 +129,8 @@ def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None, element_id
         return '<p class="muted">No query has required evidence labelled, so there is no funnel.</p>'
     # the labels' column is as wide as the longest ("channel retrieved_contexts"), at about 7.5 px
     # a character of 13 px sans-serif
-    label_w = max(150, 16 + round(7.5 * max(len(("channel " if c else "") + n) for n, _, _, _, c in rows)))
+    labels = [("channel " if channel else "") + name for name, _, _, _, channel in rows]
+    label_w = max(150, 16 + round(7.5 * max(map(len, labels))))
     bar_w, row_h = 480, 26
     width, height = label_w + bar_w + 130, row_h * len(rows) + 10
     parts = [f'<svg id="{element_id}" role="img" aria-label="evidence survival funnel" width="{width}" '
@@ -139,9 +140,8 @@ def funnel_svg(metrics: Metrics, stages: Sequence[str] | None = None, element_id
         h = 12 if channel else 20
         dy = 4 if channel else 0
         colour = "#90caf9" if channel else ("#43a047" if value >= 0.999 else "#fb8c00" if value >= 0.5 else "#e53935")
-        label = ("    channel " if channel else "") + name
         parts.append(f'<text x="{label_w - 8}" y="{y + 15}" text-anchor="end" font-size="13" '
-                     f'fill="#1d2330">{_e(label)}</text>')
+                     f'fill="#1d2330">{_e(labels[i])}</text>')
         parts.append(f'<rect x="{label_w}" y="{y + dy}" width="{bar_w}" height="{h}" fill="#eceff1" rx="3"/>')
         parts.append(f'<rect class="funnel-bar" data-stage="{_e(name)}" x="{label_w}" y="{y + dy}" '
                      f'width="{bar_w * value:.1f}" height="{h}" fill="{colour}" rx="3"><title>{_e(name)}: '
