@@ -122,6 +122,11 @@ class Store(Protocol):
 
     def versions(self, doc_id: str | None = None) -> list[StoredVersion]: ...
 
+    def version_labels(self) -> frozenset[str]:
+        """The version labels the store holds, of any document and status (a question's whole
+        number names a version only when one of them starts with it: ``VersionFilter.for_question``)."""
+        ...
+
     def tombstone(self, doc_id: str) -> tuple[str, list[str]] | None:
         """When a deleted document was deleted, and its versions; None if it was not."""
         ...

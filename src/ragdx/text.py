@@ -5,6 +5,7 @@ Imports nothing of ragdx.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import NamedTuple
 
@@ -267,3 +268,28 @@ def split_question(question: str) -> tuple[str, ...]:
             parts.append(clause[0].upper() + clause[1:] + ("?" if _ASKS.match(clause) else
                                                             "" if clause.endswith(".") else "."))
     return tuple(parts)
+
+
+#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
+#: underscore (``foreign_keys``)
+_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
+
+
+@functools.lru_cache(maxsize=4096)
+def api_names(text: str) -> frozenset[str]:
+    """The API names a text mentions (``random.gauss()`` is ``random.gauss``); a dotted name needs
+    two letters in each part ("e.g" is none)."""
+    return frozenset(n for n in _API_NAME.findall(text)
+                     if "." not in n or all(len(part) >= 2 for part in n.split(".")))
+
+
+@functools.lru_cache(maxsize=65536)
+def documents_name(heading: str, names: frozenset[str]) -> bool:
+    """Whether the last of a statement's headings is the entry of one of the names (a reference
+    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``). A
+    label ending in a colon under the entry ("Parameters:", "Returns:") is no heading of its own:
+    the one above it is read."""
+    parts = heading.split(" > ")
+    while len(parts) > 1 and parts[-1].rstrip().endswith(":"):
+        parts.pop()
+    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", parts[-1]) for n in names)

@@ -881,18 +881,79 @@ class IndexVersion:
 _VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
 _VERSION_END = r"(?![\w]|[.-]\d)"
 _VERSION_TOKEN = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}{_VERSION_END}")
-#: an opening clause of at most eight words that names a version: "In Python 3.11, "
-_VERSION_CLAUSE = re.compile(rf"^\W*(?:[^\s,?]+\s+){{0,7}}?{_VERSION_LABEL}(?:\s+[^\s,?]+){{0,2}},\s*")
 #: a version label in running text, with a possessive
 _VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
+#: a whole number standing alone ("17", "v15", "17's"): a version only when a store's label has it
+#: as its leading part and the words around it say so (:func:`_major_versions`)
+_WHOLE = re.compile(r"(?<![\w.,-])([vV]?)(\d+)(?!\w|[.,-]\d)((?:['\u2019]s)?)")
+_LEADING = re.compile(r"(\d+)(?:[.-]|$)")
+#: words after which a number counts something, not a version ("Table 17", "error 15")
+_COUNTED = frozenset(
+    "chapter chapters section sections table tables figure figures page pages step steps item items "
+    "line lines example examples appendix part parts rule rules rfc iso port error errno code no number "
+    "bit bits byte bytes level levels column columns row rows argument arguments parameter parameters "
+    "option options limit top".split())
+#: words before a number that make it a version ("version 15", "release 17")
+_VERSION_CUES = frozenset({"version", "versions", "release", "releases", "major"})
+#: words after a number that leave it a version ("15 and 17", "17 or later", "15 docs")
+_VERSION_FOLLOWERS = frozenset({"and", "or", "to", "through", "vs", "versus", "onward", "onwards",
+                                "later", "earlier", "newer", "older", "docs", "documentation", "manual",
+                                "release", "series", "branch"})
+#: words before a number that, with punctuation after it, make it a version ("After moving to 17,
+#: ...", "Is it the same on 15?")
+_VERSION_PLACES = frozenset({"on", "in", "to", "from", "into", "since", "before", "after", "until", "between",
+                             "and", "or", "vs", "versus", "under", "with"})
+#: the most words before and after the version in an opening clause ("After moving to 17, ...")
+_CLAUSE_BEFORE, _CLAUSE_AFTER = 7, 2
+
+
+def _major_versions(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
+    """The whole numbers of the question that name a version: the leading part of a label in
+    ``known`` (``15`` of ``15`` or ``15.4``), preceded by a version word ("version 15"), written
+    ``v15`` or ``17's``, or after a product's name ("PostgreSQL 17"); or followed by a word such as
+    "and" or "later" ("15 or later"); or after a word of place or change with punctuation or the
+    end of the question after it ("After moving to 17, ..."; "the same on 15?"). Never after a word
+    that counts ("Table 17"); a number before another word ("15 seconds") needs one of the first.
+    Each as (start, end with a possessive, label)."""
+    majors = {m.group(1) for m in map(_LEADING.match, known) if m}
+    # a number every label starts with tells no version from another ("Python 3" of 3.9.2 and 3.11.2)
+    majors = {n for n in majors if any(not _starts(label, n) for label in known)}
+    out = []
+    for m in _WHOLE.finditer(question):
+        if m.group(2) not in majors:
+            continue
+        before = question[:m.start()].split()
+        prev = before[-1].strip("(\"'\u2018\u201c") if before else ""
+        if prev.lower() in _COUNTED:
+            continue
+        after = question[m.end():]
+        follows = after.split(maxsplit=1)[0].lower() if after.strip() else ""
+        stated = bool(m.group(1) or m.group(3)) or prev.lower() in _VERSION_CUES \
+            or (prev[:1].isupper() and prev.isalpha() and len(before) > 1)
+        placed = prev.lower() in _VERSION_PLACES and (not after.strip() or after.lstrip()[:1] in ",;:?.!)")
+        if stated or placed or follows in _VERSION_FOLLOWERS:
+            out.append((m.start(), m.end(), m.group(2)))
+    return out
+
+
+def _starts(label: str, named: str) -> bool:
+    """Whether a version label is, or starts with, a label a question names ("3.9" names "3.9.2")."""
+    return label == named or label.startswith(named + ".") or label.startswith(named + "-")
+
+
+def _named_spans(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
+    """Each version label the question names, in order, as (start, end with a possessive, label)."""
+    spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)]
+    return sorted(spans + (_major_versions(question, known) if known else []))
 
 
 @dataclass(frozen=True, slots=True)
 class VersionFilter:
     """Which document versions a search may return: by default the current ones, and any version
     whose label the question names ("In SQLite 3.34.1, ..." names ``3.34.1``; "Python 3.9" names
-    every label that starts with ``3.9.``; "the 2024-01 policy" names ``2024-01``). Versions are checked inside retrieval, as access is,
-    and again by governance.
+    every label that starts with ``3.9.``; "the 2024-01 policy" names ``2024-01``; with the store's
+    labels known, "On version 15, ..." or "After moving to 17, ..." names ``15`` or ``17`` and every
+    ``15.x``). Versions are checked inside retrieval, as access is, and again by governance.
 
     Args:
         current_only: only versions in force (besides the named ones); False: every version.
@@ -903,31 +964,48 @@ class VersionFilter:
     named: tuple[str, ...] = ()
 
     @classmethod
-    def for_question(cls, question: str, *, current_only: bool = True) -> "VersionFilter":
-        return cls(current_only, tuple(dict.fromkeys(_VERSION_TOKEN.findall(question))))
+    def for_question(cls, question: str, *, current_only: bool = True,
+                     known: Iterable[str] = ()) -> "VersionFilter":
+        """The filter for a question. ``known``: the store's version labels; a whole number names a
+        version only when one of them starts with it (:func:`_major_versions`); a dotted label
+        ("3.11", "2024-01") names one whatever the store holds."""
+        spans = _named_spans(question, frozenset(known))
+        return cls(current_only, tuple(dict.fromkeys(label for _, _, label in spans)))
 
     @staticmethod
-    def topic(question: str) -> str:
+    def topic(question: str, known: Iterable[str] = ()) -> str:
         """The question without the version it names: what it asks, for reading sentences (the
         version chooses the documents, and a sentence that merely mentions a version, such as a
         changelog entry, answers nothing). An opening clause that names the version ("In Python
-        3.11, ...", "After upgrading to SQLite 3.40, ...") is dropped; elsewhere the version label
-        alone is ("What does Python 3.9's gauss() take?": "What does Python gauss() take?").
+        3.11, ...", "After upgrading to SQLite 3.40, ...": at most seven words before the label and
+        two after it) is dropped; elsewhere the version label alone is ("What does Python 3.9's
+        gauss() take?": "What does Python gauss() take?"). ``known`` as for :meth:`for_question`.
 
         >>> VersionFilter.topic("After upgrading to Python 3.11, how can zip() raise an error?")
         'how can zip() raise an error?'
+        >>> VersionFilter.topic("After moving to 17, how is a role granted?", known=["15", "17"])
+        'how is a role granted?'
         """
-        if not _VERSION_TOKEN.search(question):
+        spans = _named_spans(question, frozenset(known))
+        if not spans:
             return question  # names no version (:meth:`for_question`)
-        opening = _VERSION_CLAUSE.match(question)
-        if opening is not None:
-            return question[opening.end():]
-        return " ".join(_VERSION_WORD.sub(" ", question).split()) or question
+        start, end, _ = spans[0]
+        comma = question.find(",", end)
+        lead = question[:start]
+        if comma >= 0 and not re.search(r"[,?]", lead) and "?" not in question[end:comma] \
+                and len(lead.split()) <= _CLAUSE_BEFORE \
+                and len(question[end:comma].split()) <= _CLAUSE_AFTER:
+            return question[comma + 1:].lstrip()
+        kept, at = [], 0
+        for a, b, _ in spans:
+            kept.append(question[at:a])
+            at = b
+        kept.append(question[at:])
+        return " ".join(" ".join(kept).split()) or question
 
     def names(self, version: str) -> bool:
         """Whether the question names this version label."""
-        return any(version == n or version.startswith(n + ".") or version.startswith(n + "-")
-                   for n in self.named)
+        return any(_starts(version, n) for n in self.named)
 
     def allows(self, version: str, status: DocStatus | str) -> bool:
         # a store's raw status may be any string (a damaged row): compared with the value, not the member

@@ -107,7 +107,7 @@ def test_a_place_scoring_045_states_the_claim(tmp_path: Path) -> None:
 
 
 def test_a_label_ending_in_a_colon_under_an_entry_is_read_as_the_entry() -> None:
-    from ragdx.label.propose import _documents
+    from ragdx.text import documents_name as _documents
     names = frozenset({"widgets.spin"})
     # a parameter's line stands under "Parameters:" under the signature: the entry's all the same
     assert _documents("Spinners > widgets.spin(speed) > Parameters:", names) is True

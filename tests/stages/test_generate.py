@@ -346,3 +346,48 @@ def test_the_reader_reorders_the_best_sentences_and_sets_the_score_abstention_co
     assert [c.text for c in answer.claims] == [fast]
     assert "Performance: " + fast in reader.read
     assert deeper.best_score(Query("q", question), ctx) == pytest.approx(0.5 / 3 + 0.5 / (1 + np.exp(-2)))
+
+
+SETTINGS_PAGE = """<html><body><h1>Resource consumption</h1><h2>Cost-based vacuum delay</h2>
+<p>During VACUUM the system keeps an internal count of the cost of the I/O it performs.</p>
+<dl>
+<dt>vacuum_cost_delay (floating point)</dt><dd><p>The amount of time that the process will sleep
+when the cost limit has been exceeded. The default value is zero, which disables the cost-based
+vacuum delay feature.</p></dd>
+<dt>vacuum_cost_limit (integer)</dt><dd><p>This is the accumulated cost that will cause the
+vacuuming process to sleep for vacuum_cost_delay. The default is 200.</p></dd>
+<dt>autovacuum_vacuum_cost_limit (integer)</dt><dd><p>Specifies the cost limit value that will be
+used in automatic VACUUM operations. If -1 is specified (which is the default), the regular
+vacuum_cost_limit value will be used.</p></dd>
+</dl></body></html>"""
+
+
+def test_a_sentence_under_the_entry_of_the_name_asked_about_states_it(tmp_path):
+    """A reference page's entries ("vacuum_cost_limit (integer)") are headings of their own; a
+    unit may run over several. "The default is 200." states vacuum_cost_limit's default because it
+    stands under that entry, though it never names it; the sentence that names it under another
+    entry ("autovacuum_vacuum_cost_limit") does not answer. Words alone, no model."""
+    import json
+
+    from ragdx.build import build_ingestor, build_pipeline
+    from ragdx.config import load_settings
+    from ragdx.store.sqlite import SQLiteStore
+    from tests.conftest import write
+    write(tmp_path / "docs" / "runtime-config.html", SETTINGS_PAGE)
+    write(tmp_path / "docs" / "manifest.jsonl", json.dumps({"doc_id": "runtime-config.html",
+                                                            "path": "runtime-config.html"}) + "\n")
+    settings = load_settings(overrides=["retrieval.dense.enabled=false", "rerank.method=none",
+                                        "chunking.tokenizer=regex", "generation.semantic_weight=0"])
+    with SQLiteStore(tmp_path / "s.db", "create") as store:
+        build_ingestor(store, settings).run(tmp_path / "docs" / "manifest.jsonl")
+        trace = build_pipeline(store, settings).run(Query("q", "What is the default vacuum_cost_limit?",
+                                                          Principal("a", ("public",))))
+        (u,) = [u for u in trace.context.units if "The default is 200." in u.text]
+        assert "autovacuum_vacuum_cost_limit" in u.text  # one unit over the entries
+        assert [c.text for c in trace.answer.claims][0] == "The default is 200."
+        generator = build_pipeline(store, settings).generator
+        headings = {c.text: c.heading[-1] for c in generator._scored("What is the default vacuum_cost_limit?",
+                                                                    trace.context)}
+        assert headings["The default is 200."] == "vacuum_cost_limit (integer)"
+        assert headings["If -1 is specified (which is the default), the regular vacuum_cost_limit value will "
+                        "be used."] == "autovacuum_vacuum_cost_limit (integer)"

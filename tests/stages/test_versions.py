@@ -37,6 +37,98 @@ def test_what_a_question_asks_without_the_version_it_names(question, topic):
     assert VersionFilter.topic(question) == topic
 
 
+MAJORS = ("15", "17")
+
+
+@pytest.mark.parametrize("question, named", [
+    ("On version 15, what does VACUUM FULL lock?", ("15",)),
+    ("After moving to 17, how is a role granted?", ("17",)),
+    ("In PostgreSQL 17 what changed for MERGE?", ("17",)),
+    ("What changed between 15 and 17?", ("15", "17")),
+    ("Is 15 or later required?", ("15",)),
+    ("What did v15 default to?", ("15",)),
+    ("Is 17's planner different?", ("17",)),
+    ("Since 15, is CREATE on the public schema revoked?", ("15",)),
+    # numbers that count or measure are no versions, nor is a number no label starts with
+    ("What does Table 17 show?", ()),
+    ("Why wait 15 seconds before retrying?", ()),
+    ("What are the 17 rules?", ()),
+    ("What is the limit of 17?", ()),
+    ("After moving to 16, how is a role granted?", ()),
+])
+def test_a_whole_number_names_a_version_only_when_the_store_has_it(question, named):
+    assert VersionFilter.for_question(question, known=MAJORS).named == named
+    assert VersionFilter.for_question(question, known=("15.4", "17.2")).named == named  # a major's minors
+    assert VersionFilter.for_question(question).named == ()  # the store's labels unknown: none
+
+
+@pytest.mark.parametrize("question, topic", [
+    ("On version 15, what does VACUUM FULL lock?", "what does VACUUM FULL lock?"),
+    ("After moving to 17, how is a role granted?", "how is a role granted?"),
+    ("Is 17's planner different from 15's planner?", "Is planner different from planner?"),
+    ("Why wait 15 seconds before retrying?", "Why wait 15 seconds before retrying?"),
+])
+def test_what_a_question_asks_without_the_whole_number_version_it_names(question, topic):
+    assert VersionFilter.topic(question, known=MAJORS) == topic
+
+
+def test_a_number_every_label_starts_with_names_no_version():
+    # "Python 3" of a store holding 3.9.2 and 3.11.2 tells neither apart: no version is named
+    assert VersionFilter.for_question("In Python 3, how does zip() stop?", known=("3.9.2", "3.11.2")).named == ()
+    assert VersionFilter.for_question("In Python 3, how does zip() stop?", known=("2.7.18", "3.11.2")).named == ("3",)
+
+
+MANUAL_15 = ("# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples.\n\n"
+             "VACUUM reads tables through a fixed ring buffer of 256 kB; its size cannot be changed.\n")
+MANUAL_17 = ("# VACUUM\n\nVACUUM reclaims storage occupied by dead tuples.\n\n"
+             "VACUUM reads tables through a ring buffer whose size vacuum_buffer_usage_limit sets, "
+             "2 MB by default.\n")
+
+
+def test_a_question_naming_a_major_version_is_answered_from_that_version(tmp_path):
+    """A manual in versions 15 (superseded) and 17 (current), asked as a user would: "On version
+    15, ..." is answered from 15, says so, is supported and diagnosed as supported; "After moving
+    to 17, ..." from 17; the question naming no version, or a number that measures, from 17 alone."""
+    import json
+
+    from ragdx.build import build_ingestor
+    from ragdx.diagnosis.evidence import EvidenceResolver
+    from ragdx.diagnosis.ours import diagnose_trace
+    from ragdx.store.sqlite import SQLiteStore
+    from ragdx.types import Alternative
+    from tests.conftest import write
+    old_sentence = "VACUUM reads tables through a fixed ring buffer of 256 kB; its size cannot be changed."
+    write(tmp_path / "docs" / "vacuum-15.md", MANUAL_15)
+    write(tmp_path / "docs" / "vacuum-17.md", MANUAL_17)
+    write(tmp_path / "docs" / "manifest.jsonl", "".join(json.dumps(line) + "\n" for line in [
+        {"doc_id": "sql-vacuum", "path": "vacuum-15.md", "version": "15", "status": "superseded"},
+        {"doc_id": "sql-vacuum", "path": "vacuum-17.md", "version": "17", "status": "current"}]))
+    settings = load_settings(overrides=["retrieval.dense.enabled=false", "rerank.method=none",
+                                        "chunking.tokenizer=regex"])
+    with SQLiteStore(tmp_path / "s.db", "create") as store:
+        build_ingestor(store, settings).run(tmp_path / "docs" / "manifest.jsonl")
+        assert store.version_labels() == frozenset({"15", "17"})
+        pipeline = build_pipeline(store, settings)
+
+        def ask(question, required=()):
+            trace = pipeline.run(Query("q", question, PUBLIC, required=required))
+            return trace, {u.version for u in trace.context.units}, trace.answer.text
+
+        required = ((Alternative(doc="sql-vacuum", quote=old_sentence, version="15"),),)
+        trace, versions, text = ask("On version 15, how large is the ring buffer VACUUM reads tables through?",
+                                    required)
+        assert "15" in versions and text.startswith("Version 15: ") and "256 kB" in text
+        assert trace.verification.supported
+        diagnosis = diagnose_trace(pipeline, trace, EvidenceResolver(store))
+        assert (diagnosis.outcome, diagnosis.first_failure) == ("supported", None)
+        _, versions, text = ask("After moving to 17, how large is the ring buffer VACUUM reads tables through?")
+        assert versions == {"17"} and text.startswith("Version 17: ") and "2 MB" in text
+        for question in ("How large is the ring buffer VACUUM reads tables through?",
+                         "With 15 tables, how large is the ring buffer VACUUM reads tables through?"):
+            _, versions, text = ask(question)
+            assert versions == {"17"} and "2 MB" in text and "256 kB" not in text, question
+
+
 def test_a_named_version_is_allowed_and_its_leading_parts_name_it():
     f = VersionFilter.for_question("How did Python 3.9 do it?")
     assert f.allows("3.9.2", DocStatus.SUPERSEDED) and f.allows("3.11.2", DocStatus.CURRENT)

@@ -54,6 +54,9 @@ def test_versions_supersede_and_same_content_changes_nothing(tmp_path, pg_store_
     assert store.index_version == 2
     assert [e.op for e in store.log_entries()] == ["add", "add", "status"]
     assert store.verify() == []
+    # every label, of any status (a question's "15" names a version only when one starts with it)
+    assert store.version_labels() == frozenset({v1.version, third.actions[0].version}) and len(
+        store.version_labels()) == 2
 
 
 @pytest.mark.parametrize("kind", KINDS)

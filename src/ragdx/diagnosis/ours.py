@@ -46,7 +46,8 @@ def view_of(trace: Trace, store: Store, channels: Sequence[Retriever] = ()) -> T
                   for d in ranked.dropped), dict(ranked.config), ranked.seconds))
     context, answer, verification = trace.context, trace.answer, trace.verification
     if context is not None:
-        asked = VersionFilter.for_question(trace.query.question)  # a version the question names is no stale one
+        # a version the question names is no stale one
+        asked = VersionFilter.for_question(trace.query.question, known=store.version_labels())
         units, read = [], {}
         for u in context.units:  # units of one version read it once (a context holds a page's sections)
             key = (u.doc_id, u.version)

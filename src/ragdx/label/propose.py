@@ -36,14 +36,14 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from ragdx.diagnosis.evidence import RESOLVED, EvidenceResolver
 from ragdx.ingest.quotes import find_quote
 from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
 from ragdx.queryset import parse_query
-from ragdx.text import content_terms, sentence_spans, split_question, statement_spans, stem
+from ragdx.text import api_names, content_terms, documents_name, sentence_spans, split_question, statement_spans, stem
 from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
 __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
@@ -138,11 +138,13 @@ def _same_words(places: Sequence[Place]) -> str:
     return f"; the same words in {len(places) - 1} other place(s)" if len(places) > 1 else ""
 
 
-def question_parts(question: str) -> list[str]:
+def question_parts(question: str, known: Iterable[str] = ()) -> list[str]:
     """The parts of a compound question that need evidence of their own
     (:func:`ragdx.text.split_question`), without a sentence stating the version the asker runs
-    ("We're on Python 3.9."): that is the version's context, which the version filter reads."""
-    return [a for a in split_question(question) if a.endswith("?") or not VersionFilter.for_question(a).named]
+    ("We're on Python 3.9."): that is the version's context, which the version filter reads.
+    ``known``: the store's version labels (``VersionFilter.for_question``)."""
+    return [a for a in split_question(question)
+            if a.endswith("?") or not VersionFilter.for_question(a, known=known).named]
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,19 +292,6 @@ def _uncovered_lines(text: str, spans: Sequence[tuple[int, int, str]]) -> list[t
     return out
 
 
-#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
-#: underscore (``foreign_keys``)
-_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
-
-
-@functools.lru_cache(maxsize=4096)
-def api_names(text: str) -> frozenset[str]:
-    """The API names a text mentions (``random.gauss()`` is ``random.gauss``); a dotted name needs
-    two letters in each part ("e.g" is none)."""
-    return frozenset(n for n in _API_NAME.findall(text)
-                     if "." not in n or all(len(part) >= 2 for part in n.split(".")))
-
-
 _SETTING = re.compile(r"[A-Za-z_][\w.]*\s*=\s*[\w.'\"]+")
 
 
@@ -314,18 +303,6 @@ def _code(claim: str) -> frozenset[str]:
     for m in re.finditer(r"[A-Za-z_][\w.]*\(\)(?:\.[A-Za-z_]\w*\(\))*", claim):
         out.add(m.group())
     return frozenset(x for x in out if len(x) >= 6)
-
-
-@functools.lru_cache(maxsize=65536)
-def _documents(heading: str, names: frozenset[str]) -> bool:
-    """Whether the last of a statement's headings is the entry of one of the names (a reference
-    manual's ``classmethod datetime.fromisoformat(date_string)``; not ``date.fromisoformat``). A
-    label ending in a colon under the entry ("Parameters:", "Returns:") is no heading of its own:
-    the one above it is read."""
-    parts = heading.split(" > ")
-    while len(parts) > 1 and parts[-1].rstrip().endswith(":"):
-        parts.pop()
-    return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", parts[-1]) for n in names)
 
 
 @functools.lru_cache(maxsize=65536)
@@ -407,6 +384,7 @@ class Labeller:
         self.resolver = EvidenceResolver(store)
         self._statements: dict[tuple[str, str], list[_Statement]] = {}
         self._status = {(v.document.doc_id, v.document.version): v.document.status for v in store.versions()}
+        self.labels = frozenset(version for _, version in self._status)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -468,7 +446,7 @@ class Labeller:
                              for a, b in hits[:1]]
             entries: dict[str, int] = {}  # the first statements under the entry of a name asked about
             for s in self.statements(doc, version):
-                if self.api and names and s.heading and _documents(s.heading, names):
+                if self.api and names and s.heading and documents_name(s.heading, names):
                     entries[s.heading] = entries.get(s.heading, 0) + 1
                     if entries[s.heading] <= ENTRY_STATEMENTS:
                         out.append(s)
@@ -496,7 +474,7 @@ class Labeller:
               ) -> tuple[list[tuple[float, _Statement]], str]:
         """The claim's candidate statements scored, best first, with how they were scored."""
         question = _stems(case.question)
-        named = VersionFilter.for_question(case.question, current_only=False)
+        named = VersionFilter.for_question(case.question, current_only=False, known=self.labels)
         candidates, verbatim = self._candidates(case, claim, near, only_near)
         if named.named:
             pinned = {p.doc for p in verbatim if named.names(p.version)}
@@ -514,7 +492,7 @@ class Labeller:
 
         def entry(s: _Statement) -> float:  # the statement stands under the entry of a name asked about
             held = self.code * sum(1 for c in code if c in _compact(s.place.text)) / len(code) if code else 0.0
-            return held + (self.api if names and s.heading and _documents(s.heading, names) else 0.0)
+            return held + (self.api if names and s.heading and documents_name(s.heading, names) else 0.0)
         scored = []
         for s in candidates:
             if s.place.text.rstrip().endswith("?"):
@@ -575,7 +553,7 @@ class Labeller:
         if not case.reference or not case.reference.strip():
             return Proposal(case, (), note="no reference answer: nothing to label; taken as a question "
                             "the system should abstain on")
-        named = VersionFilter.for_question(case.question, current_only=False)
+        named = VersionFilter.for_question(case.question, current_only=False, known=self.labels)
         claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
         for text in split_claims(case.reference):
@@ -631,7 +609,7 @@ class Labeller:
             keep = [n for n, g in enumerate(groups) if g.score >= self.weak]
             groups, candidates = [groups[n] for n in keep], [candidates[n] for n in keep]
         if self.parts:
-            asked = question_parts(case.question)
+            asked = question_parts(case.question, self.labels)
             if len(asked) > 1 and len(groups) < len(asked):
                 pages = {p.doc for g in groups for p in g.places}
                 for part in asked:

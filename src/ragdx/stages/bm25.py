@@ -66,7 +66,8 @@ class BM25Retriever:
         """Rank the readable chunks for ``query.question``."""
         started = time.perf_counter()
         found = self.store.bm25(query_terms(query.question), query.principal.groups, self.top_k, self.weights,
-                                VersionFilter.for_question(query.question, current_only=self.current_only))
+                                VersionFilter.for_question(query.question, current_only=self.current_only,
+                                                            known=self.store.version_labels()))
         found = readable_only(self.store, query.principal, self.name, query.id, found)
         items = tuple(
             Candidate(c.id, c.doc_id, c.version, c.start, c.end, rank, score,

@@ -118,7 +118,8 @@ class DenseRetriever:
 
     def run(self, query: Query) -> Ranked:
         started = time.perf_counter()
-        versions = VersionFilter.for_question(query.question, current_only=self.current_only)
+        versions = VersionFilter.for_question(query.question, current_only=self.current_only,
+                                               known=self.store.version_labels())
         if isinstance(self.store, VectorSearchStore):
             space = self.store.active_space()
             check_space(self.encoder.space, space, self.name)

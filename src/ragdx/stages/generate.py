@@ -15,6 +15,8 @@
 
 from __future__ import annotations
 
+import bisect
+import functools
 import json
 import math
 import os
@@ -35,8 +37,8 @@ from ragdx.stages.answerable import Answerability, NameCoverage
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
-from ragdx.text import (SIGNATURE, asked_quantity, content_terms, sentences, split_question, statement_spans,
-                        statements, states_quantity, stem)
+from ragdx.text import (SIGNATURE, api_names, asked_quantity, content_terms, documents_name, sentences, split_question,
+                        statement_spans, statements, states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -72,6 +74,7 @@ class _Candidate:
     cosine: float = 0.0  # its cosine with the question (0 without an encoder)
     table_row: bool = False
     leads: bool = True  # it may open an answer (:func:`_may_lead`)
+    heading: tuple[str, ...] = ()  # the headings it stands under (:meth:`ExtractiveGenerator.entries`)
 
 
 class ExtractiveGenerator:
@@ -184,11 +187,28 @@ class ExtractiveGenerator:
             found = [replace(c, score=float(p)) for c, p in zip(found, chances)]
         return sorted(found, key=lambda c: (-c.score, -c.density, c.unit.rank, c.unit.start))
 
+    def entries(self, context: Context) -> dict[str, list[tuple[int, tuple[str, ...]]]]:
+        """Each unit's chunks, in order, as (where it starts in the unit's text, its headings): a
+        unit may run over several entries of a reference ("vacuum_cost_page_miss (integer)", then
+        "vacuum_cost_limit (integer)"), and a sentence stands under the headings of the chunk it
+        falls in. Empty without a store (each sentence then stands under its unit's headings)."""
+        if self.store is None:
+            return {}
+        chunks = self.store.chunks_by_id([c for u in context.units for c in u.chunk_ids])
+        return {u.id: sorted((max(0, c.start - u.start), c.heading_path) for c in
+                             (chunks.get(i) for i in u.chunk_ids) if c is not None and c.heading_path)
+                for u in context.units}
+
+    def labels(self, context: Context) -> frozenset[str]:
+        """The version labels a whole number in the question may name ("After moving to 17, ..."):
+        the store's, or without a store the context's units'."""
+        return self.store.version_labels() if self.store is not None else frozenset(u.version for u in context.units)
+
     def as_read(self, question: str, context: Context, found: list[_Candidate]) -> tuple[str, list[_Candidate]]:
         """What the learned reader reads: the question without the version it names
         (:meth:`ragdx.types.VersionFilter.topic`), and the candidates ``found`` for the question,
         each scored by words and meaning against that instead."""
-        topic = VersionFilter.topic(question)
+        topic = VersionFilter.topic(question, known=self.labels(context))
         if topic == question:
             return question, found
         by_place = {(c.unit.id, c.index): c for c in self._scored(topic, context)}
@@ -202,11 +222,16 @@ class ExtractiveGenerator:
         total = sum(weights.values()) or 1.0
         # a version the question names ("the 2024-01 policy") is stated by the unit's version,
         # not by its sentences
-        asked = VersionFilter.for_question(question)
+        asked = VersionFilter.for_question(question, known=self.labels(context))
         version_terms = {stem(t) for label in asked.named for t in content_terms(label)}
+        # a name the question asks about ("vacuum_cost_limit") is stated by the entry a sentence
+        # stands under ("vacuum_cost_limit (integer)": "The default is 200.")
+        names = api_names(question)
+        entries = self.entries(context)
         found = []
         for unit in context.units:
             by_version = version_terms if asked.names(unit.version) else set()
+            marks = entries.get(unit.id, [])
             barred = barred_statements(unit)  # a passage with an instruction in it is never quoted
             for index, said in enumerate(statement_spans(unit.text, unit.header_text)):
                 text = said.text
@@ -215,17 +240,26 @@ class ExtractiveGenerator:
                     continue  # a document's instructions have no authority; a question or a bare
                     # name (a list of functions: "sqlite3session_create") is no answer, unless it
                     # is a signature stating defaults
-                terms = {stem(t) for t in content_terms(text)} | by_version
+                at = bisect.bisect_right(marks, said.start, key=lambda m: m[0])
+                heading = marks[at - 1][1] if at else unit.heading_path
+                if at and heading and " ".join(text.split()) in " ".join(heading[-1].split()):
+                    continue  # its own heading's words ("I lost my receipt. Can I still use ...?"): a title
+                terms = {stem(t) for t in content_terms(text)} | by_version | _entry_terms(heading, names)
                 covered = frozenset(t for t in weights if t in terms)
                 score = sum(weights[t] for t in covered) / total
                 if score > 0 or self.semantic_weight > 0:
                     density = len(covered) / max(1, len(text.split()))
                     found.append(_Candidate(unit, text, covered, score, density, index, lexical=score,
                                             table_row=said.head is not None,
-                                            leads=_may_lead(text, unit.text, said.start)))
+                                            leads=_may_lead(text, unit.text, said.start), heading=heading))
         if self.semantic_weight > 0 and found:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
+            # a sentence under the entry of a name asked about means what it says there ("The
+            # default is 200." under "vacuum_cost_limit (integer)"): read in place too
+            entry = [i for i, c in enumerate(found) if _entry_terms(c.heading, names)]
+            for i, m in zip(entry, self._meaning(question, [_in_place(found[i]) for i in entry]) if entry else ()):
+                meaning[i] = max(meaning[i], m)
             found = [replace(c, score=(1 - w) * c.score + w * m, cosine=m) for c, m in zip(found, meaning)]
         if self.reader is not None and self.weights is None and self.reader_weight > 0 and found:
             found = self._read(question, found)
@@ -244,14 +278,14 @@ class ExtractiveGenerator:
         ``content`` (words and meaning), each sentence after its heading."""
         weights = question_weights(question)
         total = sum(weights.values()) or 1.0
-        heads: dict[str, float] = {}
+        heads: dict[tuple[str, ...], float] = {}
         for c in found:
-            if c.unit.id not in heads:
-                held = _terms(" ".join(c.unit.heading_path))
-                heads[c.unit.id] = sum(v for t, v in weights.items() if t in held) / total
+            if c.heading not in heads:
+                held = _terms(" ".join(c.heading))
+                heads[c.heading] = sum(v for t, v in weights.items() if t in held) / total
         facts = [SentenceFacts(c.lexical, c.cosine, c.density, c.unit.rank, c.index, len(c.text.split()),
                                c.text.endswith(":"), any(ch.isdigit() for ch in c.text), c.table_row,
-                               heads[c.unit.id]) for c in found]
+                               heads[c.heading]) for c in found]
         blend = [c.content for c in found]
         cross: list[float | None] | None = None
         if self.reader is not None:
@@ -388,7 +422,7 @@ class ExtractiveGenerator:
                     if all(c.text != statement for c in claims) and not _untrusted(statement):
                         claims.append(Claim(statement, (unit_id,)))
                 prefix = "The sources disagree. "
-        asked = VersionFilter.for_question(query.question).named
+        asked = VersionFilter.for_question(query.question, known=self.labels(context)).named
         if asked:  # the version it answers from, said
             by_id = {u.id: u.version for u in context.units}
             versions = list(dict.fromkeys(by_id[c.citations[0]] for c in claims if by_id.get(c.citations[0])))
@@ -449,12 +483,21 @@ def _sigmoid(x: float) -> float:
 
 def _in_place(candidate: _Candidate) -> str:
     """A sentence as a reader sees it: after the heading of the section it stands in."""
-    heading = candidate.unit.heading_path[-1] if candidate.unit.heading_path else ""
+    heading = candidate.heading[-1] if candidate.heading else ""
     return f"{heading}: {candidate.text}" if heading and heading not in candidate.text else candidate.text
 
 
 def _terms(text: str) -> set[str]:
     return {stem(t) for t in content_terms(text)}
+
+
+@functools.lru_cache(maxsize=4096)
+def _entry_terms(heading: tuple[str, ...], names: frozenset[str]) -> frozenset[str]:
+    """The words of the names whose entry the headings end in (:func:`ragdx.text.documents_name`)."""
+    if not heading or not names:
+        return frozenset()
+    path = " > ".join(heading)
+    return frozenset(stem(t) for n in names if documents_name(path, frozenset({n})) for t in content_terms(n))
 
 
 def _next_statement(chosen: _Candidate) -> str | None:

@@ -100,10 +100,11 @@ class Governance:
                     unreadable += 1 / rank
         return 2 * unreadable > total
 
-    def reason(self, query: Query, item: Candidate,
-               versions: dict[str, list[StoredVersion]]) -> tuple[DropCode, str] | None:
+    def reason(self, query: Query, item: Candidate, versions: dict[str, list[StoredVersion]],
+               asked: VersionFilter | None = None) -> tuple[DropCode, str] | None:
         """Why an item may not be used, as a code and in words (:data:`UNREADABLE` when the
-        principal may not read it), or None."""
+        principal may not read it), or None. ``asked``: the versions the question names (read
+        from the store when not given)."""
         stored = versions.get(item.doc_id)
         if stored is None:  # read once per document (``setdefault`` would read it for every item)
             stored = versions[item.doc_id] = self.store.versions(item.doc_id)
@@ -116,7 +117,7 @@ class Governance:
             return DropCode.ACL, UNREADABLE
         status = this.document.status
         if status is not DocStatus.CURRENT and not self.allow_superseded \
-                and not VersionFilter.for_question(query.question).names(item.version):  # asked for
+                and not (asked or self.asked(query)).names(item.version):  # asked for
             current = [v.document.version for v in stored if v.document.status is DocStatus.CURRENT
                        and query.principal.may_read(v.document.acl)]
             now = f"; the current version is {current[-1]}" if current else \
@@ -133,13 +134,17 @@ class Governance:
             self._versions = (version, {})
         return self._versions[1]
 
+    def asked(self, query: Query) -> VersionFilter:
+        """The versions the question names, with the store's labels known."""
+        return VersionFilter.for_question(query.question, known=self.store.version_labels())
+
     def run(self, query: Query, ranked: Ranked) -> Ranked:
         started = time.perf_counter()
-        versions = self._known_versions()
+        versions, asked = self._known_versions(), self.asked(query)
         kept, dropped = [], []
         withheld: bool | None = None  # asked once, and only when some item would pass
         for item in ranked.items:
-            why = self.reason(query, item, versions)
+            why = self.reason(query, item, versions, asked)
             if why is None:
                 if withheld is None:
                     withheld = self.withheld(query)

@@ -309,8 +309,8 @@ class ClaimVerifier:
                                   "is no longer stored")
             if not query.principal.may_read(stored.document.acl):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
-            if stored.document.status is not DocStatus.CURRENT \
-                    and not VersionFilter.for_question(query.question).names(unit.version):
+            if stored.document.status is not DocStatus.CURRENT and not VersionFilter.for_question(
+                    query.question, known=self.store.version_labels()).names(unit.version):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
                                   f"{unit.doc_id} is {stored.document.status.value}")
             units.append(unit)

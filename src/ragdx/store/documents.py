@@ -272,6 +272,16 @@ def pg_versions(self: PostgresStore, doc_id: str | None = None) -> list[StoredVe
     return [self._version_row(r) for r in self._all(PG_VERSIONS + where + " ORDER BY d.seq", args)]
 
 
+def sqlite_version_labels(self: SQLiteStore) -> frozenset[str]:
+    """The version labels the store holds, of any document and status."""
+    return frozenset(r[0] for r in self._db.execute("SELECT DISTINCT version FROM documents"))
+
+
+def pg_version_labels(self: PostgresStore) -> frozenset[str]:
+    """The version labels the store holds, of any document and status."""
+    return frozenset(r[0] for r in self._all("SELECT DISTINCT version FROM {s}.documents"))
+
+
 def sqlite_versions_of(self: SQLiteStore, doc_ids: Sequence[str]) -> dict[str, list[StoredVersion]]:
     """The stored versions of each of these documents, in ingestion order (an empty list for one
     with none): what :meth:`versions` gives per document, for a batch at once."""

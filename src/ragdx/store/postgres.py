@@ -381,6 +381,7 @@ class PostgresStore:
     version = documents.pg_version
     versions = documents.pg_versions
     versions_of = documents.pg_versions_of
+    version_labels = documents.pg_version_labels
     latest = documents.latest
     doc_ids = documents.doc_ids
     texts = documents.texts

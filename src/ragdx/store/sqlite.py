@@ -234,6 +234,7 @@ class SQLiteStore:
     version = documents.sqlite_version
     versions = documents.sqlite_versions
     versions_of = documents.sqlite_versions_of
+    version_labels = documents.sqlite_version_labels
     latest = documents.latest
     doc_ids = documents.doc_ids
     texts = documents.texts
