@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import lzma
+import shutil
 import subprocess
 import sys
 import urllib.request
@@ -90,6 +91,8 @@ def main() -> None:
     ragdx(["evidence", "--store", str(store), "--queries", str(QUESTIONS), "--strict", "--json"],
           "ragdx evidence --strict")
     run_dir = work / "run"
+    if run_dir.exists():  # a run folder left is resumed, not run again
+        shutil.rmtree(run_dir)
     _, run = ragdx(["run", "--store", str(store), "--queries", str(QUESTIONS), "--out", str(run_dir), *sets,
                     "--set", "cache.enabled=false"], "ragdx run")
     diagnoses = {d["id"]: d for d in read_jsonl(run_dir / "diagnosis.jsonl")}

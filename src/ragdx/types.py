@@ -880,7 +880,6 @@ class IndexVersion:
 
 _VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
 _VERSION_END = r"(?![\w]|[.-]\d)"
-_VERSION_TOKEN = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}{_VERSION_END}")
 #: a version label in running text, with a possessive
 _VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
 #: a whole number standing alone ("17", "v15", "17's"): a version only when a store's label has it
