@@ -5,6 +5,9 @@ and whether ragdx's diagnosis of the same run's traces comes out the same with e
 Reproduce, from the repository root (the dev set and its store built by ``bench/quality.py``)::
 
     nice -n 10 .venv/bin/python bench/label.py --half test [--run RUN | --traces SPANS]
+    # another labelled set on its own corpus: PostgreSQL 15/17 (bench/pg_versions.py builds both)
+    nice -n 10 .venv/bin/python bench/label.py --queries bench/devset/pg-versions.jsonl \
+        --store bench/.cache/pg-versions/store.db --run bench/.cache/pg-versions/run --out bench/results/label-pg.json
 
 Each step goes through ragdx's CLI. The half's questions are written as a plain evaluation set
 (``id``, ``question``, ``answer`` = the reference answer where the dev set has one, ``principal``),
@@ -112,17 +115,18 @@ def run(args: argparse.Namespace) -> dict:
     devset, store = args.devset.resolve(), args.store.resolve()
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    hand_path = devset / f"queries.{args.half}.jsonl"
+    hand_path = args.queries.resolve() if args.queries else devset / f"queries.{args.half}.jsonl"
+    tag = hand_path.stem if args.queries else args.half  # the work files' suffix
     queries = read_jsonl(hand_path)
     sets = ["--set", "retrieval.dense.backend=onnx", "--set", f"retrieval.dense.model={INT8}"]
-    tests = work / f"tests.{args.half}.jsonl"  # the hand labels hidden: question and reference answer only
+    tests = work / f"tests.{tag}.jsonl"  # the hand labels hidden: question and reference answer only
     with open(tests, "w", encoding="utf-8") as fh:
         for q in queries:
-            row = {"id": q["id"], "question": q["question"], "principal": q["principal"]}
+            row = {"id": q["id"], "question": q["question"]} | ({"principal": q["principal"]} if q.get("principal") else {})
             if q.get("answer"):
                 row["answer"] = q["answer"]
             fh.write(json.dumps(row) + "\n")
-    proposed_path = work / f"proposed.{args.half}.jsonl"
+    proposed_path = work / f"proposed.{tag}.jsonl"
     print(f"ragdx label on {len(queries)} questions ...", file=sys.stderr, flush=True)
     out, label_s = ragdx(["label", "--store", str(store), "--tests", str(tests), "--out", str(proposed_path),
                           "--scorer", args.scorer, *sets, "-q"])
@@ -142,7 +146,8 @@ def run(args: argparse.Namespace) -> dict:
     unsupported = sum(len(p["metadata"]["label"]["unsupported_reference"]) for p in proposed.values())
     result: dict = {
         "benchmark": "label", "command": shlex.join([".venv/bin/python", "bench/label.py", *sys.argv[1:]]),
-        "code": code_version(), "machine": machine(), "half": args.half, "queries": len(queries),
+        "code": code_version(), "machine": machine(), "half": args.half if not args.queries else None,
+        "queries_file": str(hand_path), "queries": len(queries),
         "answerable": len(answerable), "scorer": args.scorer, "label_seconds": round(label_s, 1),
         "groups": {k: v for k, v in scores.items() if k not in ("missed", "extra")} | {"stray_groups": stray},
         "groups_by_kind": {n: {k: v for k, v in sc.items() if k not in ("missed", "extra")} for n, sc in kinds.items()},
@@ -150,11 +155,11 @@ def run(args: argparse.Namespace) -> dict:
         "missed": scores["missed"], "extra": scores["extra"]}
     if not args.no_diagnosis:
         run_dir = args.run
-        spans = work / f"spans.{args.half}.jsonl"
+        spans = work / f"spans.{tag}.jsonl"
         if args.traces is not None:
             spans = args.traces.resolve()
         elif run_dir is None:
-            run_dir = work / f"run-{args.half}"
+            run_dir = work / f"run-{tag}"
             if run_dir.exists():
                 shutil.rmtree(run_dir)
             print(f"ragdx run into {run_dir} ...", file=sys.stderr, flush=True)
@@ -164,7 +169,7 @@ def run(args: argparse.Namespace) -> dict:
             ragdx(["export", "--run", str(run_dir), "--out", str(spans)])
         diagnoses = {}
         for name, path in (("hand", hand_path), ("proposed", proposed_path)):
-            folder = work / f"diagnose-{name}.{args.half}"
+            folder = work / f"diagnose-{name}.{tag}"
             ragdx(["diagnose", "--traces", str(spans), "--queries", str(path), "--store", str(store),
                    "--out", str(folder), "--system", "ragdx", "-q"])
             diagnoses[name] = {d["id"]: d for d in read_jsonl(folder / "diagnosis.jsonl")}
@@ -187,7 +192,7 @@ def table(r: dict) -> str:
              f"(+{g['stray_groups']} on questions without hand evidence)"),
             ("precision (target >= 0.85)", f"{g['precision']:.3f}"), ("recall (target >= 0.85)", f"{g['recall']:.3f}"),
             *[(f"  {n} questions: precision / recall", f"{k['precision']:.3f} / {k['recall']:.3f} of {k['hand_groups']}")
-              for n, k in r["groups_by_kind"].items()],
+              for n, k in r["groups_by_kind"].items() if k["hand_groups"]],
             ("needs review", f"{r['needs_review']} of {r['queries']}"),
             ("unsupported reference claims", str(r["unsupported_reference_claims"])),
             ("labelling time", f"{r['label_seconds']:.0f} s")]
@@ -203,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--half", choices=["fit", "test"], default="test")
     parser.add_argument("--devset", type=Path, default=DEVSET)
+    parser.add_argument("--queries", type=Path, help="another hand-labelled query set with reference answers "
+                        "(instead of the half), e.g. bench/devset/pg-versions.jsonl with --store of its corpus")
     parser.add_argument("--store", type=Path, default=DEVSET / "store.db")
     parser.add_argument("--run", type=Path, help="a 'ragdx run' folder of the half (default: run one)")
     parser.add_argument("--traces", type=Path, help="the half's run already exported ('ragdx export --run RUN'): "
