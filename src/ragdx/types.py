@@ -882,9 +882,10 @@ _VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
 _VERSION_END = r"(?![\w]|[.-]\d)"
 #: a version label in running text, with a possessive
 _VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
-#: a whole number standing alone ("17", "v15", "17's"): a version only when a store's label has it
-#: as its leading part and the words around it say so (:func:`_major_versions`)
-_WHOLE = re.compile(r"(?<![\w.,-])([vV]?)(\d+)(?!\w|[.,-]\d)((?:['\u2019]s)?)")
+#: a whole number standing alone or after a product's letters ("17", "v15", "PG15", "17's"): a
+#: version only when a store's label has it as its leading part and the words around it say so
+#: (:func:`_major_versions`)
+_WHOLE = re.compile(r"(?<![\w.,-])([A-Za-z]{0,12})(\d+)(?!\w|[.,-]\d)((?:['\u2019]s)?)")
 _LEADING = re.compile(r"(\d+)(?:[.-]|$)")
 #: words after which a number counts something, not a version ("Table 17", "error 15")
 _COUNTED = frozenset(
@@ -909,10 +910,11 @@ _CLAUSE_BEFORE, _CLAUSE_AFTER = 7, 2
 def _major_versions(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
     """The whole numbers of the question that name a version: the leading part of a label in
     ``known`` (``15`` of ``15`` or ``15.4``), preceded by a version word ("version 15"), written
-    ``v15`` or ``17's``, or after a product's name ("PostgreSQL 17"); or followed by a word such as
-    "and" or "later" ("15 or later"); or after a word of place or change with punctuation or the
-    end of the question after it ("After moving to 17, ..."; "the same on 15?"). Never after a word
-    that counts ("Table 17"); a number before another word ("15 seconds") needs one of the first.
+    ``v15``, ``PG15`` or ``17's``, or after a product's name ("PostgreSQL 17"); or followed by a
+    word such as "and" or "later" ("15 or later"); or after a word of place or change with
+    punctuation or the end of the question after it ("After moving to 17, ..."; "the same on
+    15?"). Never after a word that counts ("Table 17"); a number before another word ("15
+    seconds") needs one of the first.
     Each as (start, end with a possessive, label)."""
     majors = {m.group(1) for m in map(_LEADING.match, known) if m}
     # a number every label starts with tells no version from another ("Python 3" of 3.9.2 and 3.11.2)

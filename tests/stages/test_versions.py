@@ -47,6 +47,8 @@ MAJORS = ("15", "17")
     ("What changed between 15 and 17?", ("15", "17")),
     ("Is 15 or later required?", ("15",)),
     ("What did v15 default to?", ("15",)),
+    ("Does PG17 still ship pg_standby?", ("17",)),
+    ("Is sha256 or md5 the default on pg15?", ("15",)),
     ("Is 17's planner different?", ("17",)),
     ("Since 15, is CREATE on the public schema revoked?", ("15",)),
     # numbers that count or measure are no versions, nor is a number no label starts with

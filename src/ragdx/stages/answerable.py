@@ -112,14 +112,6 @@ class NameCoverage:
     def __init__(self, store: Store, vocabulary: TokenCounter | None = None) -> None:
         self.store = store
         self.vocabulary = vocabulary
-        self._labels: tuple[int, frozenset[str]] | None = None
-
-    def _version_labels(self) -> frozenset[str]:
-        """Every document version's label (labels are not content: no access check needed),
-        kept until the store changes."""
-        if self._labels is None or self._labels[0] != self.store.index_version:
-            self._labels = (self.store.index_version, frozenset(v.document.version for v in self.store.versions()))
-        return self._labels[1]
 
     def covered(self, name: str, groups: tuple[str, ...]) -> bool:
         """Whether some chunk these groups may read holds ``name`` as a phrase (or, for a version
@@ -128,7 +120,8 @@ class NameCoverage:
         phrase "python gil", which prose holds; the best :data:`EXACT_DEPTH` chunks holding the
         phrase are searched for it."""
         if is_version(name):
-            if any(label == name or label.startswith(name + ".") for label in self._version_labels()):
+            # labels are not content: no access check needed
+            if any(label == name or label.startswith(name + ".") for label in self.store.version_labels()):
                 return True
         elif _JOINED.search(name):
             wanted = name.lower()
