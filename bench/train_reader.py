@@ -102,7 +102,8 @@ def build_rows(store: Any, settings: Any, encoder: Any, queries: list[Any], ctxs
         if read else None
     gen = ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio, max_sentences=g.max_sentences,
                               encoder=encoder, semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
-                              reader=cross, reader_weight=0.0, reader_depth=depth)
+                              reader=cross, reader_weight=0.0, reader_depth=depth,
+                              store=store)  # as the pipeline's: each sentence under its own entry
     resolver = EvidenceResolver(store)
     records = []
     started = time.perf_counter()
