@@ -92,3 +92,35 @@ def test_definition_terms_head_their_definitions_until_the_list_ends():
 def test_title_drops_the_site_suffix():
     page = "<title>sqlite3 — DB-API 2.0 — Python 3.11 documentation</title><h1>sqlite3 — DB-API 2.0</h1>"
     assert parse_html(page).title == "sqlite3 — DB-API 2.0"
+
+
+DOCBOOK = """<html><head><title>TRUNCATE</title></head><body>
+<div class="navheader"><table width="100%" summary="Navigation header"><tr><th colspan="5">TRUNCATE</th></tr>
+<tr><td><a accesskey="p" href="sql-start-transaction.html">Prev</a> </td><td><a href="sql-commands.html">Up</a></td>
+<th>SQL Commands</th><td><a href="index.html">Home</a></td><td><a href="sql-unlisten.html">Next</a></td></tr></table><hr /></div>
+<div class="refentry"><div class="titlepage"></div><div class="refnamediv"><h2>TRUNCATE</h2>
+<p>TRUNCATE &#8212; empty a table or set of tables</p></div>
+<div class="toc"><dl class="toc"><dt><span class="sect1"><a href="#a">Description</a></span></dt></dl></div>
+<div class="refsect1"><h2>Description</h2><p>TRUNCATE quickly removes all rows from a set of tables.</p></div>
+<div class="index"><div class="indexdiv"><h3>A</h3><dl><dt>ABORT, <a href="sql-abort.html">ABORT</a></dt></dl></div></div>
+</div>
+<div class="navfooter"><hr /><table width="100%" summary="Navigation footer"><tr><td><a href="x.html">Prev</a></td>
+<td><a href="sql-commands.html">Up</a></td><td><a href="y.html">Next</a></td></tr>
+<tr><td>START TRANSACTION</td><td><a href="index.html">Home</a></td><td>UNLISTEN</td></tr></table></div>
+</body></html>"""
+
+
+def test_docbook_navigation_tables_of_contents_and_index_entries_are_dropped():
+    # a DocBook page (the PostgreSQL manual's shape): its bars of links, its table of contents and
+    # the back-of-book index's entries are links to other pages, not the page's content
+    parsed = parse_html(DOCBOOK)
+    assert parsed.text == ("TRUNCATE\n\nTRUNCATE — empty a table or set of tables\n\nDescription\n\n"
+                           "TRUNCATE quickly removes all rows from a set of tables.")
+
+
+def test_sphinx_tables_of_contents_and_generated_indexes_are_dropped():
+    page = """<div class="body"><h1>The Library</h1><p>What the library holds.</p>
+    <div class="toctree-wrapper compound"><ul><li><a href="intro.html">Introduction</a></li></ul></div>
+    <table class="indextable genindextable"><tr><td><a href="x.html">abs() (built-in function)</a></td></tr></table>
+    <table class="indextable modindextable"><tr><td><a href="y.html">array</a></td></tr></table></div>"""
+    assert parse_html(page).text == "The Library\n\nWhat the library holds."

@@ -3,7 +3,10 @@
 Dropped: ``script``, ``style``, ``nav``, forms, the page-level ``header`` and ``footer`` (kept
 when inside ``main``/``article``/``section``), anything with an ARIA landmark role for
 navigation, banner, search or content info, and the navigation blocks of common generators
-(Sphinx's ``related`` bars and sidebar, heading permalinks). Kept: the heading hierarchy, paragraphs,
+(Sphinx's ``related`` bars, sidebar, heading permalinks, tables of contents and generated indexes;
+DocBook's ``navheader``/``navfooter`` bars, tables of contents and back-of-book index entries: a
+page's list of links to other pages is not its content, and in a manual built by DocBook they were
+a fifth of the chunks). Kept: the heading hierarchy, paragraphs,
 lists, tables (header rows from ``th``/``thead``) and ``pre`` code verbatim. Standard library only.
 """
 
@@ -14,7 +17,7 @@ from html.parser import HTMLParser
 from ragdx.ingest._builder import TextBuilder, collapse
 from ragdx.types import ParsedDocument
 
-PARSER = "html/2"
+PARSER = "html/3"
 
 _DROP_TAGS = {"script", "style", "nav", "noscript", "template", "svg", "form", "button", "iframe",
               "select", "textarea", "canvas", "object", "head"}
@@ -23,7 +26,10 @@ _CONTENT_TAGS = {"main", "article", "section"}
 _DROP_ROLES = {"navigation", "banner", "contentinfo", "search", "complementary"}
 _DROP_CLASSES = {"sphinxsidebar", "related", "footer", "headerlink", "navigation", "navbar",
                  "breadcrumb", "breadcrumbs", "skip-link", "sidebar", "mobile-nav", "cookie-banner",
-                 "nav-menu", "menu"}
+                 "nav-menu", "menu",
+                 # tables of contents and generated indexes: Sphinx, DocBook
+                 "toctree-wrapper", "genindextable", "modindextable", "navheader", "navfooter", "toc",
+                 "indexdiv"}
 _VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param",
          "source", "track", "wbr"}
 _BLOCKS = {"p", "div", "dt", "dd", "blockquote", "figure", "figcaption", "caption", "address",
