@@ -82,6 +82,8 @@ def main() -> None:
     ap.add_argument("--queries", type=Path, default=QUESTIONS,
                     help="the labelled questions (default the version set; bench/devset/pg-general.fit.jsonl and .test.jsonl: "
                          "questions naming no version, a quarter of them out of the manual)")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a ragdx setting for the run (repeatable), as bench/quality.py's")
     args = ap.parse_args()
     questions = args.queries.resolve()
     work = args.work.resolve()
@@ -106,7 +108,7 @@ def main() -> None:
     if run_dir.exists():  # a run folder left is resumed, not run again
         shutil.rmtree(run_dir)
     _, run = ragdx(["run", "--store", str(store), "--queries", str(questions), "--out", str(run_dir), *sets,
-                    "--set", "cache.enabled=false"], "ragdx run")
+                    "--set", "cache.enabled=false", *[a for kv in args.set for a in ("--set", kv)]], "ragdx run")
     diagnoses = {d["id"]: d for d in read_jsonl(run_dir / "diagnosis.jsonl")}
     per_query = [{"id": q["id"], "question": q["question"], "kind": q["tags"][-1],
                   "named": q["required"][0][0]["version"] if q["required"] else "none",

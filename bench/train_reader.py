@@ -258,7 +258,7 @@ def main() -> int:
     ap.add_argument("--queries", type=Path, default=DEVSET / "queries.fit.jsonl")
     ap.add_argument("--depth", type=int, default=30, help="sentences the cross-encoder reads when building rows")
     ap.add_argument("--depths", default="8,12,20,30", help="cross-encoder depths to compare")
-    ap.add_argument("--ship-depth", type=int, default=12, help="the depth the shipped weights are fitted at")
+    ap.add_argument("--ship-depth", type=int, default=30, help="the depth the shipped weights are fitted at (generation.reader_depth)")
     ap.add_argument("--l2", type=float, default=1.0)
     ap.add_argument("--fit-top", type=int, default=50, help="fit on each question's N best sentences by blend")
     ap.add_argument("--limit", type=int, default=0, help="the first N answerable questions only (a smoke test)")

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragdx.text import asked_quantity, content_terms, statements, states_quantity, stem
+from ragdx.text import asked_quantity, asks_default, content_terms, states_default, statements, states_quantity, stem
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -71,3 +71,29 @@ def test_a_signature_with_defaults_is_a_statement_and_a_heading_is_not():
 def test_filler_words_of_a_question_are_not_content():
     assert content_terms("My program is too slow. Why am I getting an error?") == [
         "program", "slow", "getting", "error"]
+
+
+@pytest.mark.parametrize("question, asks", [
+    ("What is work_mem set to out of the box?", True),
+    ("How long does the launcher wait between runs by default?", True),
+    ("What is the default value of vacuum_cost_limit?", True),
+    ("What does work_mem limit?", False),
+    ("Why does the defaulted column stay empty?", False),
+])
+def test_a_question_asking_for_a_default(question, asks):
+    assert asks_default(question) is asks
+
+
+@pytest.mark.parametrize("text, states", [
+    ("The default is one minute (1min).", True),
+    ("The default value is four megabytes (4MB).", True),
+    ("-1 (the default) disables logging statement durations.", True),
+    ("Do not change the values of sequences. This is the default.", True),
+    ("The timeout defaults to 5.0 seconds.", True),
+    ("Autovacuum is enabled by default.", True),
+    ("Default: 5", True),
+    ("In the default configuration, autovacuuming is enabled.", False),
+    ("Defaults are listed in the table below it.", False),
+])
+def test_a_statement_of_a_default(text, states):
+    assert states_default(text) is states

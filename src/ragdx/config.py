@@ -184,7 +184,7 @@ class GenerationSettings:
     # learned reader: a further sentence of a unit already cited counts this share of its probability
     reader_same_unit: float = _at_least(0.5, 0.0, 1.0)
     reader_weight: float = _at_least(0.5, 0.0, 1.0)
-    reader_depth: int = _at_least(12, 1)
+    reader_depth: int = _at_least(30, 1)
     reader_scale: float = _at_least(1.0, 0.001, 1000.0)
     reader_max_tokens: int = _at_least(128, 8, 4096)
     check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable

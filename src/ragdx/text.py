@@ -242,6 +242,36 @@ def asked_quantity(question: str) -> str | None:
     return "" if _ASKS_AMOUNT.search(question) else None
 
 
+_ASKS_DEFAULT = re.compile(r"\bdefaults?\b|\bout of the box\b|\bunless (?:I|we|you) (?:set|change)\b", re.IGNORECASE)
+
+
+def asks_default(question: str) -> bool:
+    """Whether a question asks what holds when nothing is set: "by default", "the default value",
+    "out of the box".
+
+    >>> asks_default("What is work_mem set to out of the box?"), asks_default("What does work_mem do?")
+    (True, False)
+    """
+    return _ASKS_DEFAULT.search(question) is not None
+
+
+def states_default(text: str) -> bool:
+    """Whether a statement says what holds by default ("The default is 200.", "-1 (the default)
+    disables ...", "This is the default.", "Default: 5"), not one using the word as a modifier.
+
+    >>> states_default("The default is one minute (1min)."), states_default("In the default configuration, x.")
+    (True, False)
+    """
+    return _STATES_DEFAULT.search(text) is not None
+
+
+#: "default" as what holds ("The default is", "defaults to", "(the default)", "by default",
+#: "Default: 5"), not as a modifier ("In the default configuration, ...")
+_STATES_DEFAULT = re.compile(r"\bdefault(?: value| setting)? (?:is|are|was|will be)\b|\bdefaults? to\b|"
+                             r"\b(?:is|are|was) (?:the|its) default\b|\((?:the |by )?default\b|\bby default\b|"
+                             r"\bdefault:", re.IGNORECASE)
+
+
 def states_quantity(text: str, unit: str) -> bool:
     """Whether ``text`` states a number, and (given a unit stem) names that unit too."""
     if not _NUMBER.search(text):

@@ -18,6 +18,10 @@ def test_the_shapes_of_a_name():
     assert distinctive_names("Which Tcl version, e.g. the newest, does Windows bundle?") == ("Tcl", "Windows")
     assert distinctive_names("Is there an equivalent of C\u2019s \u201c?:\u201d ternary operator?") == ()
     assert is_version("3.9") and not is_version("3") and not is_version("os.path")
+    # the asker's own columns and values passed to a call are no names; the call's own name is
+    assert distinctive_names("What does position('x' in some_string) give when it is missing?") == ()
+    assert distinctive_names("What chunk_time_interval goes to create_hypertable(my_table, Sensor_Time)?") == \
+        ("chunk_time_interval", "create_hypertable")
 
 
 def test_covered_reads_only_what_the_groups_may_read(small):

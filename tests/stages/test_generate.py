@@ -391,3 +391,36 @@ def test_a_sentence_under_the_entry_of_the_name_asked_about_states_it(tmp_path):
         assert headings["The default is 200."] == "vacuum_cost_limit (integer)"
         assert headings["If -1 is specified (which is the default), the regular vacuum_cost_limit value will "
                         "be used."] == "autovacuum_vacuum_cost_limit (integer)"
+
+
+def test_a_question_asking_a_default_gets_the_default_of_the_entry_it_is_about():
+    """A reference states a setting's default in a sentence that never names the setting, under
+    the setting's entry. Asked for work_mem's default, the answer brings the default of the entry
+    its first statement stands under, and leaves out another entry's default."""
+    from ragdx.stages.generate import _Candidate, _with_defaults
+    page = unit("S1", "Sets the base maximum amount of memory. The default value is four megabytes (4MB). "
+                      "The default value is 2MB.")
+
+    def cand(text, heading, score):
+        return _Candidate(page, text, frozenset(), score, 0.1, heading=("19.4. Resource Consumption", heading))
+
+    sets = cand("Sets the base maximum amount of memory.", "work_mem (integer)", 0.9)
+    own = cand("The default value is four megabytes (4MB).", "work_mem (integer)", 0.1)
+    other = cand("The default value is 2MB.", "vacuum_buffer_usage_limit (integer)", 0.5)
+    named = cand("The maximum amount of memory defaults to 8MB on small builds.", "Limits", 0.4)
+    found = [sets, other, named, own]
+    asked = "What is the maximum amount of memory set to out of the box?"
+    assert [c.text for c in _with_defaults([sets, other], found, asked)] == [sets.text, own.text]
+    # the first statement is what the reader found best: kept, even as another entry's default
+    assert [c.text for c in _with_defaults([other, sets], found, asked)] == [other.text, sets.text]
+    # another entry's default that states what is asked in its own words is no stray
+    assert [c.text for c in _with_defaults([sets, named], found, asked)] == [sets.text, named.text]
+    # no default under the entries chosen: nothing is added
+    assert _with_defaults([sets], [sets, other], asked) == [sets]
+    # the question names a setting whose own entry states its default: that statement opens the
+    # answer, before a neighbouring entry's default that names the setting
+    limit = cand("The default is 200.", "vacuum_cost_limit (integer)", 0.1)
+    auto = cand("If -1 is specified (which is the default), the regular vacuum_cost_limit value will be used.",
+                "autovacuum_vacuum_cost_limit (integer)", 0.6)
+    assert [c.text for c in _with_defaults([auto], [auto, limit], "What is the default vacuum_cost_limit?")] == \
+        [limit.text, auto.text]

@@ -206,3 +206,24 @@ def test_auto_routes_a_question_naming_an_order_down_the_multi_hop_path(example_
     assert stage.routes(Query("q", "When was order NW-1042 delivered?")) == "multi-hop"
     assert stage.routes(Query("q", "How long is the warranty?")) == "single"
     assert stage.routes(Query("q", "How was order NW-1024 paid, and how long does a refund take?")) == "multi-hop"
+
+
+def test_slot_facts_answer_an_abstention_on_scores_but_never_one_on_a_name_no_source_mentions():
+    """A compound question's parts may be answered by the facts its slots found when no single
+    sentence answered it; but when the question names something no source mentions
+    ("ST_DWithin"), the facts found for its parts are about something else: the abstention stands."""
+    from ragdx.stages.answerable import ABSTAINED_BY_NAME
+    from ragdx.stages.multihop import answer_with_slots
+    from ragdx.types import Answer, Context, ContextUnit, Slot
+    unit = ContextUnit("S1", "gist.html", "17", 0, 60, "GiST indexes support distance searches.", "GiST", (),
+                       ("c1",), 1, 6)
+    context = Context("context", (unit,), (), 1200, 6, "words")
+    slot = Slot("index", "does the GiST index serve it", SlotState.KNOWN, chunk_id="c1", doc_id="gist.html",
+                version="17", value="GiST indexes support distance searches.")
+    on_scores = Answer("extractive", "I cannot answer this from the sources: ...", (), True, ("distance",))
+    answered = answer_with_slots(on_scores, context, [slot])
+    assert (answered.abstained, [c.text for c in answered.claims]) == \
+        (False, ["GiST indexes support distance searches."])
+    on_name = Answer("extractive", "I cannot answer this from the sources: no source the asker may read "
+                     "mentions ST_DWithin.", (), True, ("ST_DWithin",), config={ABSTAINED_BY_NAME: True})
+    assert answer_with_slots(on_name, context, [slot]) == on_name

@@ -154,7 +154,7 @@ def test_the_default_settings_build_the_learned_reader_with_the_packaged_cross_e
     store, encoder, settings = small
     gen = build_pipeline(store, settings, encoder=encoder).generator
     assert gen.weights == load_weights()["cross"] and gen.reader.model == DEFAULT_CROSS_ENCODER
-    assert (gen.reader_depth, gen.max_sentences, gen.reader_keep, gen.reader_weight) == (12, 3, 0.0, 0.0)
+    assert (gen.reader_depth, gen.max_sentences, gen.reader_keep, gen.reader_weight) == (30, 3, 0.0, 0.0)
     assert gen.config["learned"] == {"weights": load_weights()["cross"].digest, "cross": True}
 
 

@@ -48,6 +48,12 @@ While Who Whom Whose Why Will With Would Yes No""".split())
 _FILE = re.compile(r"\.(?:py[cdiwz]?|txt|md|rst|c|h|db|cfg|ini|toml|json|csv|html?|so|dll|exe|zip|sh|bat)$")
 
 
+#: a call's arguments in a question (``position('x' in some_string)``, ``sum(amount)``): the
+#: asker's own columns and values, not names a source would hold
+_ARGUMENTS = re.compile(r"\b[A-Za-z_][\w.]*\(([^()]+)\)")
+_VALUES = frozenset({"snake", "camel", "caps", "capital"})
+
+
 @dataclass(frozen=True, slots=True)
 class Name:
     """A distinctive name of a question and its shape: ``quoted``, ``option``, ``dotted``,
@@ -60,12 +66,20 @@ class Name:
 
 def question_names(question: str) -> tuple[Name, ...]:
     """The question's distinctive names with their shapes, in order, each once (without quotes,
-    a possessive or a trailing ``()``)."""
+    a possessive or a trailing ``()``). An identifier passed to a call the question writes out is
+    the asker's own (``position('x' in some_string)``): not a name; the call's own name is.
+
+    >>> [n.text for n in question_names("What does position('x' in some_string) give with create_hypertable()?")]
+    ['create_hypertable']
+    """
     names: dict[str, Name] = {}
+    arguments = [m.span(1) for m in _ARGUMENTS.finditer(question)]
     for match in _NAME.finditer(question):
         kind, text = match.lastgroup or "", match.group()
         if kind == "capital" and (match.start() == 0 or text in STOP_CAPITALS):
             continue
+        if kind in _VALUES and any(a <= match.start() and match.end() <= b for a, b in arguments):
+            continue  # the asker's own value passed to a call ("position('x' in some_string)")
         if kind == "dotted" and all(len(part) == 1 for part in text.split(".")):
             continue  # an abbreviation ("e.g.", "i.e."), not a name
         text = text.strip("\"\u201c\u201d")
@@ -165,6 +179,12 @@ class NameCoverage:
         return self.vocabulary is not None and self.vocabulary.count(word) > 1
 
 
+#: the answer's config key saying it abstained because the sources never mention a name the
+#: question asks about: no fact found for a part of the question may answer it then
+#: (:func:`ragdx.stages.multihop.answer_with_slots`)
+ABSTAINED_BY_NAME = "abstained_by_name"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """Whether to answer; when not, why, and the names or words the sources do not cover."""
@@ -172,6 +192,7 @@ class Verdict:
     answer: bool
     why: str = ""
     missing: tuple[str, ...] = ()
+    by_name: bool = False  # not answered because the sources never mention what the question names
 
 
 class Answerability:
@@ -210,7 +231,7 @@ class Answerability:
         if self.names is not None:
             absent = self.names.absent(query.question, query.principal.groups)
             if absent:
-                return Verdict(False, "no source the asker may read mentions " + ", ".join(absent), absent)
+                return Verdict(False, "no source the asker may read mentions " + ", ".join(absent), absent, True)
         if not context.units:
             missing = tuple(content_terms(query.question))
             return Verdict(False, "no source the asker may read was found", missing or ("any source on the question",))

@@ -33,12 +33,12 @@ import numpy as np
 from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
-from ragdx.stages.answerable import Answerability, NameCoverage
+from ragdx.stages.answerable import ABSTAINED_BY_NAME, Answerability, NameCoverage
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
-from ragdx.text import (SIGNATURE, api_names, asked_quantity, content_terms, documents_name, sentences, split_question,
-                        statement_spans, statements, states_quantity, stem)
+from ragdx.text import (SIGNATURE, api_names, asked_quantity, asks_default, content_terms, documents_name, sentences,
+                        split_question, statement_spans, statements, states_default, states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -369,9 +369,10 @@ class ExtractiveGenerator:
         with), 0 without one."""
         return max((c.content for c in self._candidates(query.question, context)), default=0.0)
 
-    def _abstain(self, why: str, missing: tuple[str, ...], started: float) -> Answer:
+    def _abstain(self, why: str, missing: tuple[str, ...], started: float, by_name: bool = False) -> Answer:
+        config = self.config | {ABSTAINED_BY_NAME: True} if by_name else self.config
         return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True, missing,
-                      self.name, Usage(), self.config, time.perf_counter() - started)
+                      self.name, Usage(), config, time.perf_counter() - started)
 
     def run(self, query: Query, context: Context) -> Answer:
         started = time.perf_counter()
@@ -380,7 +381,7 @@ class ExtractiveGenerator:
         verdict = self.answerability.run(query, context, top.content if top else None,
                                          top.covered if top else frozenset(), self.min_coverage)
         if not verdict.answer:
-            return self._abstain(verdict.why, verdict.missing, started)
+            return self._abstain(verdict.why, verdict.missing, started, verdict.by_name)
         chosen = [found[0]]
         units_used = {found[0].unit.id}
         told = set(found[0].covered)
@@ -402,6 +403,9 @@ class ExtractiveGenerator:
         for cand in self._uncovered_parts(query.question, found, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
+        if asks_default(query.question):
+            chosen = _with_defaults(chosen, found, query.question)
+            units_used |= {c.unit.id for c in chosen}
         claims = _with_exceptions(_prose_first(chosen))
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
@@ -453,6 +457,48 @@ def _may_lead(sentence: str, text: str, start: int) -> bool:
     block_end = text.find("\n\n", start)
     block = text[block_start + 2 if block_start >= 0 else 0:block_end if block_end >= 0 else len(text)]
     return _PROMPT.search(block) is None
+
+
+#: the words of asking for a default ("set to out of the box", "default value")
+_DEFAULT_WORDS = frozenset(stem(w) for w in "default defaults value set setting out box".split())
+
+
+def _entry(c: _Candidate) -> tuple[str, str, tuple[str, ...]]:
+    """The entry a statement stands under: its document, version and headings."""
+    return c.unit.doc_id, c.unit.version, c.heading
+
+
+def _with_defaults(chosen: list[_Candidate], found: list[_Candidate], question: str) -> list[_Candidate]:
+    """For a question asking for a default (:func:`ragdx.text.asks_default`): the answer's
+    defaults are those of the entries it is about. A reference states a setting's default in a
+    sentence that never names the setting ("The default value is four megabytes (4MB).", under
+    "work_mem (integer)"), so a bare default of another entry ("The default value is 2MB." under
+    "vacuum_buffer_usage_limit": no word of the question of its own) answers nothing and is left
+    out, unless it opens the answer; and when no statement kept states a default, the best-read
+    statement that does, under the entry of a statement chosen (the first such entry in the
+    answer's order), follows that statement. When the question names a setting or a function
+    whose own entry states a default ("the default vacuum_cost_limit": "The default is 200." under
+    "vacuum_cost_limit (integer)"), that statement opens the answer: the default of a neighbouring
+    entry that names it ("If -1 is specified (which is the default), the regular vacuum_cost_limit
+    value will be used.") is no answer to it."""
+    names = api_names(question)
+    own = next((d for d in found if names and d.heading and states_default(d.text)
+                and documents_name(" > ".join(d.heading), names)), None)
+    if own is not None:
+        chosen = [own, *(c for c in chosen if c.text != own.text)]
+    asked = set(question_weights(question)) - _DEFAULT_WORDS
+    about = [_entry(c) for i, c in enumerate(chosen) if i == 0 or not states_default(c.text)]
+    kept = [c for i, c in enumerate(chosen)
+            if i == 0 or not states_default(c.text) or _entry(c) in about or _terms(c.text) & asked]
+    if any(states_default(c.text) for c in kept):
+        return kept
+    texts = {c.text for c in kept}
+    for at, c in enumerate(kept):
+        default = next((d for d in found if _entry(d) == _entry(c) and d.text not in texts and states_default(d.text)),
+                       None)
+        if default is not None:
+            return [*kept[:at + 1], default, *kept[at + 1:]]
+    return kept
 
 
 def _prose_first(chosen: list[_Candidate]) -> list[_Candidate]:

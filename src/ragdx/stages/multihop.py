@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from ragdx.protocols import Retriever, Store
+from ragdx.stages.answerable import ABSTAINED_BY_NAME
 from ragdx.stages.fuse import reciprocal_ranks
 from ragdx.text import content_terms, quantities, sentences, split_question, statements, stem
 from ragdx.types import Answer, Chunk, Claim, Context, DocStatus, Hop, Query, Slot, SlotState
@@ -319,7 +320,11 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
     unless the answer already states it; only when no slot is still unknown (a partial set of
     facts does not answer the question). A slot whose chunk did not reach the context, one still
     unknown and one that needs a person are named as missing. The claims are checked by the
-    citation stage like any other, against the original question's context."""
+    citation stage like any other, against the original question's context. An abstention because
+    the sources never mention what the question names (``ST_DWithin``) stands: facts found for its
+    parts are about something else."""
+    if answer.abstained and answer.config.get(ABSTAINED_BY_NAME):
+        return answer
     claims = [] if answer.abstained else list(answer.claims)
     seen = {" ".join(c.text.split()) for c in claims}
     added, missing = [], []
