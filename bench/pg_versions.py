@@ -41,14 +41,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import INT8, REPO, code_version, label_table, machine, write_result
-from quality import Failed, ragdx, read_jsonl
+from quality import SUCCESS, Failed, ragdx, read_jsonl
 
 QUESTIONS = REPO / "bench" / "devset" / "pg-versions.jsonl"
 DEFAULT_WORK = REPO / "bench" / ".cache" / "pg-versions"
 DEFAULT_OUT = REPO / "bench" / "results" / "pg_versions.json"
 ARCHIVE = "http://deb.debian.org/debian"
 #: each manual: its package, the Debian suite it comes from, its version label and status
-SUCCESS = ("supported", "correct_abstention")
 MANUALS = (("postgresql-doc-15", "bookworm", "15", "superseded"), ("postgresql-doc-17", "trixie", "17", "current"))
 
 
@@ -114,10 +113,10 @@ def main() -> None:
                   "named": q["required"][0][0]["version"] if q["required"] else "none",
                   "outcome": diagnoses[q["id"]]["outcome"], "first_failure": diagnoses[q["id"]]["first_failure"]}
                  for q in read_jsonl(questions)]
-    by_version = {v: Counter(p["outcome"] for p in per_query if p["named"] == v)
-                  for v in dict.fromkeys(p["named"] for p in per_query)}
-    by_kind = {k: Counter(p["outcome"] for p in per_query if p["kind"] == k)
-               for k in dict.fromkeys(p["kind"] for p in per_query)}
+    def tally(key: str) -> dict[str, Counter]:  # outcomes per value of a field, in first-seen order
+        return {v: Counter(p["outcome"] for p in per_query if p[key] == v)
+                for v in dict.fromkeys(p[key] for p in per_query)}
+    by_version, by_kind = tally("named"), tally("kind")
     success = sum(p["outcome"] in SUCCESS for p in per_query)
     result = {"benchmark": "pg_versions", "command": " ".join([Path(sys.executable).name, *sys.argv]),
               "code": code_version(), "machine": machine(), "pages": len(rows), "ingest": ingest, "run": run,

@@ -90,6 +90,10 @@ class Failed(Exception):
 
 # -- running ragdx's CLI, timed -------------------------------------------------------------------
 
+#: the outcomes that count as a success: an answer supported, or a correct abstention
+SUCCESS = ("supported", "correct_abstention")
+
+
 def ragdx(args: list[str], what: str, capture: bool = True) -> tuple[str, dict]:
     """Run ``ragdx ARGS``; its stdout, and its wall seconds, CPU seconds and peak RSS (MB)."""
     started = time.perf_counter()
@@ -263,7 +267,7 @@ def outcome_table(queries: list[dict], diagnoses: dict[str, dict], key) -> dict[
     for name, ds in groups.items():
         outcomes = Counter(d["outcome"] for d in ds)
         out[name] = {"queries": len(ds), "outcomes": dict(outcomes.most_common()),
-                     "success": sum(outcomes[o] for o in ("supported", "correct_abstention")) / len(ds),
+                     "success": sum(outcomes[o] for o in SUCCESS) / len(ds),
                      "first_failure": dict(Counter(d["first_failure"] for d in ds
                                                    if d["first_failure"]).most_common())}
     return dict(sorted(out.items(), key=lambda kv: (KINDS.index(kv[0]) if kv[0] in KINDS else 99, kv[0])))
@@ -283,7 +287,7 @@ def targets(queries: list[dict], diagnoses: dict[str, dict], per_query: dict[str
         "evidence complete at context": (len(complete) / len(answerable) if answerable else 0.0,
                                          len(complete), len(answerable)),
         "supported | evidence complete": share(complete, ("supported",)),
-        "supported or correct abstention": share(queries, ("supported", "correct_abstention")),
+        "supported or correct abstention": share(queries, SUCCESS),
         "hallucination (unanswerable + restricted)": share(negative, ("hallucination", "leak")),
         "median answer words": (shape["median_words"], shape["answers_given"], shape["answers_given"]),
         "first claim states a group (supported answers)": (shape["first_claim_states_a_group"]["value"],

@@ -77,6 +77,7 @@ def test_filler_words_of_a_question_are_not_content():
     ("What is work_mem set to out of the box?", True),
     ("How long does the launcher wait between runs by default?", True),
     ("What is the default value of vacuum_cost_limit?", True),
+    ("How many workers run unless I set max_workers?", True),
     ("What does work_mem limit?", False),
     ("Why does the defaulted column stay empty?", False),
 ])

@@ -424,3 +424,21 @@ def test_a_question_asking_a_default_gets_the_default_of_the_entry_it_is_about()
                 "autovacuum_vacuum_cost_limit (integer)", 0.6)
     assert [c.text for c in _with_defaults([auto], [auto, limit], "What is the default vacuum_cost_limit?")] == \
         [limit.text, auto.text]
+
+
+def test_the_generator_answers_a_question_for_a_default_with_its_entrys_default():
+    """Through ``run``: one sentence allowed, the best by words is the setting's description; the
+    question asks for its default, so the default stated under the same entry follows it (words
+    only: a sentence sharing no word with the question is no candidate at all)."""
+    entry = ContextUnit("S1", "runtime-config.html", "17", 0, 120,
+                        "Sets the base maximum amount of query memory. The maximum is four megabytes (4MB) by default.",
+                        "Resource Consumption", ("work_mem (integer)",), ("c-S1",), 1, 18)
+    other = ContextUnit("S2", "runtime-config.html", "17", 200, 240, "Its default value is 2MB.",
+                        "Resource Consumption", ("vacuum_buffer_usage_limit (integer)",), ("c-S2",), 2, 5)
+    gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=1)
+    question = "What is the maximum query memory set to out of the box?"
+    answer = gen.run(Query("q", question, Principal("a", ("public",))), context(entry, other))
+    assert [c.text for c in answer.claims] == ["Sets the base maximum amount of query memory.",
+                                               "The maximum is four megabytes (4MB) by default."]
+    plain = gen.run(Query("q", "What is the maximum query memory?", Principal("a", ("public",))), context(entry, other))
+    assert [c.text for c in plain.claims] == ["Sets the base maximum amount of query memory."]

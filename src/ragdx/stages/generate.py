@@ -405,7 +405,7 @@ class ExtractiveGenerator:
             units_used.add(cand.unit.id)
         if asks_default(query.question):
             chosen = _with_defaults(chosen, found, query.question)
-            units_used |= {c.unit.id for c in chosen}
+            units_used = {c.unit.id for c in chosen}
         claims = _with_exceptions(_prose_first(chosen))
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
@@ -460,7 +460,7 @@ def _may_lead(sentence: str, text: str, start: int) -> bool:
 
 
 #: the words of asking for a default ("set to out of the box", "default value")
-_DEFAULT_WORDS = frozenset(stem(w) for w in "default defaults value set setting out box".split())
+_DEFAULT_WORDS = frozenset(stem(w) for w in "default value set setting out box".split())
 
 
 def _entry(c: _Candidate) -> tuple[str, str, tuple[str, ...]]:
@@ -482,8 +482,8 @@ def _with_defaults(chosen: list[_Candidate], found: list[_Candidate], question: 
     entry that names it ("If -1 is specified (which is the default), the regular vacuum_cost_limit
     value will be used.") is no answer to it."""
     names = api_names(question)
-    own = next((d for d in found if names and d.heading and states_default(d.text)
-                and documents_name(" > ".join(d.heading), names)), None)
+    own = next((d for d in found if d.heading and states_default(d.text)
+                and documents_name(" > ".join(d.heading), names)), None) if names else None
     if own is not None:
         chosen = [own, *(c for c in chosen if c.text != own.text)]
     asked = set(question_weights(question)) - _DEFAULT_WORDS
