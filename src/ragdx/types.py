@@ -882,6 +882,8 @@ _VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
 _VERSION_END = r"(?![\w]|[.-]\d)"
 #: a version label in running text, with a possessive
 _VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
+#: the text before a point inside a call's parentheses ("round(", "connect(timeout=")
+_IN_CALL = re.compile(r"\w\([^()]*$")
 #: a whole number standing alone or after a product's letters ("17", "v15", "PG15", "17's"): a
 #: version only when a store's label has it as its leading part and the words around it say so
 #: (:func:`_major_versions`)
@@ -943,8 +945,10 @@ def _starts(label: str, named: str) -> bool:
 
 
 def _named_spans(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
-    """Each version label the question names, in order, as (start, end with a possessive, label)."""
-    spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)]
+    """Each version label the question names, in order, as (start, end with a possessive, label);
+    a value passed to a call ("round(2.5)", "connect(timeout=5.0)") names none."""
+    spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)
+             if not _IN_CALL.search(question, 0, m.start())]
     return sorted(spans + (_major_versions(question, known) if known else []))
 
 

@@ -7,10 +7,34 @@ from ragdx.label import split_claims
 
 def test_a_comma_clause_with_four_content_words_each_side_is_a_claim_of_its_own() -> None:
     # "ties go to the even choice": tie, go, even, choice (4); the rest: float, representation,
-    # make, round, 2.675, 2, give, 2.67; "No:" has none and joins the first clause
+    # make, round, 2.675, 2, give, 2.67; "No:" has none, joins the first clause and is left out
     assert split_claims("No: ties go to the even choice, and float representation can make round(2.675, 2) "
-                        "give 2.67.") == ["No: ties go to the even choice,",
+                        "give 2.67.") == ["ties go to the even choice,",
                                           "and float representation can make round(2.675, 2) give 2.67."]
+
+
+def test_a_reply_word_opening_a_claim_is_no_part_of_it() -> None:
+    assert split_claims("No, sum over no rows returns NULL (use coalesce to get 0); only count returns 0.") == [
+        "sum over no rows returns NULL (use coalesce to get 0);", "only count returns 0."]
+    assert split_claims("Neither: schema changes are not replicated.") == ["schema changes are not replicated."]
+    # a reply word without punctuation after it is a word of the claim; a reply alone is no claim
+    assert split_claims("No restart is needed after editing the file.") == [
+        "No restart is needed after editing the file."]
+    assert split_claims("Yes.") == []
+
+
+def test_a_reference_saying_the_sources_do_not_answer_abstains() -> None:
+    from ragdx.label.propose import abstains
+    for reference in ("The PostgreSQL manual does not cover pg_partman, a third-party extension.",
+                      "The manual documents no setting named autovacuum_idle_timeout.",
+                      "I don't know.", "This is not mentioned in the documentation.",
+                      "The context does not say. It may be in the release notes."):
+        assert abstains(reference), reference
+    for reference in ("pg_dump does not block other users accessing the database.",
+                      "Sequence data is not replicated.",
+                      # only the first sentence says whether the reference answers
+                      "TRUNCATE does not fire ON DELETE triggers. The manual does not say more."):
+        assert not abstains(reference), reference
 
 
 def test_a_comma_clause_with_fewer_content_words_stays_with_its_sentence() -> None:

@@ -101,3 +101,82 @@ def test_another_versions_statement_in_other_words_is_an_alternative(tmp_path: P
     named = EvalCase(id="q5", question="In 2.0, how fast do widgets spin?", reference="30 turns per second.")
     (pinned,) = _run(store, named).groups
     assert [p.version for p in pinned.places] == ["2.0"]
+
+
+MEMORY = {"memory.md": "# Memory\n\n## work_mem\n\n"
+                       "Note that a complex query might run several sort operations at once, each using the whole "
+                       "amount.\n\nRaise it for large sorts.\n\nThe default value is four megabytes (4MB).\n"}
+WORK_MEM = EvalCase(id="q1", question="What is work_mem out of the box, and is that a cap for the whole query?",
+                    reference="4MB by default, and a complex query can run several sort operations at once.")
+
+
+def test_an_amount_its_place_does_not_state_is_found_on_the_page(tmp_path: Path) -> None:
+    store = _store(tmp_path, MEMORY)
+    # one claim (two content words before the comma: no clause of its own); its words are the note's
+    # (complex, query, run, several, sort, operation), not the default's, so the note is its place.
+    # The claim's amount, 4MB, is the default sentence's only: a group of its own
+    plain = _run(store, WORK_MEM, numbers=False)
+    assert [[p.text for p in g.places] for g in plain.groups] == [
+        ["Note that a complex query might run several sort operations at once, each using the whole amount."]]
+    found = _run(store, WORK_MEM)
+    assert [[p.text for p in g.places] for g in found.groups] == [
+        ["Note that a complex query might run several sort operations at once, each using the whole amount."],
+        ["The default value is four megabytes (4MB)."]]
+    assert found.groups[1].reason.endswith("the amount 4mb stated on the page")
+
+
+def test_amounts_are_numbers_of_two_digits_or_with_their_unit() -> None:
+    from ragdx.label.propose import _amounts
+    assert _amounts("1600 columns at most, in one 8 kB page; a tuple of 1,600 int columns") == {"1600"}
+    assert _amounts("four megabytes (4MB), 1min, 8kB") == {"4mb", "1min", "8kb"}
+    # versions, a value passed to a call and a digit inside a name are no amounts
+    assert _amounts("SQLite 3.8.3 or newer; round(2.5); sqlite3") == frozenset()
+
+
+def test_a_reference_saying_the_sources_do_not_cover_the_question_proposes_no_evidence(tmp_path: Path) -> None:
+    store = _store(tmp_path, MEMORY)
+    case = EvalCase(id="q2", question="How should I set pg_partman's premake value?",
+                    reference="The manual does not cover pg_partman, a third-party extension. Use its own docs.")
+    proposal = _run(store, case)
+    line = proposal.to_line()
+    assert (line["answerable"], line["required"], proposal.needs_review) == (False, [], False)
+    assert line["metadata"]["label"]["note"] == (
+        "the reference answer says the sources do not answer it: taken as a question the system should "
+        "abstain on (no source mentions pg_partman)")
+
+
+def test_a_statement_of_several_sentences_is_narrowed_to_the_one_stating_the_claim(tmp_path: Path) -> None:
+    # a list item of three sentences is one statement; the claim's words (schema, change,
+    # replicated) are all in its first sentence
+    store = _store(tmp_path, {"limits.md": "# Limits\n\n- Schema changes are not replicated. The initial "
+                                           "schema can be copied by hand. Keep later ones in sync yourself.\n"
+                                           "- Large objects are not replicated.\n"})
+    case = EvalCase(id="q1", question="Does replication copy an ALTER TABLE?",
+                    reference="Schema changes are never replicated by it.")
+    assert [g.places[0].text for g in _run(store, case).groups] == ["Schema changes are not replicated."]
+    assert [g.places[0].text for g in _run(store, case, narrow=False).groups] == [
+        "Schema changes are not replicated. The initial schema can be copied by hand. Keep later ones in sync "
+        "yourself."]
+
+
+def test_claims_side_by_side_in_two_chunks_stay_two_groups(tmp_path: Path) -> None:
+    from ragdx.ingest.chunk import ChunkerConfig
+    from ragdx.ingest.ingestor import Ingestor
+    write(tmp_path / "corpus" / "gears.md", GEARS["gears.md"])
+    store = SQLiteStore(tmp_path / "store.db")
+    Ingestor(store, ChunkerConfig(max_tokens=8)).run(tmp_path / "corpus")  # a chunk a paragraph
+    case = EvalCase(id="q1", question="What do gears do?",
+                    reference="Gears always turn widgets clockwise. Gears stop widgets every night.")
+    # the reference restates two paragraphs side by side: one group when one chunk holds both ...
+    assert [[p.text for p in g.places] for g in _run(_store(tmp_path / "one", GEARS), case).groups] == [
+        ["Gears turn widgets clockwise.\n\nGears stop widgets at night."]]
+    # ... and two when the pipeline's chunks part them: no retrieval could return the joined span whole
+    assert [[p.text for p in g.places] for g in _run(store, case).groups] == [
+        ["Gears turn widgets clockwise."], ["Gears stop widgets at night."]]
+    assert len(_run(store, case, chunked=False).groups) == 1
+    # a reference quoting them word for word (claims of five words or more) stays one group: that
+    # passage is the evidence, and its loss at chunking is what a diagnosis should find
+    quoted = EvalCase(id="q2", question="What do gears do?", reference="Gears turn widgets clockwise. Gears stop "
+                      "widgets at night. Gears rust in the rain.")
+    assert [[p.text for p in g.places] for g in _run(store, quoted).groups] == [
+        ["Gears turn widgets clockwise.\n\nGears stop widgets at night.\n\nGears rust in the rain."]]

@@ -14,6 +14,7 @@ from ragdx.stages.bm25 import BM25Retriever
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.text import split_question
 from tests.conftest import write
+from tests.label.test_places import _store as _store_of
 
 
 class _Reading:
@@ -207,3 +208,71 @@ def test_a_sentence_naming_the_version_the_asker_runs_is_no_part() -> None:
     assert question_parts("Python's sqlite3 opens transactions implicitly; when does such a transaction "
                           "start in SQLite?") == ["Python's sqlite3 opens transactions implicitly.",
                                                   "When does such a transaction start in SQLite?"]
+
+
+class _Scripted:
+    """A pair scorer giving each statement holding a key the key's logit (others -9); with
+    ``alone_only``, only when it reads the claim alone (a query not opening with the question)."""
+
+    config = {"name": "scripted"}
+
+    def __init__(self, logits: dict[str, float], question: str = "", alone_only: bool = False) -> None:
+        self.logits, self.question, self.alone_only = logits, question, alone_only
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        if self.alone_only and query.startswith(self.question):
+            return [-9.0] * len(texts)
+        return [next((v for k, v in self.logits.items() if k in t), -9.0) for t in texts]
+
+
+def test_the_page_prior_lifts_no_statement_far_below_the_best(tmp_path: Path) -> None:
+    import math
+    # the question's words find the frobnicator's page only (prior 1.0); the claim's, the auto
+    # file's page too (prior 0). With the scorer alone (scorer_weight 1): 0.46 and 0.72
+    store = _store_of(tmp_path, {"frob.md": "# Frobnicator\n\nThe frobnicator keeps many things written.\n",
+                              "auto.md": "# Auto file\n\nSettings are written to an auto file.\n"})
+    case = EvalCase(id="q1", question="Where does the frobnicator keep its state?",
+                    reference="It writes them to an auto file.")
+    logit = {"keeps many": math.log(0.46 / 0.54), "auto file.": math.log(0.72 / 0.28)}
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    assert Labeller(store, [bm25])._prior(case) == {"frob.md": 1.0}
+
+    def place(within: float) -> str:
+        proposal = Labeller(store, [bm25], _Scripted(logit), scorer_weight=1.0, within=within,
+                            min_score=0.4).run(case)
+        return proposal.groups[0].places[0].text
+    # lifted by 0.3, the loose statement (0.76) passes the one that states the claim (0.72) ...
+    assert place(1.0) == "The frobnicator keeps many things written."
+    # ... unless only statements within 0.25 of the best (0.72 - 0.25 = 0.47) are lifted
+    assert place(0.25) == "Settings are written to an auto file."
+
+
+def test_a_claim_that_stands_on_its_own_is_read_alone_too(tmp_path: Path) -> None:
+    store = _store_of(tmp_path, {"agg.md": "# Aggregates\n\nA sum of no rows returns null, not zero.\n"})
+    case = EvalCase(id="q1", question="My SELECT sum(amount) matches nothing. Do I get 0 back?",
+                    reference="The sum over zero input rows returns a null value instead of zero.")
+    scorer = _Scripted({"returns null": 3.0}, question=case.question, alone_only=True)
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    # read after the question only, the scorer gives -9 and the words (half the score) stay below
+    # min_score; read alone too (eight content words, at least 6), the higher reading counts
+    after = Labeller(store, [bm25], scorer, alone=0).run(case)
+    both = Labeller(store, [bm25], scorer).run(case)
+    assert (after.groups, [c.text for c in after.unsupported]) == ((), [case.reference])
+    assert [g.places[0].text for g in both.groups] == ["A sum of no rows returns null, not zero."]
+
+
+def test_the_packaged_cross_encoder_reads_a_paraphrase_alone_better() -> None:
+    """Hand-checked on the PostgreSQL manual (docs/benchmarks.md, issue 27's tenth round): after the
+    asker's question, ms-marco-MiniLM reads the reference's paraphrase as off topic."""
+    from tests.conftest import require_models
+    require_models()
+    from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
+    question = "My SELECT sum(amount) ... WHERE matches nothing. Do I get 0 back?"
+    claim = "sum over no rows returns NULL (use coalesce to get 0);"
+    texts = ["9.21. Aggregate Functions\nIn particular, sum of no rows returns null, not zero as one might expect, "
+             "and array_agg returns null rather than an empty array when there are no input rows.",
+             "41.4. Expressions\n(If it produces no rows, the result is taken as NULL.)"]
+    scorer = CrossEncoder(DEFAULT_CROSS_ENCODER)
+    after, alone = scorer.score(f"{question} {claim}", texts), scorer.score(claim, texts)
+    assert after[0] < 0 < alone[0]  # about -7.7 and 4.9
+    assert alone[0] - alone[1] > 3  # the aggregate sentence first by far (4.9 against 0.0)

@@ -19,6 +19,9 @@ NEW = "Refunds are accepted within 30 days of delivery."     # policies/refund.m
     ("What did the 2024-01 refund policy say?", ("2024-01",)),
     ("What changed in Python 3.9 and 3.11?", ("3.9", "3.11")),
     ("What does error RFD-4021 mean, and is 1.5x the limit?", ()),
+    # a value passed to a call names no version; a version after the call does
+    ("Does round(2.5) give 2 or 3?", ()),
+    ("Does connect(timeout=5.0) wait in Python 3.9?", ("3.9",)),
 ])
 def test_the_versions_a_question_names(question, named):
     assert VersionFilter.for_question(question).named == named

@@ -43,10 +43,11 @@ from ragdx.ingest.quotes import find_quote
 from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
 from ragdx.queryset import parse_query
+from ragdx.stages.answerable import NameCoverage
 from ragdx.text import api_names, content_terms, documents_name, sentence_spans, split_question, statement_spans, stem
 from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
-__all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "split_claims"]
+__all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "abstains", "split_claims"]
 
 _SPACE = re.compile(r"\s+")
 #: the fewest words a claim needs to be found by its words alone ("1,000,000 bytes." stands in many places)
@@ -84,6 +85,41 @@ def _clauses(sentence: str) -> list[str]:
     return out
 
 
+#: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ..."): the answer to the
+#: question, not a claim a source states
+_REPLY_WORDS = r"(?:yes|no|neither|both|correct|true|false)"
+_REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014-]\s*", re.IGNORECASE)
+_REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
+
+
+_SOURCE = r"(?:manual|documentation|docs?|documents?|sources?|context|corpus|reference|passages?|pages?|text|guide)"
+#: a reference answer saying the sources do not answer ("The manual does not cover pg_partman.",
+#: "The documentation documents no setting named ...", "I don't know."): its question is one the
+#: system should abstain on
+ABSTAINING = re.compile(
+    rf"\b{_SOURCE}\s+(?:does|do|did)\s*(?:not|n't)\s+(?:cover|mention|document|describe|discuss|address|say|state|"
+    r"contain|include|provide|specify|list|name|explain)\b"
+    rf"|\b{_SOURCE}\s+(?:documents|describes|mentions|lists|names|has|contains|provides|gives)\s+no\b"
+    r"|\bnot\s+(?:covered|mentioned|documented|described|discussed|addressed|stated|found|specified)\s+(?:in|by)\s+"
+    rf"(?:the|these|this|any)\s+{_SOURCE}"
+    r"|^\s*(?:i\s+(?:do\s*not|don't)\s+know|unanswerable|not\s+answerable)\b"
+    r"|\b(?:cannot|can't|can\s+not)\s+be\s+answered\b|\bno\s+information\s+(?:about|on|regarding)\b",
+    re.IGNORECASE)
+
+
+def abstains(reference: str) -> bool:
+    """Whether a reference answer's first sentence says the sources do not answer the question."""
+    text = " ".join(reference.split())
+    first = next((text[a:b] for a, b in sentence_spans(text)), text)
+    return bool(ABSTAINING.search(first))
+
+
+def _unreplied(claim: str) -> str:
+    """The claim without the reply word it opens with, when a claim remains."""
+    rest = _REPLY.sub("", claim, count=1)
+    return rest if rest != claim and content_terms(rest) else claim
+
+
 def _joined(pieces: list[str], least: int = 3) -> list[str]:
     """Pieces with fewer than ``least`` content words joined to the next ("Yes." or "No:" is no
     claim of its own; the last joins the one before)."""
@@ -108,14 +144,14 @@ def split_claims(reference: str) -> list[str]:
     """The atomic claims of a reference answer: the sentences of its prose lines, each apart at
     ``;`` and ``:`` into clauses, and at a comma before "and", "but", "which", "while" or "so" when
     each side has four content words or more (a piece with fewer than three content words joins
-    the next), and
-    each run of other lines (code, a command, a table; blank lines inside it kept) as one claim."""
+    the next; a reply word opening a claim, "No:" or "Yes,", left out, and a reply alone is no
+    claim), and each run of other lines (code, a command, a table; blank lines inside it kept) as one claim."""
     claims: list[str] = []
     block: list[str] = []
 
     def flush() -> None:
         text = "\n".join(block).strip()
-        if text and content_terms(text):
+        if text and content_terms(text) and not _REPLY_ONLY.match(text):
             claims.append(text)
         block.clear()
 
@@ -126,7 +162,7 @@ def split_claims(reference: str) -> list[str]:
         if prose:
             flush()
             pieces = [c for a, b in sentence_spans(stripped) for c in _clauses(stripped[a:b])]
-            claims.extend(c for c in _joined(pieces) if content_terms(c))
+            claims.extend(_unreplied(c) for c in _joined(pieces) if content_terms(c) and not _REPLY_ONLY.match(c))
         elif stripped or block:
             block.append(line)
     flush()
@@ -201,6 +237,7 @@ class Proposal:
     restricted: bool = False
     candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
     weak: tuple[ProposedGroup, ...] = ()  # groups left out: below ``weak`` while another group is not
+    abstains: bool = False  # the reference says the sources do not answer (:func:`abstains`)
 
     @property
     def answerable(self) -> bool:
@@ -208,7 +245,8 @@ class Proposal:
 
     @property
     def needs_review(self) -> bool:
-        return bool(self.unsupported) or bool(self.weak) or any(g.needs_review for g in self.groups) or not self.groups
+        return bool(self.unsupported) or bool(self.weak) or any(g.needs_review for g in self.groups) \
+            or not (self.groups or self.abstains)
 
     def to_line(self, groups: Sequence[ProposedGroup] | None = None) -> dict[str, Any]:
         """The proposal as a query-set line (docs/formats.md); the scores and reasons in
@@ -258,6 +296,22 @@ class _Statement:
     @property
     def terms(self) -> frozenset[str]:
         return _stems(self.reads or self.place.text)
+
+
+#: an amount: a number of two digits or more ("1,600", "131072"), or one with a unit glued to it ("4MB", "8kB")
+_AMOUNT = re.compile(r"(?<![\w.])(\d[\d,]*\d|\d(?=[A-Za-z]{1,3}\b))([A-Za-z]{0,3})\b")
+
+
+def _amounts(text: str) -> frozenset[str]:
+    """The text's amounts, thousands separators dropped and units lower-cased ("1,600" -> "1600", "4MB" -> "4mb")."""
+    return frozenset(m.group(1).replace(",", "") + m.group(2).lower() for m in _AMOUNT.finditer(text))
+
+
+def _anchored(group: ProposedGroup) -> bool:
+    """Whether the group's place (its first) holds an amount or an API name of its claims word for word."""
+    claims, text = " ".join(group.claims), group.places[0].text if group.places else ""
+    return bool(_amounts(claims) & _amounts(text)) or any(
+        re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text, re.IGNORECASE) for n in api_names(claims))
 
 
 def _prose(claim: str) -> bool:
@@ -341,7 +395,8 @@ class Labeller:
         adjacent: sentences of the reference stated one after the other on a page (white space
             between, neither a run of code lines) make one group, as one paragraph's do.
         weak: when some group scores at least it, the groups scoring below are left out of
-            ``required`` (kept in ``weak_groups``); 0 keeps every group.
+            ``required`` (kept in ``weak_groups``), unless the group's place holds one of its claims'
+            amounts or API names word for word (:func:`_anchored`); 0 keeps every group.
         headings: the pair scorer reads each statement under its headings (its chunk's prefix).
         page_prior: statements are ranked by their score plus this times the page's prior, 1 / (1 +
             the page's rank among the pages a channel finds for the question alone), the best over
@@ -362,6 +417,14 @@ class Labeller:
             reference is looked for with each part as the question, and a place on a page no
             group cites, scoring at least ``weak``, is a group of its own (a multi-hop question's
             terse reference states its bridge only implicitly).
+        alone: a claim of at least this many content words is read by the pair scorer alone as
+            well as after the question, and scores the higher of the two (0: after the question only).
+        numbers: an amount of a claim (:func:`_amounts`: "4MB", "1600") that its place does not
+            state, stated by another statement of the page, makes that statement a place of the
+            claim too (a group of its own unless in the same paragraph).
+        within: the page prior, the API entry's and the code's lift rank only statements scoring
+            within this of the claim's best (a page the question points to lifts no statement that
+            merely shares its words).
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
@@ -369,7 +432,8 @@ class Labeller:
                  scorer_weight: float = 0.5, tie: float = 0.2, adjacent: bool = True, weak: float = 0.7,
                  headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15,
                  neighbour: float = 0.05, lists: bool = True, similar: float = 0.8,
-                 code: float = 0.15, parts: bool = True) -> None:
+                 code: float = 0.15, parts: bool = True, alone: int = 6, numbers: bool = True, within: float = 0.25,
+                 narrow: bool = True, chunked: bool = True) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
@@ -377,7 +441,8 @@ class Labeller:
         self.adjacent, self.weak, self.headings = adjacent, weak, headings
         self.page_prior, self.lines, self.api = page_prior, lines, api
         self.neighbour, self.lists, self.similar, self.code = neighbour, lists, similar, code
-        self.parts = parts
+        self.parts, self.alone, self.numbers, self.within = parts, alone, numbers, within
+        self.narrow, self.chunked = narrow, chunked
         self._prior_of: tuple[tuple[str, str], dict[str, float]] = (("", ""), {})  # the last case's
         groups = sorted({g for acl in store.acl_table().values() for g in acl})
         self.everyone = Principal("ragdx-label", tuple(groups) or ("public",))
@@ -393,7 +458,7 @@ class Labeller:
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
                 "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar, "code": self.code,
-                "parts": self.parts,
+                "parts": self.parts, "alone": self.alone, "numbers": self.numbers, "within": self.within, "narrow": self.narrow, "chunked": self.chunked,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -455,6 +520,42 @@ class Labeller:
                     out.append(s)
         return out, verbatim
 
+    def _narrowed(self, place: Place, claim: str, question: str) -> Place:
+        """A statement of several sentences or lines (a list item, a table's cell) narrowed to the
+        one that holds every word of the claim the statement holds (the most of the question's
+        words breaking a tie): a reference's terse claim states one of them, and a span running over
+        several may cross the chunks the pipeline cuts ("Zero." of a function table's three rows)."""
+        pieces, at = [], 0
+        for line in place.text.split("\n"):  # each line's sentences
+            pieces += [(at + a, at + b) for a, b in sentence_spans(line) if line[a:b].strip()]
+            at += len(line) + 1
+        if len(pieces) < 2:
+            return place
+        terms, asked = _stems(claim), _stems(question)
+        held = terms & _stems(place.text)
+        best = max(pieces, key=lambda ab: (len(terms & _stems(place.text[ab[0]:ab[1]])),
+                                           len(asked & _stems(place.text[ab[0]:ab[1]]))))
+        if held - _stems(place.text[best[0]:best[1]]):
+            return place
+        start, end = place.start + best[0], place.start + best[1]
+        return replace(place, start=start, end=end, text=place.text[best[0]:best[1]])
+
+    def _numbered(self, claim: str, place: Place) -> list[tuple[str, Place]]:
+        """For each amount of the claim (a number of two digits or more, or one with its unit:
+        "4MB", "1600") that its place does not state: the statement of the same page that does, the
+        one holding most of the claim's words."""
+        held = _amounts(place.text)
+        terms = _stems(claim)
+        out: list[tuple[str, Place]] = []
+        for number in _amounts(claim) - held:
+            holding = [s for s in self.statements(place.doc, place.version) if number in _amounts(s.place.text)
+                       and not s.place.text.rstrip().endswith("?")]
+            if holding:
+                best = max(holding, key=lambda s: (len(terms & s.terms), -s.place.start))
+                if all(best.place.start != p.start for _, p in out):
+                    out.append((number, best.place))
+        return out
+
     # -- scoring -----------------------------------------------------------------------------------
     def _words(self, claim: str, question: frozenset[str], s: _Statement) -> tuple[float, bool]:
         """How much of the claim's words (and, less, the question's) the statement holds; whether it
@@ -512,7 +613,12 @@ class Labeller:
         if self.scorer is not None and head:
             how = "words and cross-encoder"
             texts = list(dict.fromkeys(s.scored for _, _, s in head))
-            logits = dict(zip(texts, (float(x) for x in self.scorer.score(f"{case.question} {claim}", texts))))
+            read = [float(x) for x in self.scorer.score(f"{case.question} {claim}", texts)]
+            if self.alone and len(_stems(claim)) >= self.alone:
+                # a claim that stands on its own is read alone too: after a question about something
+                # else ("Do I get 0 back?"), a paraphrase of the statement reads as another topic
+                read = [max(a, float(b)) for a, b in zip(read, self.scorer.score(claim, texts))]
+            logits = dict(zip(texts, read))
             for words, verbatim, s in head:
                 relevance = 1.0 / (1.0 + math.exp(-logits[s.scored]))
                 score = 1.0 if verbatim else (1 - self.scorer_weight) * words + self.scorer_weight * relevance
@@ -522,7 +628,13 @@ class Labeller:
         # the page the question alone points to wins among statements that state the claim about as
         # well: the reference manual's page, not the release notes that restate it
         prior = self._prior(case) if self.page_prior else {}
-        out.sort(key=lambda x: (-(x[0] + self.page_prior * prior.get(x[1].place.doc, 0.0) + entry(x[1])),
+        # (only among those scoring within ``within`` of the best: no prior lifts a loose statement
+        # over one that states the claim)
+        close = max((x[0] for x in out), default=0.0) - self.within
+
+        def lift(x: tuple[float, _Statement]) -> float:
+            return self.page_prior * prior.get(x[1].place.doc, 0.0) + entry(x[1]) if x[0] >= close else 0.0
+        out.sort(key=lambda x: (-(x[0] + lift(x)),
                                 not x[1].place.current,
                                 x[1].place.doc, x[1].place.start))
         return out, how
@@ -553,6 +665,11 @@ class Labeller:
         if not case.reference or not case.reference.strip():
             return Proposal(case, (), note="no reference answer: nothing to label; taken as a question "
                             "the system should abstain on")
+        if abstains(case.reference):
+            absent = NameCoverage(self.store).absent(case.question, self.everyone.groups)
+            return Proposal(case, (), note="the reference answer says the sources do not answer it: taken as a "
+                            "question the system should abstain on" + (
+                                f" (no source mentions {', '.join(absent)})" if absent else ""), abstains=True)
         named = VersionFilter.for_question(case.question, current_only=False, known=self.labels)
         claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
@@ -567,7 +684,8 @@ class Labeller:
                 others.append([])
                 continue
             score, top = scored[0]
-            place, joined = top.place, None
+            place, joined = (self._narrowed(top.place, text, case.question) if self.narrow and score < 1.0
+                             else top.place), None
             if self.neighbour and score < 1.0:
                 # two statements side by side that state the claim about as well: the span covers both
                 # (a terse claim often sums up a sentence and the one after it)
@@ -591,6 +709,11 @@ class Labeller:
             claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also)))
             others.append([s.place for _, s in scored[1:6] if s is not joined
                            and _compact(s.place.text) != _compact(top.place.text)])
+            for number, there in self._numbered(text, place) if self.numbers else ():
+                # the claim's amount is stated beside it on the page ("4MB by default, and it applies
+                # per operation": the default is a sentence of its own)
+                claims.append(ReferenceClaim(text, score, there, f"{reason}; the amount {number} stated on the page"))
+                others.append([])
         verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
         for n, text in enumerate(split_claims(case.reference) if verbatim else []):
             if claims[n].score >= 1.0:
@@ -605,8 +728,9 @@ class Labeller:
         if self.weak and any(g.score >= self.weak for g in groups):
             # a reference's claim that fits a page only loosely, beside one that fits well, is more
             # often the answer's own gloss ("they are built in by default") than required evidence
-            weak = [g for g in groups if g.score < self.weak]
-            keep = [n for n, g in enumerate(groups) if g.score >= self.weak]
+            # unless its place holds the claim's amount or API name word for word (an anchor no gloss has)
+            keep = [n for n, g in enumerate(groups) if g.score >= self.weak or _anchored(g)]
+            weak = [g for n, g in enumerate(groups) if n not in keep]
             groups, candidates = [groups[n] for n in keep], [candidates[n] for n in keep]
         if self.parts:
             asked = question_parts(case.question, self.labels)
@@ -643,7 +767,9 @@ class Labeller:
             run = next((r for r in runs if r[0][0].place.doc == p.doc and r[0][0].place.version == p.version  # type: ignore[union-attr]
                         and (self._paragraph(r[0][0].place) == para  # type: ignore[arg-type]
                              or (self.adjacent and _prose(claim.text) and _prose(r[-1][0].text)
-                                 and self._adjacent(r[-1][0].place, p)))), None)  # type: ignore[arg-type]
+                                 and self._adjacent(r[-1][0].place, p)))  # type: ignore[arg-type]
+                        and (min(c.score for c, _ in r + [(claim, other)]) >= 1.0  # quoted: one passage
+                             or self._one_chunk([c.place for c, _ in r] + [p]))), None)  # type: ignore[misc]
             if run is None:
                 runs.append([(claim, other)])
             else:
@@ -662,6 +788,19 @@ class Labeller:
             seen = {(p.doc, p.version, p.start) for p in places_out}
             candidates.append(tuple(p for _, o in run for p in o if (p.doc, p.version, p.start) not in seen))
         return groups, candidates
+
+    def _one_chunk(self, places: Sequence[Place]) -> bool:
+        """Whether one chunk of the page holds all the places: claims found by their meaning whose
+        joined span would cross chunks stay groups of their own, a span no retrieval could return
+        whole (a reference quoting a passage word for word stays one group: that passage is the
+        evidence, and its loss at chunking is the diagnosis). True for a store that keeps no chunk
+        boundaries (``chunked`` false)."""
+        if not self.chunked:
+            return True
+        first = places[0]
+        start, end = min(p.start for p in places), max(p.end for p in places)
+        chunks = self.store.chunks(first.doc, first.version)
+        return not chunks or any(c.start <= start and end <= c.end for c in chunks)
 
     def _adjacent(self, before: Place, after: Place) -> bool:
         """Whether only whitespace stands between two places of one page (in either order)."""
