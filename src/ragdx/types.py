@@ -882,8 +882,6 @@ _VERSION_LABEL = r"v?(\d+(?:[.-]\d+)+)"
 _VERSION_END = r"(?![\w]|[.-]\d)"
 #: a version label in running text, with a possessive
 _VERSION_WORD = re.compile(rf"(?<![\w.-]){_VERSION_LABEL}(?:['\u2019]s)?{_VERSION_END}")
-#: the text before a point inside a call's parentheses ("round(", "connect(timeout=")
-_IN_CALL = re.compile(r"\w\([^()]*$")
 #: a whole number standing alone or after a product's letters ("17", "v15", "PG15", "17's"): a
 #: version only when a store's label has it as its leading part and the words around it say so
 #: (:func:`_major_versions`)
@@ -947,9 +945,21 @@ def _starts(label: str, named: str) -> bool:
 def _named_spans(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
     """Each version label the question names, in order, as (start, end with a possessive, label);
     a value passed to a call ("round(2.5)", "connect(timeout=5.0)") names none."""
-    spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)
-             if not _IN_CALL.search(question, 0, m.start())]
-    return sorted(spans + (_major_versions(question, known) if known else []))
+    spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)]
+    spans += _major_versions(question, known) if known else []
+    return sorted(span for span in spans if not _in_call(question, span[0]))
+
+
+def _in_call(text: str, at: int) -> bool:
+    """Whether ``at`` falls inside a call's parentheses ("round(", "print(round(2.5), "), not
+    inside a parenthesis of prose ("Python (3.11)")."""
+    opened: list[bool] = []
+    for i, ch in enumerate(text[:at]):
+        if ch == "(":
+            opened.append(i > 0 and (text[i - 1].isalnum() or text[i - 1] == "_"))
+        elif ch == ")" and opened:
+            opened.pop()
+    return any(opened)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,10 +28,15 @@ def test_a_reference_saying_the_sources_do_not_answer_abstains() -> None:
     for reference in ("The PostgreSQL manual does not cover pg_partman, a third-party extension.",
                       "The manual documents no setting named autovacuum_idle_timeout.",
                       "I don't know.", "This is not mentioned in the documentation.",
-                      "The context does not say. It may be in the release notes."):
+                      "The context does not say. It may be in the release notes.",
+                      "There's no such setting in the PostgreSQL 17 manual.", "It is not a documented option."):
         assert abstains(reference), reference
     for reference in ("pg_dump does not block other users accessing the database.",
                       "Sequence data is not replicated.",
+                      # a common noun is no source; an absence the reference states is an answer
+                      "The returned text does not include the trailing newline.",
+                      "os.wait() gives no information about resource usage.",
+                      "There is no such thing as an unsigned int in PostgreSQL.",
                       # only the first sentence says whether the reference answers
                       "TRUNCATE does not fire ON DELETE triggers. The manual does not say more."):
         assert not abstains(reference), reference

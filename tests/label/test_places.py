@@ -122,15 +122,16 @@ def test_an_amount_its_place_does_not_state_is_found_on_the_page(tmp_path: Path)
     assert [[p.text for p in g.places] for g in found.groups] == [
         ["Note that a complex query might run several sort operations at once, each using the whole amount."],
         ["The default value is four megabytes (4MB)."]]
-    assert found.groups[1].reason.endswith("the amount 4mb stated on the page")
+    assert found.groups[1].reason == "words: the claim's amount 4mb, stated on the page beside its place"
 
 
 def test_amounts_are_numbers_of_two_digits_or_with_their_unit() -> None:
     from ragdx.label.propose import _amounts
-    assert _amounts("1600 columns at most, in one 8 kB page; a tuple of 1,600 int columns") == {"1600"}
-    assert _amounts("four megabytes (4MB), 1min, 8kB") == {"4mb", "1min", "8kb"}
-    # versions, a value passed to a call and a digit inside a name are no amounts
-    assert _amounts("SQLite 3.8.3 or newer; round(2.5); sqlite3") == frozenset()
+    assert _amounts("1600 columns at most, in one 8 kB page; a tuple of 1,600 int columns") == {"1600", "8kb"}
+    # a unit glued on or after a space reads alike; a decimal is whole
+    assert _amounts("four megabytes (4MB), 1min, 8kB, 4 MB, 12.5 and 12.9") == {"4mb", "1min", "8kb", "12.5", "12.9"}
+    # a version, a digit inside a name and an ordinal are no amounts
+    assert _amounts("SQLite 3.8.3 or newer; sqlite3; the 2nd") == frozenset()
 
 
 def test_a_reference_saying_the_sources_do_not_cover_the_question_proposes_no_evidence(tmp_path: Path) -> None:
@@ -143,6 +144,10 @@ def test_a_reference_saying_the_sources_do_not_cover_the_question_proposes_no_ev
     assert line["metadata"]["label"]["note"] == (
         "the reference answer says the sources do not answer it: taken as a question the system should "
         "abstain on (no source mentions pg_partman)")
+    # asked about what the sources do mention, such a reference is marked for a person to check
+    known = _run(store, EvalCase(id="q3", question="What is work_mem by default?",
+                                 reference="The documentation does not say."))
+    assert (known.to_line()["answerable"], known.needs_review) == (False, True)
 
 
 def test_a_statement_of_several_sentences_is_narrowed_to_the_one_stating_the_claim(tmp_path: Path) -> None:
@@ -176,7 +181,11 @@ def test_claims_side_by_side_in_two_chunks_stay_two_groups(tmp_path: Path) -> No
     assert len(_run(store, case, chunked=False).groups) == 1
     # a reference quoting them word for word (claims of five words or more) stays one group: that
     # passage is the evidence, and its loss at chunking is what a diagnosis should find
-    quoted = EvalCase(id="q2", question="What do gears do?", reference="Gears turn widgets clockwise. Gears stop "
-                      "widgets at night. Gears rust in the rain.")
-    assert [[p.text for p in g.places] for g in _run(store, quoted).groups] == [
-        ["Gears turn widgets clockwise.\n\nGears stop widgets at night.\n\nGears rust in the rain."]]
+    write(tmp_path / "long" / "corpus" / "gears.md", "# Gears\n\nGears turn all the widgets clockwise.\n\n"
+          "Gears stop all the widgets at night.\n")
+    chunked = SQLiteStore(tmp_path / "long" / "store.db")
+    Ingestor(chunked, ChunkerConfig(max_tokens=8)).run(tmp_path / "long" / "corpus")
+    quoted = EvalCase(id="q2", question="What do gears do?", reference="Gears turn all the widgets clockwise. "
+                      "Gears stop all the widgets at night.")
+    assert [[p.text for p in g.places] for g in _run(chunked, quoted).groups] == [
+        ["Gears turn all the widgets clockwise.\n\nGears stop all the widgets at night."]]

@@ -22,6 +22,7 @@ NEW = "Refunds are accepted within 30 days of delivery."     # policies/refund.m
     # a value passed to a call names no version; a version after the call does
     ("Does round(2.5) give 2 or 3?", ()),
     ("Does connect(timeout=5.0) wait in Python 3.9?", ("3.9",)),
+    ("Is print(round(2.5), 3.11) the same?", ()),
 ])
 def test_the_versions_a_question_names(question, named):
     assert VersionFilter.for_question(question).named == named

@@ -87,23 +87,25 @@ def _clauses(sentence: str) -> list[str]:
 
 #: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ..."): the answer to the
 #: question, not a claim a source states
-_REPLY_WORDS = r"(?:yes|no|neither|both|correct|true|false)"
-_REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014-]\s*", re.IGNORECASE)
+_REPLY_WORDS = r"(?:yes|no|neither)"
+_REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
 _REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
 
 
-_SOURCE = r"(?:manual|documentation|docs?|documents?|sources?|context|corpus|reference|passages?|pages?|text|guide)"
+#: the sources, as a reference answer names them ("the PostgreSQL manual", "the given context")
+_SOURCE = r"(?:the|these|this|our|your|any)\s+(?:[\w-]+\s+){0,2}?(?:manual|documentation|docs|sources?|context|corpus)"
 #: a reference answer saying the sources do not answer ("The manual does not cover pg_partman.",
-#: "The documentation documents no setting named ...", "I don't know."): its question is one the
-#: system should abstain on
+#: "The documentation documents no setting named ...", "There's no such setting ...", "I don't
+#: know."): its question is one the system should abstain on
 ABSTAINING = re.compile(
     rf"\b{_SOURCE}\s+(?:does|do|did)\s*(?:not|n't)\s+(?:cover|mention|document|describe|discuss|address|say|state|"
     r"contain|include|provide|specify|list|name|explain)\b"
     rf"|\b{_SOURCE}\s+(?:documents|describes|mentions|lists|names|has|contains|provides|gives)\s+no\b"
     r"|\bnot\s+(?:covered|mentioned|documented|described|discussed|addressed|stated|found|specified)\s+(?:in|by)\s+"
-    rf"(?:the|these|this|any)\s+{_SOURCE}"
+    rf"{_SOURCE}"
     r"|^\s*(?:i\s+(?:do\s*not|don't)\s+know|unanswerable|not\s+answerable)\b"
-    r"|\b(?:cannot|can't|can\s+not)\s+be\s+answered\b|\bno\s+information\s+(?:about|on|regarding)\b",
+    r"|\bthere(?:\s+is|'s|\u2019s)\s+no\s+such\b[^.;]*\b(?:manual|documentation|docs|sources?|context)\b|\b(?:is|are)(?:\s+not|n't|n\u2019t)\s+(?:a\s+)?documented\b"
+    r"|\b(?:cannot|can't|can\s+not)\s+be\s+answered\b",
     re.IGNORECASE)
 
 
@@ -208,6 +210,7 @@ class ReferenceClaim:
     reason: str
     runner_up: float = 0.0
     also: tuple[Place, ...] = ()  # other pages stating it, scoring within ``tie`` of the best
+    quoted: bool = False  # its place holds its words verbatim (whitespace aside)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +240,7 @@ class Proposal:
     restricted: bool = False
     candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
     weak: tuple[ProposedGroup, ...] = ()  # groups left out: below ``weak`` while another group is not
-    abstains: bool = False  # the reference says the sources do not answer (:func:`abstains`)
+    abstains: bool = False  # the reference says the sources do not answer (:func:`abstains`), and no source names what it asks
 
     @property
     def answerable(self) -> bool:
@@ -298,13 +301,17 @@ class _Statement:
         return _stems(self.reads or self.place.text)
 
 
-#: an amount: a number of two digits or more ("1,600", "131072"), or one with a unit glued to it ("4MB", "8kB")
-_AMOUNT = re.compile(r"(?<![\w.])(\d[\d,]*\d|\d(?=[A-Za-z]{1,3}\b))([A-Za-z]{0,3})\b")
+_UNITS = r"kB|KB|MB|GB|TB|ms|us|min|bytes?"
+#: an amount: a number of two digits or more ("1,600", "131072", "12.5"), or one with its unit ("4MB",
+#: "8 kB"); units glued or after one space read alike. A version ("3.8.3") is none
+_AMOUNT = re.compile(r"(?<![\w.])(\d[\d,]*\d(?:\.\d+)?|\d\.\d+|\d(?=\s?(?:" + _UNITS + r")\b))(?![\d.]*\.\d)"
+                     r"(?:\s?(" + _UNITS + r")\b)?")
 
 
 def _amounts(text: str) -> frozenset[str]:
-    """The text's amounts, thousands separators dropped and units lower-cased ("1,600" -> "1600", "4MB" -> "4mb")."""
-    return frozenset(m.group(1).replace(",", "") + m.group(2).lower() for m in _AMOUNT.finditer(text))
+    """The text's amounts, thousands separators dropped and units lower-cased ("1,600" -> "1600",
+    "4MB" and "4 MB" -> "4mb")."""
+    return frozenset(m.group(1).replace(",", "") + (m.group(2) or "").lower() for m in _AMOUNT.finditer(text))
 
 
 def _anchored(group: ProposedGroup) -> bool:
@@ -522,8 +529,8 @@ class Labeller:
 
     def _narrowed(self, place: Place, claim: str, question: str) -> Place:
         """A statement of several sentences or lines (a list item, a table's cell) narrowed to the
-        one that holds every word of the claim the statement holds (the most of the question's
-        words breaking a tie): a reference's terse claim states one of them, and a span running over
+        one that holds every word of the claim the statement holds, when it holds any (the most of
+        the question's words breaking a tie) and no earlier words of the page are the same: a reference's terse claim states one of them, and a span running over
         several may cross the chunks the pipeline cuts ("Zero." of a function table's three rows)."""
         pieces, at = [], 0
         for line in place.text.split("\n"):  # each line's sentences
@@ -535,21 +542,24 @@ class Labeller:
         held = terms & _stems(place.text)
         best = max(pieces, key=lambda ab: (len(terms & _stems(place.text[ab[0]:ab[1]])),
                                            len(asked & _stems(place.text[ab[0]:ab[1]]))))
-        if held - _stems(place.text[best[0]:best[1]]):
+        if not held or held - _stems(place.text[best[0]:best[1]]):
             return place
         start, end = place.start + best[0], place.start + best[1]
+        hits = find_quote(self.store.texts(place.doc, place.version)[1], place.text[best[0]:best[1]])
+        if not hits or hits[0][0] != start:
+            return place  # its words stand earlier on the page too: the quote would name that place
         return replace(place, start=start, end=end, text=place.text[best[0]:best[1]])
 
     def _numbered(self, claim: str, place: Place) -> list[tuple[str, Place]]:
         """For each amount of the claim (a number of two digits or more, or one with its unit:
-        "4MB", "1600") that its place does not state: the statement of the same page that does, the
-        one holding most of the claim's words."""
+        "4MB", "1600") that its place does not state: the statement of the same page that does and
+        shares another of the claim's words, the one holding most of them."""
         held = _amounts(place.text)
         terms = _stems(claim)
         out: list[tuple[str, Place]] = []
         for number in _amounts(claim) - held:
             holding = [s for s in self.statements(place.doc, place.version) if number in _amounts(s.place.text)
-                       and not s.place.text.rstrip().endswith("?")]
+                       and not s.place.text.rstrip().endswith("?") and terms & s.terms - {number}]
             if holding:
                 best = max(holding, key=lambda s: (len(terms & s.terms), -s.place.start))
                 if all(best.place.start != p.start for _, p in out):
@@ -667,12 +677,15 @@ class Labeller:
                             "the system should abstain on")
         if abstains(case.reference):
             absent = NameCoverage(self.store).absent(case.question, self.everyone.groups)
+            # no review when a name it asks about is in no source; otherwise a person checks the reference
             return Proposal(case, (), note="the reference answer says the sources do not answer it: taken as a "
                             "question the system should abstain on" + (
-                                f" (no source mentions {', '.join(absent)})" if absent else ""), abstains=True)
+                                f" (no source mentions {', '.join(absent)})" if absent else
+                                "; every name it asks about is in the sources: review"), abstains=bool(absent))
         named = VersionFilter.for_question(case.question, current_only=False, known=self.labels)
         claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
+        amounts: list[tuple[ReferenceClaim, list[Place]]] = []
         for text in split_claims(case.reference):
             scored, how = self._best(case, text, [c.place for c in claims if c.place is not None])
             if not scored or scored[0][0] < self.min_score:
@@ -684,7 +697,9 @@ class Labeller:
                 others.append([])
                 continue
             score, top = scored[0]
-            place, joined = (self._narrowed(top.place, text, case.question) if self.narrow and score < 1.0
+            quoted = top.paragraph == -1 or (len(text.split()) >= VERBATIM_WORDS
+                                             and _compact(text) in _compact(top.place.text))
+            place, joined = (self._narrowed(top.place, text, case.question) if self.narrow and not quoted
                              else top.place), None
             if self.neighbour and score < 1.0:
                 # two statements side by side that state the claim about as well: the span covers both
@@ -706,23 +721,25 @@ class Labeller:
                     continue
                 if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
                     also.append(s.place)
-            claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also)))
+            claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also), quoted))
             others.append([s.place for _, s in scored[1:6] if s is not joined
                            and _compact(s.place.text) != _compact(top.place.text)])
-            for number, there in self._numbered(text, place) if self.numbers else ():
+            for number, there in self._numbered(text, place) if self.numbers and not quoted else ():
                 # the claim's amount is stated beside it on the page ("4MB by default, and it applies
-                # per operation": the default is a sentence of its own)
-                claims.append(ReferenceClaim(text, score, there, f"{reason}; the amount {number} stated on the page"))
-                others.append([])
+                # per operation": the default is a sentence of its own); added after the second look
+                # below, which reads ``claims`` in the reference's order
+                amounts.append((ReferenceClaim(text, score, there, f"{how}: the claim's amount {number}, "
+                                               f"stated on the page beside its place"), []))
         verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
         for n, text in enumerate(split_claims(case.reference) if verbatim else []):
             if claims[n].score >= 1.0:
                 continue  # a second look, in the pages the other claims were quoted from
             scored, _ = self._best(case, text, verbatim, only_near=True)
             if scored and scored[0][0] >= 1.0:
-                claims[n] = ReferenceClaim(text, 1.0, scored[0][1].place, "the reference's words, verbatim")
+                claims[n] = ReferenceClaim(text, 1.0, scored[0][1].place, "the reference's words, verbatim",
+                                           quoted=True)
                 others[n] = []
-        stated = [(c, o) for c, o in zip(claims, others) if c.place is not None]
+        stated = [(c, o) for c, o in [*zip(claims, others), *amounts] if c.place is not None]
         groups, candidates = self._groups(stated, named)
         weak: list[ProposedGroup] = []
         if self.weak and any(g.score >= self.weak for g in groups):
@@ -768,7 +785,7 @@ class Labeller:
                         and (self._paragraph(r[0][0].place) == para  # type: ignore[arg-type]
                              or (self.adjacent and _prose(claim.text) and _prose(r[-1][0].text)
                                  and self._adjacent(r[-1][0].place, p)))  # type: ignore[arg-type]
-                        and (min(c.score for c, _ in r + [(claim, other)]) >= 1.0  # quoted: one passage
+                        and (all(c.quoted for c, _ in r + [(claim, other)])  # a quoted passage is one
                              or self._one_chunk([c.place for c, _ in r] + [p]))), None)  # type: ignore[misc]
             if run is None:
                 runs.append([(claim, other)])
