@@ -123,6 +123,12 @@ def test_an_amount_its_place_does_not_state_is_found_on_the_page(tmp_path: Path)
         ["Note that a complex query might run several sort operations at once, each using the whole amount."],
         ["The default value is four megabytes (4MB)."]]
     assert found.groups[1].reason == "words: the claim's amount 4mb, stated on the page beside its place"
+    # a statement holding the amount and none of the claim's other words is no place of it ("4MB"
+    # itself is the words "4" and "mb")
+    other = _store(tmp_path / "other", {"memory.md": MEMORY["memory.md"].replace(
+        "The default value is four megabytes (4MB).", "Buffers of 4MB are allocated.")})
+    assert [[p.text for p in g.places] for g in _run(other, WORK_MEM).groups] == [
+        ["Note that a complex query might run several sort operations at once, each using the whole amount."]]
 
 
 def test_amounts_are_numbers_of_two_digits_or_with_their_unit() -> None:

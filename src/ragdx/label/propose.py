@@ -104,7 +104,8 @@ ABSTAINING = re.compile(
     r"|\bnot\s+(?:covered|mentioned|documented|described|discussed|addressed|stated|found|specified)\s+(?:in|by)\s+"
     rf"{_SOURCE}"
     r"|^\s*(?:i\s+(?:do\s*not|don't)\s+know|unanswerable|not\s+answerable)\b"
-    r"|\bthere(?:\s+is|'s|\u2019s)\s+no\s+such\b[^.;]*\b(?:manual|documentation|docs|sources?|context)\b|\b(?:is|are)(?:\s+not|n't|n\u2019t)\s+(?:a\s+)?documented\b"
+    r"|\bthere(?:\s+is|'s|\u2019s)\s+no\s+such\b[^.;]*\b(?:manual|documentation|docs|sources?|context)\b"
+    r"|\b(?:is|are)(?:\s+not|n't|n\u2019t)\s+(?:a\s+)?documented\b"
     r"|\b(?:cannot|can't|can\s+not)\s+be\s+answered\b",
     re.IGNORECASE)
 
@@ -240,7 +241,8 @@ class Proposal:
     restricted: bool = False
     candidates: tuple[tuple[Place, ...], ...] = field(default=())  # per group: other places to choose from
     weak: tuple[ProposedGroup, ...] = ()  # groups left out: below ``weak`` while another group is not
-    abstains: bool = False  # the reference says the sources do not answer (:func:`abstains`), and no source names what it asks
+    # the reference says the sources do not answer (:func:`abstains`), and no source names what it asks
+    abstains: bool = False
 
     @property
     def answerable(self) -> bool:
@@ -465,7 +467,8 @@ class Labeller:
                 "scorer_weight": self.scorer_weight, "tie": self.tie, "adjacent": self.adjacent, "weak": self.weak,
                 "headings": self.headings, "page_prior": self.page_prior, "lines": self.lines, "api": self.api,
                 "neighbour": self.neighbour, "lists": self.lists, "similar": self.similar, "code": self.code,
-                "parts": self.parts, "alone": self.alone, "numbers": self.numbers, "within": self.within, "narrow": self.narrow, "chunked": self.chunked,
+                "parts": self.parts, "alone": self.alone, "numbers": self.numbers, "within": self.within,
+                "narrow": self.narrow, "chunked": self.chunked,
                 "scorer": dict(self.scorer.config) if self.scorer is not None else None}
 
     # -- the store's statements ------------------------------------------------------------------
@@ -530,8 +533,9 @@ class Labeller:
     def _narrowed(self, place: Place, claim: str, question: str) -> Place:
         """A statement of several sentences or lines (a list item, a table's cell) narrowed to the
         one that holds every word of the claim the statement holds, when it holds any (the most of
-        the question's words breaking a tie) and no earlier words of the page are the same: a reference's terse claim states one of them, and a span running over
-        several may cross the chunks the pipeline cuts ("Zero." of a function table's three rows)."""
+        the question's words breaking a tie) and the same words stand nowhere earlier on the page:
+        a terse claim states one of them, and a span over several may cross the chunks the
+        pipeline cuts ("Zero." of a function table's three rows)."""
         pieces, at = [], 0
         for line in place.text.split("\n"):  # each line's sentences
             pieces += [(at + a, at + b) for a, b in sentence_spans(line) if line[a:b].strip()]
@@ -558,8 +562,9 @@ class Labeller:
         terms = _stems(claim)
         out: list[tuple[str, Place]] = []
         for number in _amounts(claim) - held:
+            others = terms - _stems(number)  # "4MB" is the words "4" and "mb": no other word
             holding = [s for s in self.statements(place.doc, place.version) if number in _amounts(s.place.text)
-                       and not s.place.text.rstrip().endswith("?") and terms & s.terms - {number}]
+                       and not s.place.text.rstrip().endswith("?") and others & s.terms]
             if holding:
                 best = max(holding, key=lambda s: (len(terms & s.terms), -s.place.start))
                 if all(best.place.start != p.start for _, p in out):
