@@ -8,8 +8,9 @@ Reproduce, from the repository root (the dev set and its store built by ``bench/
     # another labelled set on its own corpus: PostgreSQL 15/17 (bench/pg_versions.py builds both)
     nice -n 10 .venv/bin/python bench/label.py --queries bench/devset/pg-versions.jsonl \
         --store bench/.cache/pg-versions/store.db --run bench/.cache/pg-versions/run --out bench/results/label-pg.json
-    # references written in a person's words, on the same store: pg-general.{fit,test}.jsonl and
-    # pg-label.{fit,test}.jsonl (results label-pg-general-*.json, label-pg-label-*.json)
+    # references written in a person's words, on the same store: pg-general.{fit,test}.jsonl,
+    # pg-label.{fit,test}.jsonl and pg-label2.{fit,test}.jsonl (results label-pg-general-*.json,
+    # label-pg-label-*.json, label-pg-label2-*.json)
     nice -n 10 .venv/bin/python bench/label.py --queries bench/devset/pg-label.test.jsonl \
         --store bench/.cache/pg-versions/store.db --no-diagnosis --out bench/results/label-pg-label-test.json
 

@@ -944,10 +944,18 @@ def _starts(label: str, named: str) -> bool:
 
 def _named_spans(question: str, known: frozenset[str]) -> list[tuple[int, int, str]]:
     """Each version label the question names, in order, as (start, end with a possessive, label);
-    a value passed to a call ("round(2.5)", "connect(timeout=5.0)") names none."""
+    a value passed to a call ("round(2.5)", "connect(timeout=5.0)") or written in a quoted literal
+    ("insert '2024-03-10 08:00:00+05'") names none."""
     spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)]
     spans += _major_versions(question, known) if known else []
-    return sorted(span for span in spans if not _in_call(question, span[0]))
+    quoted = [m.span() for m in _LITERAL.finditer(question)]
+    return sorted(span for span in spans if not _in_call(question, span[0])
+                  and not any(a < span[0] < b for a, b in quoted))
+
+
+#: a quoted literal: the asker's data ('2024-03-10', "v1.2", `3.11`), a quote opening after no
+#: letter or digit and closing before none (the apostrophes of "I'm on 3.9, it's ..." open none)
+_LITERAL = re.compile(r"(?<![\w])(['\"`])[^'\"`\n]*?\1(?![\w])")
 
 
 def _in_call(text: str, at: int) -> bool:

@@ -17,6 +17,8 @@ def test_a_reply_word_opening_a_claim_is_no_part_of_it() -> None:
     assert split_claims("No, sum over no rows returns NULL (use coalesce to get 0); only count returns 0.") == [
         "sum over no rows returns NULL (use coalesce to get 0);", "only count returns 0."]
     assert split_claims("Neither: schema changes are not replicated.") == ["schema changes are not replicated."]
+    assert split_claims("No to both: schema changes are not replicated.") == ["schema changes are not replicated."]
+    assert split_claims("Yes in both cases, the file is read again.") == ["the file is read again."]
     # a reply word without punctuation after it is a word of the claim; a reply alone is no claim
     assert split_claims("No restart is needed after editing the file.") == [
         "No restart is needed after editing the file."]
@@ -66,3 +68,27 @@ def test_a_numbers_thousands_separators_are_no_word_boundary() -> None:
     assert _stems("a string or BLOB of 1,000,000,000 bytes") == {"string", "blob", "1000000000", "byte"}
     # a comma before a space, or before fewer or more than three digits, still parts two numbers
     assert _stems("round(2.675, 2) of (1,2) and 12,3456") == {"round", "2.675", "2", "1", "12", "3456"}
+
+
+def test_a_short_clause_is_read_in_the_sentence_it_came_from() -> None:
+    from ragdx.label.propose import claim_sentences
+    reference = ("No: after a crash or unclean shutdown an unlogged table is emptied automatically, and its data is "
+                 "never sent to standbys.")
+    claims = split_claims(reference)
+    # the first clause has 7 content words (crash, unclean, shutdown, unlogged, table, emptied,
+    # automatically), the second 4 (data, never, sent, standby): read in its sentence, without "No:"
+    assert claims == ["after a crash or unclean shutdown an unlogged table is emptied automatically,",
+                      "and its data is never sent to standbys."]
+    assert claim_sentences(reference, claims, 6) == [claims[0], reference[4:]]
+    assert claim_sentences(reference, claims, 8) == [reference[4:], reference[4:]]
+    assert claim_sentences(reference, claims, 0) == claims  # nothing is read alone
+    # a claim no sentence holds (a code block) is read as it is
+    assert claim_sentences("Run this:\n\n    VACUUM FULL t;\n", ["VACUUM FULL t;"], 6) == ["VACUUM FULL t;"]
+
+
+def test_a_claims_code_holds_its_runs_of_upper_case_keywords() -> None:
+    from ragdx.label.propose import _code
+    # two upper-case words or more, spaces dropped; a single one ("SHARE") or a short run is none
+    assert _code("CREATE INDEX CONCURRENTLY cannot run in a block; it takes an ACCESS EXCLUSIVE lock, not SHARE.") \
+        == {"CREATEINDEXCONCURRENTLY", "ACCESSEXCLUSIVE"}
+    assert _code("Avoid NOT IN here.") == frozenset()  # "NOTIN": fewer than 6 characters

@@ -14,7 +14,8 @@ from ragdx.queryset import load_queries
 DEVSET = Path(__file__).resolve().parents[2] / "bench" / "devset"
 
 
-@pytest.mark.parametrize("name, total, unanswerable", [("pg-general", 60, 16), ("pg-label", 40, 4)])
+@pytest.mark.parametrize("name, total, unanswerable", [("pg-general", 60, 16), ("pg-label", 40, 4),
+                                                         ("pg-label2", 40, 4)])
 def test_a_question_set_in_two_disjoint_halves_with_reference_answers(name: str, total: int,
                                                                         unanswerable: int) -> None:
     import json

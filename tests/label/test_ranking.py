@@ -276,3 +276,77 @@ def test_the_packaged_cross_encoder_reads_a_paraphrase_alone_better() -> None:
     after, alone = scorer.score(f"{question} {claim}", texts), scorer.score(claim, texts)
     assert after[0] < 0 < alone[0]  # about -7.7 and 4.9
     assert alone[0] - alone[1] > 3  # the aggregate sentence first by far (4.9 against 0.0)
+
+
+class _Sentence:
+    """A pair scorer that reads the unlogged table's two statements: logit 4 for "emptied" after a
+    query saying it, and for "not replicated" only after the reference's whole sentence; -9 otherwise."""
+
+    config = {"name": "sentence"}
+    SENTENCE = "After a crash an unlogged table is emptied automatically, and its data is never sent to standbys."
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    def score(self, query: str, texts: list[str]) -> list[float]:
+        self.queries.append(query)
+        return [4.0 if ("emptied" in t and "emptied" in query) or ("not replicated" in t and query == self.SENTENCE)
+                else -9.0 for t in texts]
+
+
+def test_a_short_clause_is_read_by_the_pair_scorer_in_its_sentence(tmp_path: Path) -> None:
+    store = _store_of(tmp_path, {"unlogged.md": "# Unlogged tables\n\nAn unlogged table is emptied after a crash.\n\n"
+                                                "Writes to them skip the log.\n\n"
+                                                "The contents of an unlogged table are not replicated to standby "
+                                                "servers.\n"})
+    case = EvalCase(id="q1", question="What happens to an unlogged table after a crash, and is it replicated?",
+                    reference=_Sentence.SENTENCE)
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+
+    def run(alone: int) -> tuple[list[tuple[str, float]], list[str], list[str]]:
+        scorer = _Sentence()
+        proposal = Labeller(store, [bm25], scorer, alone=alone, weak=0.0).run(case)
+        return [(g.places[0].text, round(g.score, 4)) for g in proposal.groups], [c.text for c in proposal.unsupported], \
+            scorer.queries
+    # the first clause (5 content words: crash, unlogged, table, emptied, automatically) has 4 in
+    # the statement: 0.75 * 4/5, and none of the question's other two (happen, replicated): words
+    # 0.6, with the scorer's sigmoid(4) 0.7910.
+    # Both clauses have fewer than 6 content words, and each is read alone within its sentence;
+    # "and its data is never sent to standbys." (4) only there does the scorer know the statement: words 0.75 * 1/4 (standby) + 0.25 * 3/5 (of
+    # the question's unlogged, table, replicated; not happen, crash) = 0.3375, with sigmoid(4)
+    # 0.6598; read after the question only (alone=0), with sigmoid(-9): 0.1688, unsupported
+    places, unsupported, queries = run(6)
+    assert places == [("An unlogged table is emptied after a crash.", 0.7910),
+                      ("The contents of an unlogged table are not replicated to standby servers.", 0.6598)]
+    assert (unsupported, queries.count(_Sentence.SENTENCE)) == ([], 2)
+    places, unsupported, queries = run(0)
+    assert (places, unsupported) == ([("An unlogged table is emptied after a crash.", 0.7910)],
+                                     ["and its data is never sent to standbys."])
+    assert _Sentence.SENTENCE not in queries
+
+
+def test_a_statement_under_the_entry_of_the_claims_keywords_ranks_higher(tmp_path: Path) -> None:
+    store = _store_of(tmp_path, {"trunc.md": "# Truncate\n\n## Notes\n\nSequences owned by columns restart on demand "
+                                             "only.\n\n## RESTART IDENTITY\n\nRestart sequences owned by columns.\n"})
+    case = EvalCase(id="q1", question="How do I make the counters start over?",
+                    reference="Add RESTART IDENTITY to restart the sequences owned by columns.")
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    # the claim's stems: add, restart, identity, sequence, own, column; each statement holds four
+    # (restart, sequence, own, column) and none of the question's: 0.75 * 4/6 = 0.5 both. The one
+    # under the entry RESTART IDENTITY holds the claim's keywords, read under its heading: ranked
+    # 0.15 higher; without headings the tie goes to the first on the page
+    under = Labeller(store, [bm25]).run(case)
+    bare = Labeller(store, [bm25], headings=False).run(case)
+    assert [(g.places[0].text, g.score) for g in under.groups] == [("Restart sequences owned by columns.", 0.5)]
+    assert [(g.places[0].text, g.score) for g in bare.groups] == [
+        ("Sequences owned by columns restart on demand only.", 0.5)]
+
+
+def test_a_group_whose_place_holds_the_claims_keywords_is_anchored() -> None:
+    from ragdx.label.propose import Place, ProposedGroup, _anchored
+
+    def group(text: str) -> ProposedGroup:
+        return ProposedGroup(("REINDEX SYSTEM does not support it.",), (Place("a.md", "1", 0, len(text), text, True),),
+                             0.6, "", True)
+    assert _anchored(group("REINDEX SYSTEM cannot run concurrently."))
+    assert not _anchored(group("System catalogs cannot be reindexed concurrently."))

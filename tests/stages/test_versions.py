@@ -23,6 +23,10 @@ NEW = "Refunds are accepted within 30 days of delivery."     # policies/refund.m
     ("Does round(2.5) give 2 or 3?", ()),
     ("Does connect(timeout=5.0) wait in Python 3.9?", ("3.9",)),
     ("Is print(round(2.5), 3.11) the same?", ()),
+    # a quoted literal is the asker's data; an apostrophe inside a word opens none
+    ("We insert '2024-03-10 08:00:00+05' into a timestamp column. Is the +05 used?", ()),
+    ('Does `3.11` in "requires-python" name a version?', ()),
+    ("I'm on Python 3.9 and it's slow: why?", ("3.9",)),
 ])
 def test_the_versions_a_question_names(question, named):
     assert VersionFilter.for_question(question).named == named

@@ -8,10 +8,13 @@ scored against the claim by the words they share with it (the lines no statement
 read as code, a signature or a table row are statements too, and so are the first statements under
 the entry of an API the question or claim names, which rank ``api`` higher) and, where a pair scorer is given (the
 packaged cross-encoder), by its relevance of the statement, read under its headings, to the
-question and claim. A prose claim that quotes code (an API call, a setting: :func:`_code`) ranks the
-statements holding that code word for word higher (``code``). Statements are ranked by that score plus a prior for their page: how high the
-channels rank the page for the question alone (``page_prior``), so that among pages stating the
-claim about as well the one the question points to wins. The best statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
+question and claim, and, for a claim that can stand alone, to the claim alone (a short clause
+within its sentence: :func:`claim_sentences`). A prose claim that quotes code (an API call, a
+setting, a command's upper-case keywords: :func:`_code`) ranks the statements holding that code word
+for word under their headings higher (``code``). Statements are ranked by that score plus a prior
+for their page: how high the channels rank the page for the question alone (``page_prior``), so
+that among pages stating the claim about as well the one the question points to wins. The best
+statement states the claim when it scores at least ``min_score``; below, the claim is listed as an
 ``unsupported_reference``. Claims stated in one paragraph of one page, or in sentences one after
 the other on a page, become one group (one span over them); the places stating the same words
 elsewhere (another page, or another version when the question names none, in a few words otherwise
@@ -85,9 +88,9 @@ def _clauses(sentence: str) -> list[str]:
     return out
 
 
-#: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ..."): the answer to the
-#: question, not a claim a source states
-_REPLY_WORDS = r"(?:yes|no|neither)"
+#: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ...", "No to both: ..."): the
+#: answer to the question, not a claim a source states
+_REPLY_WORDS = r"(?:yes|no|neither)(?:\s+(?:to\s+(?:both|all|each)|in\s+(?:both|all)\s+cases))?"
 _REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
 _REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
 
@@ -170,6 +173,18 @@ def split_claims(reference: str) -> list[str]:
             block.append(line)
     flush()
     return claims
+
+
+def claim_sentences(reference: str, claims: Sequence[str], least: int) -> list[str]:
+    """What the pair scorer reads of each claim when it reads it without the question: the claim,
+    or, when it has fewer than ``least`` content words, the sentence of the reference it came from
+    (its reply word left out): a clause split off at ``;``, ``:`` or a comma ("and its data is never
+    sent to standbys") has its subject there. A claim no one sentence holds (pieces joined across
+    sentences, a block of code) is read as it is."""
+    sentences = [_unreplied(line.strip()[a:b]) for line in reference.splitlines()
+                 for a, b in sentence_spans(line.strip())]
+    return [claim if len(_stems(claim)) >= least else
+            next((s for s in sentences if _compact(claim) in _compact(s)), claim) for claim in claims]
 
 
 def _same_words(places: Sequence[Place]) -> str:
@@ -317,10 +332,12 @@ def _amounts(text: str) -> frozenset[str]:
 
 
 def _anchored(group: ProposedGroup) -> bool:
-    """Whether the group's place (its first) holds an amount or an API name of its claims word for word."""
+    """Whether the group's place (its first) holds an amount, an API name or a run of upper-case
+    keywords ("REINDEX SYSTEM") of its claims word for word."""
     claims, text = " ".join(group.claims), group.places[0].text if group.places else ""
     return bool(_amounts(claims) & _amounts(text)) or any(
-        re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text, re.IGNORECASE) for n in api_names(claims))
+        re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text, re.IGNORECASE) for n in api_names(claims)) or any(
+        _compact(k) in _compact(text) for k in _KEYWORDS.findall(claims))
 
 
 def _prose(claim: str) -> bool:
@@ -356,16 +373,28 @@ def _uncovered_lines(text: str, spans: Sequence[tuple[int, int, str]]) -> list[t
 
 
 _SETTING = re.compile(r"[A-Za-z_][\w.]*\s*=\s*[\w.'\"]+")
+#: a command's upper-case keywords, two or more ("CREATE INDEX CONCURRENTLY", "ACCESS EXCLUSIVE")
+_KEYWORDS = re.compile(r"(?<![\w-])[A-Z]{2,}(?:\s+[A-Z]{2,})+(?![\w-])")
 
 
 def _code(claim: str) -> frozenset[str]:
     """The claim's code, as a statement would hold it word for word (spaces aside): its API names
     with their calls' parentheses and what they chain ("get_event_loop_policy().get_event_loop()"),
-    and its settings ("strict=True", "foreign_keys = ON")."""
+    its settings ("strict=True", "foreign_keys = ON") and its runs of upper-case keywords ("CREATE
+    INDEX CONCURRENTLY": a statement naming that command, not REINDEX's)."""
     out = {_compact(m) for m in _SETTING.findall(claim)}
     for m in re.finditer(r"[A-Za-z_][\w.]*\(\)(?:\.[A-Za-z_]\w*\(\))*", claim):
         out.add(m.group())
+    out.update(_compact(m) for m in _KEYWORDS.findall(claim))
     return frozenset(x for x in out if len(x) >= 6)
+
+
+def _within_entry(heading: str, names: frozenset[str]) -> bool:
+    """Whether a statement stands within the entry of one of the names: under it, at any depth (a
+    command's own page, "pg_basebackup > Description", is the entry of pg_basebackup as a
+    parameter's heading is the parameter's; :func:`ragdx.text.documents_name` reads the last)."""
+    parts = heading.split(" > ")
+    return any(documents_name(" > ".join(parts[:n]), names) for n in range(1, len(parts) + 1))
 
 
 @functools.lru_cache(maxsize=65536)
@@ -420,14 +449,17 @@ class Labeller:
             this share of a place's statement's content words (Jaccard) is an alternative, when
             that version lacks the same words (0: the same words only).
         code: how much higher a prose claim's statement ranks for each share of the claim's code
-            (:func:`_code`: API calls, settings) it holds word for word, spaces aside (0: none).
+            (:func:`_code`: API calls, settings, runs of upper-case keywords) it holds word for word
+            under its headings, spaces aside (0: none).
         parts: a compound question (:func:`ragdx.text.split_question`; a sentence naming only
             the version the asker runs is no part) with fewer groups than parts: the whole
             reference is looked for with each part as the question, and a place on a page no
             group cites, scoring at least ``weak``, is a group of its own (a multi-hop question's
             terse reference states its bridge only implicitly).
         alone: a claim of at least this many content words is read by the pair scorer alone as
-            well as after the question, and scores the higher of the two (0: after the question only).
+            well as after the question, and scores the higher of the two; a shorter one is read so
+            within the reference's sentence it came from (:func:`claim_sentences`), when that sentence
+            has as many (0: after the question only).
         numbers: an amount of a claim (:func:`_amounts`: "4MB", "1600") that its place does not
             state, stated by another statement of the page, makes that statement a place of the
             claim too (a group of its own unless in the same paragraph).
@@ -586,9 +618,11 @@ class Labeller:
         q_share = len(asked & s.terms) / len(asked) if asked else share
         return 0.75 * share + 0.25 * q_share, False
 
-    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False
-              ) -> tuple[list[tuple[float, _Statement]], str]:
-        """The claim's candidate statements scored, best first, with how they were scored."""
+    def _best(self, case: EvalCase, claim: str, near: Sequence[Place] = (), only_near: bool = False,
+              sentence: str = "") -> tuple[list[tuple[float, _Statement]], str]:
+        """The claim's candidate statements scored, best first, with how they were scored; the pair
+        scorer reads ``sentence`` (:func:`claim_sentences`; default: the claim) when it reads
+        without the question."""
         question = _stems(case.question)
         named = VersionFilter.for_question(case.question, current_only=False, known=self.labels)
         candidates, verbatim = self._candidates(case, claim, near, only_near)
@@ -606,9 +640,9 @@ class Labeller:
 
         code = _code(claim) if self.code and _prose(claim) else frozenset()  # prose quoting code
 
-        def entry(s: _Statement) -> float:  # the statement stands under the entry of a name asked about
-            held = self.code * sum(1 for c in code if c in _compact(s.place.text)) / len(code) if code else 0.0
-            return held + (self.api if names and s.heading and documents_name(s.heading, names) else 0.0)
+        def entry(s: _Statement) -> float:  # under the entry of a name asked about; holding the claim's code
+            held = self.code * sum(1 for c in code if c in _compact(s.scored)) / len(code) if code else 0.0
+            return held + (self.api if names and s.heading and _within_entry(s.heading, names) else 0.0)
         scored = []
         for s in candidates:
             if s.place.text.rstrip().endswith("?"):
@@ -629,10 +663,12 @@ class Labeller:
             how = "words and cross-encoder"
             texts = list(dict.fromkeys(s.scored for _, _, s in head))
             read = [float(x) for x in self.scorer.score(f"{case.question} {claim}", texts)]
-            if self.alone and len(_stems(claim)) >= self.alone:
+            alone = sentence or claim
+            if self.alone and len(_stems(alone)) >= self.alone:
                 # a claim that stands on its own is read alone too: after a question about something
-                # else ("Do I get 0 back?"), a paraphrase of the statement reads as another topic
-                read = [max(a, float(b)) for a, b in zip(read, self.scorer.score(claim, texts))]
+                # else ("Do I get 0 back?"), a paraphrase of the statement reads as another topic; a
+                # clause is read in its sentence
+                read = [max(a, float(b)) for a, b in zip(read, self.scorer.score(alone, texts))]
             logits = dict(zip(texts, read))
             for words, verbatim, s in head:
                 relevance = 1.0 / (1.0 + math.exp(-logits[s.scored]))
@@ -691,8 +727,10 @@ class Labeller:
         claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
         amounts: list[tuple[ReferenceClaim, list[Place]]] = []
-        for text in split_claims(case.reference):
-            scored, how = self._best(case, text, [c.place for c in claims if c.place is not None])
+        texts = split_claims(case.reference)
+        for text, sentence in zip(texts, claim_sentences(case.reference, texts, self.alone)):
+            scored, how = self._best(case, text, [c.place for c in claims if c.place is not None],
+                                     sentence=sentence)
             if not scored or scored[0][0] < self.min_score:
                 best = scored[0][0] if scored else 0.0
                 where = f"; the best place, {scored[0][1].place.doc}@{scored[0][1].place.version}, scores " \
