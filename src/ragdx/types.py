@@ -948,14 +948,20 @@ def _named_spans(question: str, known: frozenset[str]) -> list[tuple[int, int, s
     ("insert '2024-03-10 08:00:00+05'") names none."""
     spans = [(m.start(), m.end(), m.group(1)) for m in _VERSION_WORD.finditer(question)]
     spans += _major_versions(question, known) if known else []
-    quoted = [m.span() for m in _LITERAL.finditer(question)]
+    quoted = [m.span() for m in _LITERAL.finditer(question)
+              if len(next(g for g in m.groups() if g is not None).split()) <= _LITERAL_WORDS]
     return sorted(span for span in spans if not _in_call(question, span[0])
                   and not any(a < span[0] < b for a, b in quoted))
 
 
-#: a quoted literal: the asker's data ('2024-03-10', "v1.2", `3.11`), a quote opening after no
-#: letter or digit and closing before none (the apostrophes of "I'm on 3.9, it's ..." open none)
-_LITERAL = re.compile(r"(?<![\w])(['\"`])[^'\"`\n]*?\1(?![\w])")
+#: a quoted literal: the asker's data ('2024-03-10', "v1.2", `3.11`, \u20182024-03-10\u2019, \u201c3.11\u201d), a
+#: quote opening after no letter or digit and closing before none (the apostrophes of "I'm on 3.9,
+#: it's ..." open none), with no clause punctuation inside ("the '90s ...; on 3.11 do the admins'
+#: scripts" is none)
+_LITERAL = re.compile("(?<![\\w])(?:" + "|".join(f"{o}([^{c}\\n;?!]*?){c}" for o, c in (
+    ("'", "'"), ('"', '"'), ("`", "`"), ("\u2018", "\u2019"), ("\u201c", "\u201d"))) + ")(?![\\w])")
+#: the most words a quoted literal holds (a longer "quote" is an apostrophe's stray match)
+_LITERAL_WORDS = 6
 
 
 def _in_call(text: str, at: int) -> bool:

@@ -86,9 +86,34 @@ def test_a_short_clause_is_read_in_the_sentence_it_came_from() -> None:
     assert claim_sentences("Run this:\n\n    VACUUM FULL t;\n", ["VACUUM FULL t;"], 6) == ["VACUUM FULL t;"]
 
 
-def test_a_claims_code_holds_its_runs_of_upper_case_keywords() -> None:
+def test_a_claims_code_holds_its_runs_of_upper_case_keywords_and_its_calls_names() -> None:
     from ragdx.label.propose import _code
-    # two upper-case words or more, spaces dropped; a single one ("SHARE") or a short run is none
-    assert _code("CREATE INDEX CONCURRENTLY cannot run in a block; it takes an ACCESS EXCLUSIVE lock, not SHARE.") \
-        == {"CREATEINDEXCONCURRENTLY", "ACCESSEXCLUSIVE"}
+    # two upper-case words or more, one space apart; a single one ("SHARE") or a short run is none
+    assert _code("CREATE INDEX CONCURRENTLY cannot run in a block; it takes an ACCESS  EXCLUSIVE lock, not SHARE.") \
+        == {"CREATE INDEX CONCURRENTLY", "ACCESS EXCLUSIVE"}
     assert _code("Avoid NOT IN here.") == frozenset()  # "NOTIN": fewer than 6 characters
+    # a call, and its name alone (a function table's row gives it its arguments)
+    assert _code("Call pg_blocking_pids() with the PID.") == {"pg_blocking_pids()", "pg_blocking_pids"}
+
+
+def test_a_statement_holds_the_claims_code_word_for_word() -> None:
+    from ragdx.label.propose import _holds
+    assert _holds("Use DROP TABLE to remove it.", "DROP TABLE")
+    assert not _holds("DROP TABLESPACE removes a tablespace.", "DROP TABLE")
+    assert not _holds("It takes a SHARE ROW EXCLUSIVE lock.", "ROW EXCLUSIVE")
+    assert _holds("It takes a ROW EXCLUSIVE lock.", "ROW EXCLUSIVE")
+    assert _holds("pg_blocking_pids ( integer ) \u2192 integer[] Returns ...", "pg_blocking_pids")
+    assert not _holds("pg_safe_snapshot_blocking_pids ( integer ) \u2192 integer[]", "pg_blocking_pids")
+    assert _holds("Call get_loop( ) then.", "get_loop()")  # a call, spaces aside
+
+
+def test_a_clause_said_twice_is_read_in_its_own_sentence() -> None:
+    from ragdx.label.propose import claim_sentences
+    reference = ("No to both: on PostgreSQL 15 the default is off; it must be set in the file. "
+                 "On PostgreSQL 16 the default is on; it must be set in the file.")
+    claims = split_claims(reference)
+    assert claims == ["on PostgreSQL 15 the default is off;", "it must be set in the file.",
+                      "On PostgreSQL 16 the default is on;", "it must be set in the file."]
+    first, second = "on PostgreSQL 15 the default is off; it must be set in the file.", \
+        "On PostgreSQL 16 the default is on; it must be set in the file."
+    assert claim_sentences(reference, claims, 6) == [first, first, second, second]

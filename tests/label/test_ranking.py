@@ -350,3 +350,7 @@ def test_a_group_whose_place_holds_the_claims_keywords_is_anchored() -> None:
                              0.6, "", True)
     assert _anchored(group("REINDEX SYSTEM cannot run concurrently."))
     assert not _anchored(group("System catalogs cannot be reindexed concurrently."))
+    assert not _anchored(group("REINDEX SYSTEMS cannot run concurrently."))  # whole words only
+    # a run too short to be code anchors nothing ("NOT IN" in "NOT INHERIT")
+    assert not _anchored(ProposedGroup(("Avoid NOT IN with nulls.",), (Place(
+        "a.md", "1", 0, 10, "A NOT INHERIT constraint is not propagated.", True),), 0.6, "", True))

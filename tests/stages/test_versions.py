@@ -27,6 +27,10 @@ NEW = "Refunds are accepted within 30 days of delivery."     # policies/refund.m
     ("We insert '2024-03-10 08:00:00+05' into a timestamp column. Is the +05 used?", ()),
     ('Does `3.11` in "requires-python" name a version?', ()),
     ("I'm on Python 3.9 and it's slow: why?", ("3.9",)),
+    ("We insert \u20182024-03-10\u2019 into it. Is the +05 used?", ()),
+    # no literal crosses clause punctuation or runs over six words
+    ("Since the '90s we ran it; on Python 3.11 do the admins' scripts break?", ("3.11",)),
+    ("Why does 'pip install fail on Python 3.11 for the admins' accounts?", ("3.11",)),
 ])
 def test_the_versions_a_question_names(question, named):
     assert VersionFilter.for_question(question).named == named

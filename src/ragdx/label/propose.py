@@ -90,7 +90,8 @@ def _clauses(sentence: str) -> list[str]:
 
 #: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ...", "No to both: ..."): the
 #: answer to the question, not a claim a source states
-_REPLY_WORDS = r"(?:yes|no|neither)(?:\s+(?:to\s+(?:both|all|each)|in\s+(?:both|all)\s+cases))?"
+_REPLY_WORDS = (r"(?:yes|no|neither)(?:\s+(?:(?:to|for)\s+(?:both|all|each|either)(?:\s+(?:of\s+them|questions?|parts?))?"
+                r"|in\s+(?:both|all|either)\s+cases?))?")
 _REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
 _REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
 
@@ -183,8 +184,13 @@ def claim_sentences(reference: str, claims: Sequence[str], least: int) -> list[s
     sentences, a block of code) is read as it is."""
     sentences = [_unreplied(line.strip()[a:b]) for line in reference.splitlines()
                  for a, b in sentence_spans(line.strip())]
-    return [claim if len(_stems(claim)) >= least else
-            next((s for s in sentences if _compact(claim) in _compact(s)), claim) for claim in claims]
+    out, at = [], 0
+    for claim in claims:  # in the reference's order: a clause said twice is read in its own sentence
+        found = next((n for n in range(at, len(sentences)) if _compact(claim) in _compact(sentences[n])), None)
+        if found is not None:
+            at = found
+        out.append(claim if len(_stems(claim)) >= least or found is None else sentences[found])
+    return out
 
 
 def _same_words(places: Sequence[Place]) -> str:
@@ -337,7 +343,7 @@ def _anchored(group: ProposedGroup) -> bool:
     claims, text = " ".join(group.claims), group.places[0].text if group.places else ""
     return bool(_amounts(claims) & _amounts(text)) or any(
         re.search(rf"(?<![\w.]){re.escape(n)}(?![\w])", text, re.IGNORECASE) for n in api_names(claims)) or any(
-        _compact(k) in _compact(text) for k in _KEYWORDS.findall(claims))
+        _holds(text, k) for k in _code(claims) if " " in k)
 
 
 def _prose(claim: str) -> bool:
@@ -380,13 +386,30 @@ _KEYWORDS = re.compile(r"(?<![\w-])[A-Z]{2,}(?:\s+[A-Z]{2,})+(?![\w-])")
 def _code(claim: str) -> frozenset[str]:
     """The claim's code, as a statement would hold it word for word (spaces aside): its API names
     with their calls' parentheses and what they chain ("get_event_loop_policy().get_event_loop()"),
-    its settings ("strict=True", "foreign_keys = ON") and its runs of upper-case keywords ("CREATE
-    INDEX CONCURRENTLY": a statement naming that command, not REINDEX's)."""
+    its settings ("strict=True", "foreign_keys = ON"), each spaces aside, the name of a call alone
+    ("pg_blocking_pids" of "pg_blocking_pids()": a function table's row gives it its arguments), and
+    its runs of upper-case keywords, one space apart ("CREATE INDEX CONCURRENTLY": a statement naming
+    that command, not REINDEX's); :func:`_holds` says whether a statement holds one."""
     out = {_compact(m) for m in _SETTING.findall(claim)}
     for m in re.finditer(r"[A-Za-z_][\w.]*\(\)(?:\.[A-Za-z_]\w*\(\))*", claim):
         out.add(m.group())
-    out.update(_compact(m) for m in _KEYWORDS.findall(claim))
-    return frozenset(x for x in out if len(x) >= 6)
+        if m.group().count("(") == 1:  # the name alone too: a function table's row reads "pg_blocking_pids ( integer )"
+            out.add(m.group()[:-2])
+    out.update(" ".join(m.split()) for m in _KEYWORDS.findall(claim))
+    return frozenset(x for x in out if len(_compact(x)) >= 6)
+
+
+def _holds(text: str, code: str) -> bool:
+    """Whether a text holds a piece of a claim's code (:func:`_code`) word for word: a run of
+    keywords or a bare name as whole words ("DROP TABLE" is not in "DROP TABLESPACE", "ROW
+    EXCLUSIVE" not in "SHARE ROW EXCLUSIVE", "pg_blocking_pids" not in
+    "pg_safe_snapshot_blocking_pids"), a call or a setting spaces aside."""
+    if " " in code:  # a run of keywords, not the end of a longer run ("ROW EXCLUSIVE" of "SHARE ROW EXCLUSIVE")
+        words = r"\s+".join(map(re.escape, code.split()))
+        return re.search(rf"(?<![\w.-])(?<![A-Z] ){words}(?![\w-])", text) is not None
+    if re.fullmatch(r"[\w.]+", code):
+        return re.search(rf"(?<![\w.-]){re.escape(code)}(?![\w-])", text) is not None
+    return code in _compact(text)
 
 
 def _within_entry(heading: str, names: frozenset[str]) -> bool:
@@ -641,7 +664,7 @@ class Labeller:
         code = _code(claim) if self.code and _prose(claim) else frozenset()  # prose quoting code
 
         def entry(s: _Statement) -> float:  # under the entry of a name asked about; holding the claim's code
-            held = self.code * sum(1 for c in code if c in _compact(s.scored)) / len(code) if code else 0.0
+            held = self.code * sum(1 for c in code if _holds(s.scored, c)) / len(code) if code else 0.0
             return held + (self.api if names and s.heading and _within_entry(s.heading, names) else 0.0)
         scored = []
         for s in candidates:
