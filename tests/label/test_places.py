@@ -195,3 +195,24 @@ def test_claims_side_by_side_in_two_chunks_stay_two_groups(tmp_path: Path) -> No
                       "Gears stop all the widgets at night.")
     assert [[p.text for p in g.places] for g in _run(chunked, quoted).groups] == [
         ["Gears turn all the widgets clockwise.\n\nGears stop all the widgets at night."]]
+
+def test_a_bare_reply_is_looked_for_as_the_question_and_marked_for_review(tmp_path: Path) -> None:
+    store = _store(tmp_path, GEARS)
+    case = EvalCase(id="q1", question="Do gears rust in the rain?", reference="Yes.")
+    proposal = _run(store, case)
+    # "Yes." states no claim: the question is what it affirms. Its words: gear, rust, rain (do
+    # and in are no content words), all in the third sentence: 1.0; the others hold gear: 1/3
+    assert [(g.claims, g.places[0].text, g.score) for g in proposal.groups] == [
+        (("Do gears rust in the rain?",), "Gears rust in the rain.", 1.0)]
+    assert proposal.answerable and proposal.needs_review
+    assert proposal.note == "the reference is a bare reply ('Yes.'): the question read as its claim"
+
+
+def test_a_claim_said_twice_is_looked_for_once(tmp_path: Path) -> None:
+    store = _store(tmp_path, GEARS)
+    once = _run(store, EvalCase(id="q1", question="What do gears do?", reference="Gears rust in the rain."))
+    twice = _run(store, EvalCase(id="q1", question="What do gears do?",
+                                 reference="Gears rust in the rain. Gears rust in the rain."))
+    assert [(g.claims, g.places[0].text) for g in twice.groups] == [(("Gears rust in the rain.",),
+                                                                     "Gears rust in the rain.")]
+    assert twice.groups == once.groups

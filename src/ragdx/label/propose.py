@@ -264,6 +264,7 @@ class Proposal:
     weak: tuple[ProposedGroup, ...] = ()  # groups left out: below ``weak`` while another group is not
     # the reference says the sources do not answer (:func:`abstains`), and no source names what it asks
     abstains: bool = False
+    review: bool = False  # a person should look whatever the scores (the reference was a bare reply)
 
     @property
     def answerable(self) -> bool:
@@ -271,7 +272,7 @@ class Proposal:
 
     @property
     def needs_review(self) -> bool:
-        return bool(self.unsupported) or bool(self.weak) or any(g.needs_review for g in self.groups) \
+        return self.review or bool(self.unsupported) or bool(self.weak) or any(g.needs_review for g in self.groups) \
             or not (self.groups or self.abstains)
 
     def to_line(self, groups: Sequence[ProposedGroup] | None = None) -> dict[str, Any]:
@@ -750,7 +751,9 @@ class Labeller:
         claims: list[ReferenceClaim] = []
         others: list[list[Place]] = []
         amounts: list[tuple[ReferenceClaim, list[Place]]] = []
-        texts = split_claims(case.reference)
+        # each claim once; a bare reply ("Yes.") states none: the question is what it affirms
+        bare = not split_claims(case.reference) and bool(_REPLY_ONLY.match(case.reference.strip()))
+        texts = [case.question] if bare else list(dict.fromkeys(split_claims(case.reference)))
         for text, sentence in zip(texts, claim_sentences(case.reference, texts, self.alone)):
             scored, how = self._best(case, text, [c.place for c in claims if c.place is not None],
                                      sentence=sentence)
@@ -797,7 +800,7 @@ class Labeller:
                 amounts.append((ReferenceClaim(text, score, there, f"{how}: the claim's amount {number}, "
                                                f"stated on the page beside its place"), []))
         verbatim = [c.place for c in claims if c.place is not None and c.score >= 1.0]
-        for n, text in enumerate(split_claims(case.reference) if verbatim else []):
+        for n, text in enumerate(texts if verbatim else []):
             if claims[n].score >= 1.0:
                 continue  # a second look, in the pages the other claims were quoted from
             scored, _ = self._best(case, text, verbatim, only_near=True)
@@ -833,10 +836,12 @@ class Labeller:
         restricted = bool(groups) and case.principal is not None and not any(
             self.store.readable(case.principal.groups, p.doc, p.version) for g in groups for p in g.places)
         note = "" if groups else "no claim of the reference is stated in the store"
+        if bare:
+            note = f"the reference is a bare reply ({case.reference.strip()!r}): the question read as its claim"
         if restricted:
             note = "the evidence lies only in documents the principal may not read: answerable false"
         proposal = Proposal(case, tuple(groups), tuple(c for c in claims if c.place is None), note, restricted,
-                            tuple(candidates), tuple(weak))
+                            tuple(candidates), tuple(weak), review=bare)
         return self._check(proposal)
 
     def _groups(self, stated: list[tuple[ReferenceClaim, list[Place]]], named: VersionFilter
