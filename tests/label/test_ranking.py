@@ -354,3 +354,19 @@ def test_a_group_whose_place_holds_the_claims_keywords_is_anchored() -> None:
     # a run too short to be code anchors nothing ("NOT IN" in "NOT INHERIT")
     assert not _anchored(ProposedGroup(("Avoid NOT IN with nulls.",), (Place(
         "a.md", "1", 0, 10, "A NOT INHERIT constraint is not propagated.", True),), 0.6, "", True))
+
+
+def test_another_page_is_an_alternative_only_when_it_states_the_claims_numbers(tmp_path: Path) -> None:
+    store = _store_of(tmp_path, {"quality.md": "# Quality\n\nQuality defects may be refunded within 90 days of "
+                                               "delivery.\n",
+                                 "faulty.md": "# Faulty items\n\nFaulty items can be refunded for up to 90 days "
+                                              "after delivery.\n",
+                                 "refund.md": "# Refunds\n\nRefunds are accepted within 30 days of delivery.\n"})
+    case = EvalCase(id="q1", question="Can I get a refund for a defect after 35 days?",
+                    reference="Quality defects can be refunded for up to 90 days.")
+    # the scorer alone (scorer_weight 1): sigmoid(3.0) 0.953, sigmoid(2.8) 0.943, sigmoid(2.5) 0.924;
+    # the two others are within 0.2 of the best, but the 30-day rule does not state the claim's 90
+    scorer = _Scripted({"Quality defects": 3.0, "Faulty items": 2.8, "30 days": 2.5})
+    bm25 = BM25Retriever(store, top_k=20, current_only=False)
+    (group,) = Labeller(store, [bm25], scorer, scorer_weight=1.0).run(case).groups
+    assert sorted(p.doc for p in group.places) == ["faulty.md", "quality.md"]  # first: the page prior's

@@ -338,6 +338,11 @@ def _amounts(text: str) -> frozenset[str]:
     return frozenset(m.group(1).replace(",", "") + (m.group(2) or "").lower() for m in _AMOUNT.finditer(text))
 
 
+def _numbers(text: str) -> frozenset[str]:
+    """The numbers of the text's amounts, units aside ("1,000,000 bytes" and "1000000" are one)."""
+    return frozenset(a.rstrip("abcdefghijklmnopqrstuvwxyzKMGTB") for a in _amounts(text))
+
+
 def _anchored(group: ProposedGroup) -> bool:
     """Whether the group's place (its first) holds an amount, an API name or a run of upper-case
     keywords ("REINDEX SYSTEM") of its claims word for word."""
@@ -785,10 +790,12 @@ class Labeller:
             reason = ("the reference's words, verbatim" if verbatim else
                       f"{how}: {score:.2f}; the runner-up elsewhere {rival:.2f}")
             also = []
+            stated = _numbers(text) & _numbers(top.place.text)  # an alternative states the same numbers
             for sc, s in scored[1:]:
                 if sc < max(self.min_score, score - self.tie) or len(also) >= 2:
                     continue
-                if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also):
+                if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also) \
+                        and stated <= _numbers(s.place.text):
                     also.append(s.place)
             claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also), quoted))
             others.append([s.place for _, s in scored[1:6] if s is not joined
