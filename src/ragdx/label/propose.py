@@ -90,8 +90,8 @@ def _clauses(sentence: str) -> list[str]:
 
 #: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ...", "No to both: ..."): the
 #: answer to the question, not a claim a source states
-_REPLY_WORDS = (r"(?:yes|no|neither)(?:\s+(?:(?:to|for)\s+(?:both|all|each|either)(?:\s+(?:of\s+them|questions?|parts?))?"
-                r"|in\s+(?:both|all|either)\s+cases?))?")
+_REPLY_WORDS = (r"(?:yes|no|neither)(?:\s+(?:(?:to|for)\s+(?:both|all|each|either)"
+                r"(?:\s+(?:of\s+them|questions?|parts?))?|in\s+(?:both|all|either)\s+cases?))?")
 _REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
 _REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
 
@@ -332,15 +332,12 @@ _AMOUNT = re.compile(r"(?<![\w.])(\d[\d,]*\d(?:\.\d+)?|\d\.\d+|\d(?=\s?(?:" + _U
                      r"(?:\s?(" + _UNITS + r")\b)?")
 
 
-def _amounts(text: str) -> frozenset[str]:
+def _amounts(text: str, units: bool = True) -> frozenset[str]:
     """The text's amounts, thousands separators dropped and units lower-cased ("1,600" -> "1600",
-    "4MB" and "4 MB" -> "4mb")."""
-    return frozenset(m.group(1).replace(",", "") + (m.group(2) or "").lower() for m in _AMOUNT.finditer(text))
-
-
-def _numbers(text: str) -> frozenset[str]:
-    """The numbers of the text's amounts, units aside ("1,000,000 bytes" and "1000000" are one)."""
-    return frozenset(a.rstrip("abcdefghijklmnopqrstuvwxyzKMGTB") for a in _amounts(text))
+    "4MB" and "4 MB" -> "4mb"); without ``units``, their numbers alone ("1,000,000 bytes" and
+    "1000000" are one)."""
+    return frozenset(m.group(1).replace(",", "") + ((m.group(2) or "").lower() if units else "")
+                     for m in _AMOUNT.finditer(text))
 
 
 def _anchored(group: ProposedGroup) -> bool:
@@ -757,8 +754,9 @@ class Labeller:
         others: list[list[Place]] = []
         amounts: list[tuple[ReferenceClaim, list[Place]]] = []
         # each claim once; a bare reply ("Yes.") states none: the question is what it affirms
-        bare = not split_claims(case.reference) and bool(_REPLY_ONLY.match(case.reference.strip()))
-        texts = [case.question] if bare else list(dict.fromkeys(split_claims(case.reference)))
+        texts = list(dict.fromkeys(split_claims(case.reference)))
+        bare = not texts and bool(_REPLY_ONLY.match(case.reference.strip()))
+        texts = [case.question] if bare else texts
         for text, sentence in zip(texts, claim_sentences(case.reference, texts, self.alone)):
             scored, how = self._best(case, text, [c.place for c in claims if c.place is not None],
                                      sentence=sentence)
@@ -790,12 +788,12 @@ class Labeller:
             reason = ("the reference's words, verbatim" if verbatim else
                       f"{how}: {score:.2f}; the runner-up elsewhere {rival:.2f}")
             also = []
-            stated = _numbers(text) & _numbers(top.place.text)  # an alternative states the same numbers
+            stated = _amounts(text, units=False) & _amounts(top.place.text, units=False)  # an alternative states them
             for sc, s in scored[1:]:
                 if sc < max(self.min_score, score - self.tie) or len(also) >= 2:
                     continue
                 if s.place.doc != top.place.doc and all(p.doc != s.place.doc for p in also) \
-                        and stated <= _numbers(s.place.text):
+                        and stated <= _amounts(s.place.text, units=False):
                     also.append(s.place)
             claims.append(ReferenceClaim(text, score, place, reason, rival, tuple(also), quoted))
             others.append([s.place for _, s in scored[1:6] if s is not joined
