@@ -285,18 +285,32 @@ _JOINS = re.compile(r"\s*;\s*|,?\s+and\s+(?=(?:what|where|when|which|who|whom|wh
                     r"should|will|would|may|might|must)\b)", re.IGNORECASE)
 
 
+_ELLIPSIS = "\ue000"  # "..." while a question is cut into sentences: an elision ends none
+
+
+def _asks(clause: str) -> bool:
+    """Whether a clause opens with a question word written as one (``WHERE`` opens a line of SQL)."""
+    m = _ASKS.match(clause)
+    return m is not None and not (m.group(0).isupper() and len(m.group(0)) > 1)
+
+
 def split_question(question: str) -> tuple[str, ...]:
     """The parts of a compound question: its sentences, and clauses joined by ``;`` or by ``and``
     before a question word, each with at least two content words (``What does that mean?`` is
-    no part of its own). A question part ends with ``?``. One part: the question is not compound."""
+    no part of its own). A part that asks ends with ``?``: one that opens with a question word
+    (``WHERE`` in capitals opens a line of SQL), or the last clause of a sentence that ends with
+    one ("On version 15, does ...?"). An elision (``sum(amount) ... WHERE``) ends no sentence.
+    One part: the question is not compound."""
     parts = []
-    for sentence in sentences(question.strip()):
-        for clause in _JOINS.split(sentence):
+    for sentence in sentences(question.strip().replace("...", _ELLIPSIS)):
+        clauses = _JOINS.split(sentence)
+        for n, clause in enumerate(clauses, start=1):
             clause = clause.strip().rstrip("?").strip()
             if len(content_terms(clause)) < 2:
                 continue
-            parts.append(clause[0].upper() + clause[1:] + ("?" if _ASKS.match(clause) else
-                                                            "" if clause.endswith(".") else "."))
+            asks = _asks(clause) or (n == len(clauses) and sentence.rstrip().endswith("?"))
+            part = clause[0].upper() + clause[1:] + ("?" if asks else "" if clause.endswith(".") else ".")
+            parts.append(part.replace(_ELLIPSIS, "..."))
     return tuple(parts)
 
 

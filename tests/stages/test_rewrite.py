@@ -56,7 +56,20 @@ def test_a_compound_question_splits_into_its_parts():
                                  "Where may SQLite only use deterministic functions?")
     assert split_question("My refund failed with error RFD-4021. What does that mean?") == (
         "My refund failed with error RFD-4021.",)  # "What does that mean?" asks nothing of its own
-    assert hypothetical("How long is the warranty?") == "The warranty."
+
+
+def test_an_elision_or_a_line_of_sql_opens_no_question_and_a_question_mark_ends_one():
+    # "..." ends no sentence, and WHERE in capitals is SQL, not a question word ("WHERE matches
+    # nothing.?" was a part of its own)
+    assert split_question("My SELECT sum(amount) ... WHERE matches nothing. Do I get 0 back?") == (
+        "My SELECT sum(amount) ... WHERE matches nothing.", "Do I get 0 back?")
+    assert split_question("When I run ALTER ROLE ... PASSWORD, which hashing method is used?") == (
+        "When I run ALTER ROLE ... PASSWORD, which hashing method is used?",)
+    # the last clause of a sentence that ends in a question mark asks, whatever its first word
+    assert split_question("On version 15, does PostgreSQL reinitialize after a crash?") == (
+        "On version 15, does PostgreSQL reinitialize after a crash?",)
+    assert split_question("Deleting a customer takes seconds. Didn't the foreign key create an index?") == (
+        "Deleting a customer takes seconds.", "Didn't the foreign key create an index?")
 
 
 def test_entities_are_completed_from_the_heading_index_for_what_the_asker_may_read(example_store):
