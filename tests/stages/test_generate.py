@@ -249,6 +249,9 @@ PROSE = "An assignment makes a variable local to its function."  # local, variab
     "See also the local variable UnboundLocalError entry.\n\n",             # a pointer elsewhere
     # trailing off (after a sentence of no question word: one short line would be a heading)
     "You may wonder what happened here. Surely a local variable is never an UnboundLocalError\u2026\n\n",
+    # leaning on a sentence before it: a connective, a pronoun that refers back
+    "Thus, reading the local variable first raises UnboundLocalError.\n\n",
+    "They make the local variable raise UnboundLocalError.\n\n",
 ])
 def test_an_answer_opens_with_a_sentence_of_prose(before):
     question = "Why is the local variable an UnboundLocalError?"  # local, variable, unboundlocalerror

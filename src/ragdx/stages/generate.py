@@ -443,15 +443,22 @@ class ExtractiveGenerator:
 _PROMPT = re.compile(r"^[ \t]*(?:>>>|\$ |sqlite>)", re.MULTILINE)
 #: a statement that sends the reader elsewhere, or trails off
 _POINTER = re.compile(r"^see\b", re.IGNORECASE)  # "See ...", "See also ..."
+#: a statement that leans on the one before it: a connective or a pronoun that refers back
+_LEANS_BACK = re.compile(r"^(?:thus|therefore|hence|so|also|however|but|otherwise|instead|then|consequently|"
+                         r"accordingly|in other words|as a result|in that case|in this case|this way|that way|"
+                         r"they|these|those|such)\b|^it is also\b|^(?:this|that) (?:is|was|means|also)\b",
+                         re.IGNORECASE)
 
 
 def _may_lead(sentence: str, text: str, start: int) -> bool:
     """Whether a statement (at ``start`` in its unit's ``text``) may open an answer: a sentence of
     prose, not a line of an interactive session's transcript (a block of the text with a prompt
     line, such as ``>>> foo()`` and the traceback it prints), a pointer elsewhere ("See also
-    ...") or a sentence that trails off ("..."). Such a statement may support an answer, but the
+    ..."), a sentence that leans on the one before it ("Thus, ...", "They are ...", "However,
+    ...") or one that trails off ("..."). Such a statement may support an answer, but the
     answer's first sentence is the one a reader reads as the answer."""
-    if _POINTER.match(sentence) or sentence.rstrip().endswith(("\u2026", "...")) or ">>>" in sentence:
+    if _POINTER.match(sentence) or _LEANS_BACK.match(sentence) or sentence.rstrip().endswith(("\u2026", "...")) \
+            or ">>>" in sentence:
         return False
     block_start = text.rfind("\n\n", 0, start)
     block_end = text.find("\n\n", start)
