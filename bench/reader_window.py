@@ -43,6 +43,8 @@ from _common import DEVSET, REPO, code_version, label_table, machine, write_resu
 from reader_lm import alone, cross_validate
 from train_reader import CACHE, cross_alone, settings_and_encoder
 
+NEEDS = "the contexts and rows bench/train_reader.py caches for the query set (run it first)"
+
 
 def read_windows(store_path: Path, queries_path: Path, depth: int, out: Path) -> dict[str, list]:
     """Each answerable question's ``depth`` best sentences by blend read with the sentence after
