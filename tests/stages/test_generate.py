@@ -263,6 +263,13 @@ def test_an_answer_opens_with_a_sentence_of_prose(before):
     assert "UnboundLocalError" in top[0].text and answer.text.startswith(PROSE)
 
 
+def test_a_word_that_only_begins_like_a_connective_does_not_lean_back():
+    from ragdx.stages.generate import _may_lead
+    assert not _may_lead("So the call fails.", "So the call fails.", 0)
+    assert _may_lead("So-called magic methods are looked up on the type.", "x", 0)
+    assert _may_lead("Sometimes the first call fails.", "x", 0)  # a whole word only: "so" is not "sometimes"
+
+
 def test_the_reranker_and_the_generator_encode_a_sentence_once():
     from ragdx.stages._sentences import sentence_vectors
     from ragdx.stages.rerank import SentenceSimilarity

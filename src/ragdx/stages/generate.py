@@ -446,7 +446,7 @@ _POINTER = re.compile(r"^see\b", re.IGNORECASE)  # "See ...", "See also ..."
 #: a statement that leans on the one before it: a connective or a pronoun that refers back
 _LEANS_BACK = re.compile(r"^(?:thus|therefore|hence|so|also|however|but|otherwise|instead|then|consequently|"
                          r"accordingly|in other words|as a result|in that case|in this case|this way|that way|"
-                         r"they|these|those|such)\b|^it is also\b|^(?:this|that) (?:is|was|means|also)\b",
+                         r"they|these|those|such)\b(?!-)|^it is also\b|^(?:this|that) (?:is|was|means|also)\b",
                          re.IGNORECASE)
 
 
