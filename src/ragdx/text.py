@@ -291,7 +291,7 @@ _ELLIPSIS = "\ue000"  # "..." while a question is cut into sentences: an elision
 def _asks(clause: str) -> bool:
     """Whether a clause opens with a question word written as one (``WHERE`` opens a line of SQL)."""
     m = _ASKS.match(clause)
-    return m is not None and not (m.group(0).isupper() and len(m.group(0)) > 1)
+    return m is not None and not m.group(0).isupper()
 
 
 def split_question(question: str) -> tuple[str, ...]:

@@ -30,8 +30,8 @@ import numpy as np
 
 from ragdx.errors import ConfigError
 
-__all__ = ["FEATURES", "READER_FILE", "ReaderWeights", "SentenceFacts", "feature_matrix", "fit_logistic", "newton_logistic",
-           "load_weights"]
+__all__ = ["FEATURES", "READER_FILE", "ReaderWeights", "SentenceFacts", "feature_matrix", "fit_logistic",
+           "fit_standardised", "newton_logistic", "load_weights"]
 
 READER_FILE = Path(__file__).with_name("reader.json")
 
@@ -170,19 +170,28 @@ def fit_logistic(rows: np.ndarray, labels: np.ndarray, features: Sequence[str], 
     Raises:
         ConfigError: no rows, or labels of one class only.
     """
+    mean, scale, w = fit_standardised(rows[:, [FEATURES.index(f) for f in features]], labels, l2, iterations)
+    return ReaderWeights(tuple(features), tuple(float(v) for v in mean), tuple(float(v) for v in scale),
+                         tuple(float(v) for v in w[1:]), float(w[0]))
+
+
+def fit_standardised(x: np.ndarray, labels: np.ndarray, l2: float = 1.0,
+                     iterations: int = 50) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`fit_logistic` on any columns: each column's mean and standard deviation (1 where it
+    is constant), and the coefficients on the standardised columns, the intercept first.
+
+    Raises:
+        ConfigError: no rows, or labels of one class only.
+    """
     y = np.asarray(labels, float)
     if len(y) == 0 or y.min() == y.max():
         raise ConfigError("the reader needs positive and negative sentences to fit")
-    at = [FEATURES.index(f) for f in features]
-    x = rows[:, at]
     mean, scale = x.mean(0), x.std(0)
     scale[scale == 0] = 1.0
     z = np.hstack([np.ones((len(y), 1)), (x - mean) / scale])
     penalty = np.full(z.shape[1], l2)
     penalty[0] = 0.0
-    w = newton_logistic(z, y, penalty, iterations=iterations)
-    return ReaderWeights(tuple(features), tuple(float(v) for v in mean), tuple(float(v) for v in scale),
-                         tuple(float(v) for v in w[1:]), float(w[0]))
+    return mean, scale, newton_logistic(z, y, penalty, iterations=iterations)
 
 
 def load_weights(path: str | Path = READER_FILE) -> dict[str, ReaderWeights]:
