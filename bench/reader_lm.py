@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, code_version, label_table, machine, write_result
-from train_reader import CACHE, FOLDS, cross_alone, evaluate, with_depth
+from train_reader import CACHE, cross_alone, evaluate, out_of_fold, with_depth
 
 NEEDS = "Gemma 3 270M's GGUF file (--gguf) and transformers' GGUF loaders (gguf, accelerate): see above"
 
@@ -131,18 +131,11 @@ def cross_validate(records: list[dict], lm: dict[str, list] | None, depth: int, 
         best = np.nanmax(s) if read.any() else 0.0
         return np.column_stack([m, np.where(read, s, 0.0), np.where(read, s - best, 0.0)])
 
-    folds = [records[k::FOLDS] for k in range(FOLDS)]
-    held, probs = [], []
-    for k in range(FOLDS):
-        xs, ys = [], []
-        for r in (r for j, f in enumerate(folds) if j != k for r in f):
-            order = np.argsort(-np.array(r["blend"]), kind="stable")[:fit_top]
-            xs.append(matrix(r)[order])
-            ys.append(np.array([bool(r["groups"][i]) for i in order], float))
-        mean, scale, w = fit_standardised(np.vstack(xs), np.concatenate(ys), l2)
-        for r in folds[k]:
-            held.append(r)
-            probs.append(1.0 / (1.0 + np.exp(-np.clip((matrix(r) - mean) / scale @ w[1:] + w[0], -60, 60))))
+    def fit(x: np.ndarray, y: np.ndarray) -> Any:
+        mean, scale, w = fit_standardised(x, y.astype(float), l2)
+        return lambda m: 1.0 / (1.0 + np.exp(-np.clip((m - mean) / scale @ w[1:] + w[0], -60, 60)))
+
+    held, probs = out_of_fold(records, matrix, fit, fit_top)
     first = {r["id"]: bool(r["groups"][int(np.argmax(p))]) for r, p in zip(held, probs) if any(r["groups"])}
     return evaluate(held, probs, [(0.0, 3)]), [first[r["id"]] for r in records if r["id"] in first]
 

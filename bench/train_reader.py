@@ -174,19 +174,27 @@ def evaluate(records: list[dict], probs: list[np.ndarray], rules: list[tuple[flo
     return out
 
 
-def cross_validate(records: list[dict], features: tuple[str, ...], depth: int, rules: list, l2: float,
-                   fit_top: int) -> dict:
-    from ragdx.stages.reader import fit_logistic
+def out_of_fold(records: list[dict], matrix: Any, fit: Any, fit_top: int = 50) -> tuple[list[dict], list[np.ndarray]]:
+    """The records in fold order, each with its sentences' probabilities from a reader fitted on
+    the other folds (:data:`FOLDS`, over questions): ``fit(rows, labels)`` on each training
+    question's ``fit_top`` best rows by blend (``matrix(record)``: its rows) returns the function
+    that maps a held-out question's rows to probabilities."""
     folds = [records[k::FOLDS] for k in range(FOLDS)]
     held, probs = [], []
     for k in range(FOLDS):
-        train = [r for j, f in enumerate(folds) if j != k for r in f]
-        parts = [top(r, with_depth(r, depth), fit_top) for r in train]
-        w = fit_logistic(np.vstack([x for x, _ in parts]), np.concatenate([y for _, y in parts]), features, l2=l2)
+        parts = [top(r, matrix(r), fit_top) for j, f in enumerate(folds) if j != k for r in f]
+        predict = fit(np.vstack([x for x, _ in parts]), np.concatenate([y for _, y in parts]))
         for r in folds[k]:
             held.append(r)
-            probs.append(w.probabilities(with_depth(r, depth)))
-    return evaluate(held, probs, rules)
+            probs.append(predict(matrix(r)))
+    return held, probs
+
+
+def cross_validate(records: list[dict], features: tuple[str, ...], depth: int, rules: list, l2: float,
+                   fit_top: int) -> dict:
+    from ragdx.stages.reader import fit_logistic
+    return evaluate(*out_of_fold(records, lambda r: with_depth(r, depth),
+                                 lambda x, y: fit_logistic(x, y, features, l2=l2).probabilities, fit_top), rules)
 
 
 def cross_alone(records: list[dict], depth: int) -> dict:

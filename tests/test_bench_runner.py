@@ -61,6 +61,6 @@ def test_every_script_that_cannot_run_with_its_defaults_says_what_it_needs():
     demanding = {p.name for p in found if _demands_arguments(p.read_text(encoding="utf-8"))}
     skipped = {p.name for p in found if run_all.needs(p) is not None}
     assert {"pg_backends.py", "pg_shard_dense.py", "rediagnose.py", "context_replay.py"} <= demanding
-    # pg_alternate reads pg_backends' stores, reader_window train_reader's cached rows: each needs
-    # them without demanding an argument
-    assert skipped == demanding | {"pg_alternate.py", "reader_window.py"}
+    # pg_alternate reads pg_backends' stores, reader_window and reader_variants train_reader's
+    # cached rows: each needs them without demanding an argument
+    assert skipped == demanding | {"pg_alternate.py", "reader_window.py", "reader_variants.py"}
