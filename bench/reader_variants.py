@@ -18,7 +18,7 @@ Each is the reader's 5-fold figures (``bench/train_reader.py``'s folds over ques
 of questions whose first sentence states a required group (with an exact McNemar test against the
 shipped reader, per question) and the share whose 3 first state every group.
 
-Reproduce, from the repository root (the models extra installed; about 3 minutes for the dev set's
+Reproduce, from the repository root (the models extra installed; about 5 minutes for the dev set's
 fit half, most of it reading 120 sentences a question)::
 
     .venv/bin/python bench/train_reader.py --answers ''                  # the dev fit half's rows
