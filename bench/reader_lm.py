@@ -38,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import REPO, code_version, label_table, machine, write_result
-from train_reader import CACHE, cross_alone, evaluate, out_of_fold, with_depth
+from train_reader import CACHE, cross_alone, evaluate, first_hits, out_of_fold, with_depth
 
 NEEDS = "Gemma 3 270M's GGUF file (--gguf) and transformers' GGUF loaders (gguf, accelerate): see above"
 
@@ -136,8 +136,7 @@ def cross_validate(records: list[dict], lm: dict[str, list] | None, depth: int, 
         return lambda m: 1.0 / (1.0 + np.exp(-np.clip((m - mean) / scale @ w[1:] + w[0], -60, 60)))
 
     held, probs = out_of_fold(records, matrix, fit, fit_top)
-    first = {r["id"]: bool(r["groups"][int(np.argmax(p))]) for r, p in zip(held, probs) if any(r["groups"])}
-    return evaluate(held, probs, [(0.0, 3)]), [first[r["id"]] for r in records if r["id"] in first]
+    return evaluate(held, probs, [(0.0, 3)]), first_hits(records, held, probs)
 
 
 def main() -> int:

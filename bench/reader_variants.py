@@ -45,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import DEVSET, REPO, code_version, label_table, machine, write_result
 from reader_lm import cross_validate
-from train_reader import CACHE, evaluate, out_of_fold, with_depth
+from train_reader import CACHE, evaluate, first_hits, out_of_fold, with_depth
 
 NEEDS = "the rows bench/train_reader.py caches for the query set (run it first)"
 
@@ -107,9 +107,7 @@ def held_out(records: list[dict], matrix: Callable[[dict], np.ndarray],
     """A reader's 5-fold figures (:func:`train_reader.out_of_fold`), and for each question with a
     positive, in ``records``' order, whether its first sentence states a group."""
     held, probs = out_of_fold(records, matrix, fit)
-    first = {r["id"]: bool(r["groups"][int(np.argmax(p))]) for r, p in zip(held, probs) if any(r["groups"])}
-    return (evaluate(held, probs, [(0.0, 1), (0.0, 3), (0.0, 4)]),
-            [first[r["id"]] for r in records if r["id"] in first])
+    return evaluate(held, probs, [(0.0, 1), (0.0, 3), (0.0, 4)]), first_hits(records, held, probs)
 
 
 def logistic(x: np.ndarray, y: np.ndarray) -> Callable[[np.ndarray], np.ndarray]:

@@ -190,6 +190,14 @@ def out_of_fold(records: list[dict], matrix: Any, fit: Any, fit_top: int = 50) -
     return held, probs
 
 
+def first_hits(records: list[dict], held: list[dict], probs: list[np.ndarray]) -> list[bool]:
+    """For each record with a positive, in ``records``' order, whether the most probable of its
+    sentences (``held`` and ``probs``: :func:`out_of_fold`'s) states a required group: the pairs
+    a McNemar test compares."""
+    first = {r["id"]: bool(r["groups"][int(np.argmax(p))]) for r, p in zip(held, probs) if any(r["groups"])}
+    return [first[r["id"]] for r in records if r["id"] in first]
+
+
 def cross_validate(records: list[dict], features: tuple[str, ...], depth: int, rules: list, l2: float,
                    fit_top: int) -> dict:
     from ragdx.stages.reader import fit_logistic

@@ -56,6 +56,7 @@ def test_a_compound_question_splits_into_its_parts():
                                  "Where may SQLite only use deterministic functions?")
     assert split_question("My refund failed with error RFD-4021. What does that mean?") == (
         "My refund failed with error RFD-4021.",)  # "What does that mean?" asks nothing of its own
+    assert hypothetical("How long is the warranty?") == "The warranty."
 
 
 def test_an_elision_or_a_line_of_sql_opens_no_question_and_a_question_mark_ends_one():
