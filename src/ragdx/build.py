@@ -33,7 +33,9 @@ from ragdx.stages.reader import ReaderWeights
 from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker, SentenceReranker
 from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
 from ragdx.stages.routed import RoutedRewrite
-from ragdx.stages.verify import ClaimVerifier, LexicalChecker, LlmJudge, NliChecker
+from ragdx.stages.verify import (
+    ClaimVerifier, LearnedChecker, LexicalChecker, LlmJudge, NliChecker, SupportChecker,
+)
 from ragdx.types import StageKind
 
 log = logging.getLogger("ragdx")
@@ -231,14 +233,25 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                       tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
                                       reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
                                       reader_same_unit=g.reader_same_unit, store=store if g.check_names else None))
-    v = settings.verify
-    checker: Any = LexicalChecker()
-    if v.method == "nli":
-        checker = NliChecker(v.model)
-    elif v.method == "llm" and client is not None:
-        checker = LlmJudge(client)
-    stages.append(ClaimVerifier(store, checker))
+    stages.append(ClaimVerifier(store, support_checker(settings, client)))
     return stages
+
+
+def support_checker(settings: Settings, client: ChatClient | None = None) -> SupportChecker:
+    """The support checker ``verify.method`` names: ``learned`` (the default), ``lexical``, ``nli``
+    (``verify.model``) or ``llm`` (a ``.gguf`` file in ``verify.model``, run here; else the chat
+    endpoint; without one, the default)."""
+    v = settings.verify
+    if v.method == "lexical":
+        return LexicalChecker()
+    if v.method == "nli":
+        return NliChecker(v.model)
+    if v.method == "llm" and v.model.lower().endswith(".gguf"):
+        from ragdx.stages.local import LocalChatClient, LocalJudge
+        return LocalJudge(LocalChatClient(v.model), v.threshold)
+    if v.method == "llm" and client is not None:
+        return LlmJudge(client)
+    return LearnedChecker()
 
 
 def learned_reader(g: GenerationSettings) -> tuple[PairScorer | None, ReaderWeights]:

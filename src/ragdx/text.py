@@ -10,7 +10,7 @@ import re
 from typing import NamedTuple
 
 __all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like",
-           "content_terms", "stem", "STOPWORDS", "quantities", "split_question"]
+           "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "unreplied", "is_reply"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -59,6 +59,27 @@ def _base(word: str) -> str:
     if word.endswith("n't"):
         return _NOT.get(word, word[:-3])
     return word.split("'")[0]
+
+
+#: a reply word that opens an answer ("No: ...", "Yes, ...", "Neither: ...", "No to both: ..."): the
+#: answer to the question, not a claim a source states
+_REPLY_WORDS = (r"(?:(?:yes|no|neither)(?:\s+(?:(?:to|for)\s+(?:both|all|each|either)"
+                r"(?:\s+(?:of\s+them|questions?|parts?))?|in\s+(?:both|all|either)\s+cases?))?"
+                r"|not\s+(?:necessarily|quite|exactly|really|always)|it\s+depends|correct|indeed)")
+_REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
+_REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
+
+
+def is_reply(text: str) -> bool:
+    """Whether a text is a reply word and nothing else ("Yes.", "No to both:")."""
+    return _REPLY_ONLY.match(text.strip()) is not None
+
+
+def unreplied(claim: str) -> str:
+    """The claim without the reply word it opens with, when a claim remains ("No. Autovacuum
+    can't see temporary tables." -> "Autovacuum can't see temporary tables.")."""
+    rest = _REPLY.sub("", claim, count=1)
+    return rest if rest != claim and content_terms(rest) else claim
 
 
 def content_terms(text: str) -> list[str]:

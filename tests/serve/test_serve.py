@@ -18,7 +18,7 @@ from ragdx.serve.app import ServeConfig, build_app
 from ragdx.serve.live import LiveSpec
 from ragdx.serve.receiver import Limits
 from ragdx.serve.spool import Spool
-from ragdx.stages.verify import LexicalChecker
+from ragdx.stages.verify import LearnedChecker
 from ragdx.testing.otlp import request, trace, trace_id
 from ragdx.types import Principal
 
@@ -121,7 +121,7 @@ def test_labels_by_id_or_text_and_signals_without_labels(tmp_path):
     assert (four["labelled"], four["query_id"], four["question"]) == (0, "trace:" + trace_id(4), "Where is my parcel?")
     assert (four["outcome"], four["diagnosis"], four["retrieval_score"], four["abstained"]) == (None, None, 2.5, 0)
     # "It ships in 3 days." against the distractor "Opening hours are nine to five on weekdays."
-    verdict, reason = LexicalChecker().judge("It ships in 3 days.", "Opening hours are nine to five on weekdays.")
+    verdict, reason = LearnedChecker().judge("It ships in 3 days.", "Opening hours are nine to five on weekdays.")
     assert verdict.value == "unsupported" and (four["claims"], four["claims_supported"]) == (1, 0)
     assert f"unsupported: {reason}".replace("'", "&#x27;") in page  # the drill-down shows ragdx's verdict
 

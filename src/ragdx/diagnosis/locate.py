@@ -24,9 +24,10 @@ each unit of the context. An answer that cannot be checked (its context has no t
 A required group counts as used by the answer only when a claim states it: the claim's support
 (where in its cited units it rests: recorded by ragdx's verifier or the trace, else located here
 with :func:`ragdx.stages.verify.locate_support`) overlaps one of the group's alternatives, or the
-checker judges that the claim and an alternative's text state the same fact (either supports the
-other). A cited unit that holds the span is not enough: an answer that cites it for another
-sentence leaves the group unstated, and the first failure is ``generation``.
+checker judges that the claim and an alternative's text state the same fact (the claim supports
+the alternative; by the lexical checker, either supports the other). A cited unit that holds the
+span is not enough: an answer that cites it for another sentence leaves the group unstated, and
+the first failure is ``generation``.
 """
 
 from __future__ import annotations
@@ -406,7 +407,7 @@ class Diagnoser:
             previous = views
 
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
-        answer, notes = self._verify(trace.answer, context)
+        answer, notes = self.check_answer(trace.answer, context)
         outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost)
         for loss in extra:
             lost.setdefault(loss.group, loss)
@@ -447,14 +448,17 @@ class Diagnoser:
         where = f" (rank {min(ranks)} at {previous[0].name})" if ranks and previous else ""
         return f"{views[0].name} did not keep it{where}" + _parts_held(alts, views)
 
-    def _verify(self, answer: AnswerView | None, context: StageView | None) -> tuple[AnswerView | None, list[str]]:
+    def check_answer(self, answer: AnswerView | None,
+                     context: StageView | None) -> tuple[AnswerView | None, list[str]]:
         """The answer with every claim that carries no verdict checked against the context: a
-        claim citing units against their texts, an uncited one against each unit (it then cites
-        the units that support it). An answer with neither claims nor citations is split into
-        its statements first."""
+        claim citing units against their texts; an uncited one, by a checker that reads
+        statements together (``combines``: the learned judgement), against the whole context at
+        once, else against each unit; it then cites the units its support lies in. An answer with
+        neither claims nor citations is cut into its claims first (:func:`answer_claims`).
+        Returns the answer and a note on what was checked."""
         if answer is None or answer.abstained:
             return answer, []
-        claims = answer.claims or tuple(ClaimView(t, (), None) for t in _statements(answer.text))
+        claims = answer.claims or tuple(ClaimView(t, (), None) for t in answer_claims(answer.text))
         if all(c.supported is not None for c in claims) and answer.claims:
             return answer, []
         everything = list(context.items) if context else []
@@ -480,6 +484,17 @@ class Diagnoser:
                 continue
             if not units:
                 checked.append(claim)
+                continue
+            if getattr(checker, "combines", False):  # one reading of the whole context
+                joined = "\n\n".join(u.text or "" for u in units)
+                verdict, reason = checker.judge(claim.text, joined)
+                grounds = [_compact(s) for s in checker.grounds(claim.text, joined)]
+                support = [u for u in units if any(g in _compact(u.text or "") for g in grounds)] or units
+                ok = verdict.value == "supported"
+                checked.append(ClaimView(claim.text, tuple(u.id for u in support) if ok else (), ok,
+                                         f"supported by {', '.join(u.id for u in support)}: {reason}" if ok
+                                         else reason))
+                verdicts.append(ok)
                 continue
             support = [u for u in units if checker.judge(claim.text, u.text or "")[0].value == "supported"]
             if support:
@@ -550,16 +565,22 @@ class Diagnoser:
     def _judged(self, alts: Sequence[ResolvedAlternative], claims: Sequence[ClaimView],
                 units: Sequence[ItemView]) -> bool:
         """Whether the checker judges that a supported claim and an alternative's text state the
-        same fact: the alternative's text supports the claim, or the claim supports it."""
+        same fact: read as evidence, the claim supports the alternative's text; or, by the lexical
+        checker (which reads words, not paraphrase), the alternative's text supports the claim. A
+        judgement that reads paraphrase (``combines``: the learned one, an LLM) finds the second for
+        any short claim sharing a few of the alternative's words ("Return the item for a refund and
+        place a new order instead" is no statement of "You can return most items for a refund up to
+        30 days after your order was delivered"), so it reads the first alone."""
         checker = self.checker or _lexical()
         for alt in alts:
             text = _alternative_text(alt, units)
             if text is None:
                 continue
             for claim in claims:
+                ways = ((text, claim.text),) if getattr(checker, "combines", False) else (
+                    (claim.text, text), (text, claim.text))
                 if claim.supported and claim.text.strip() and any(
-                        checker.judge(a, b)[0].value == "supported" for a, b in ((claim.text, text),
-                                                                                 (text, claim.text))):
+                        checker.judge(a, b)[0].value == "supported" for a, b in ways):
                     return True
         return False
 
@@ -670,9 +691,11 @@ def _lexical() -> Any:
     return LexicalChecker()
 
 
-def _statements(text: str) -> list[str]:
-    from ragdx.text import statements
-    return statements(text) or ([text] if text.strip() else [])
+def answer_claims(text: str) -> list[str]:
+    """An answer's claims when it carries none: its statements, less a reply word on its own
+    ("Yes.", "No to both:"), which answers the question and states nothing a source could."""
+    from ragdx.text import is_reply, statements
+    return [s for s in statements(text) or ([text] if text.strip() else []) if not is_reply(s)]
 
 
 def _supports(claim: str, unit: ItemView) -> bool:

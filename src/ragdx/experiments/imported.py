@@ -52,18 +52,16 @@ class ImportedRun:
 
 def checker_from(settings: Any) -> Any:
     """The support checker the settings configure (``verify.method``), to check the claims an
-    imported trace left unverified: lexical (default), nli, or llm (through the generation
-    settings' chat endpoint)."""
-    from ragdx.stages.verify import LexicalChecker, LlmJudge, NliChecker
-    v = settings.verify
-    if v.method == "nli":
-        return NliChecker(v.model)
-    if v.method == "llm":
+    imported trace left unverified: :func:`ragdx.build.support_checker`, with the generation
+    settings' chat endpoint for ``llm``."""
+    from ragdx.build import support_checker
+    client = None
+    if settings.verify.method == "llm":
         from ragdx.stages.generate import ChatClient
         g = settings.generation
-        return LlmJudge(ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
-                                   max_retries=g.max_retries, max_tokens=g.max_tokens))
-    return LexicalChecker()
+        client = ChatClient(g.base_url, g.model, api_key_env=g.api_key_env, timeout=g.timeout,
+                            max_retries=g.max_retries, max_tokens=g.max_tokens)
+    return support_checker(settings, client)
 
 
 def _imported_evidence(evidence: QueryEvidence) -> QueryEvidence:

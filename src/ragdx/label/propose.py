@@ -47,7 +47,10 @@ from ragdx.label.readers import EvalCase
 from ragdx.protocols import PairScorer, Retriever, Store
 from ragdx.queryset import parse_query
 from ragdx.stages.answerable import NameCoverage
-from ragdx.text import api_names, content_terms, documents_name, sentence_spans, split_question, statement_spans, stem
+from ragdx.text import (
+    api_names, content_terms, documents_name, is_reply, sentence_spans, split_question, statement_spans, stem,
+    unreplied,
+)
 from ragdx.types import DocStatus, Principal, Query, VersionFilter
 
 __all__ = ["ReferenceClaim", "Place", "ProposedGroup", "Proposal", "Labeller", "abstains", "split_claims"]
@@ -88,14 +91,6 @@ def _clauses(sentence: str) -> list[str]:
     return out
 
 
-#: a reply word that opens a reference ("No: ...", "Yes, ...", "Neither: ...", "No to both: ..."): the
-#: answer to the question, not a claim a source states
-_REPLY_WORDS = (r"(?:yes|no|neither)(?:\s+(?:(?:to|for)\s+(?:both|all|each|either)"
-                r"(?:\s+(?:of\s+them|questions?|parts?))?|in\s+(?:both|all|either)\s+cases?))?")
-_REPLY = re.compile(rf"^{_REPLY_WORDS}\s*[,:;.!\u2013\u2014]\s*", re.IGNORECASE)
-_REPLY_ONLY = re.compile(rf"^{_REPLY_WORDS}\W*$", re.IGNORECASE)  # a reply and nothing else
-
-
 #: the sources, as a reference answer names them ("the PostgreSQL manual", "the given context")
 _SOURCE = r"(?:the|these|this|our|your|any)\s+(?:[\w-]+\s+){0,2}?(?:manual|documentation|docs|sources?|context|corpus)"
 #: a reference answer saying the sources do not answer ("The manual does not cover pg_partman.",
@@ -119,12 +114,6 @@ def abstains(reference: str) -> bool:
     text = " ".join(reference.split())
     first = next((text[a:b] for a, b in sentence_spans(text)), text)
     return bool(ABSTAINING.search(first))
-
-
-def _unreplied(claim: str) -> str:
-    """The claim without the reply word it opens with, when a claim remains."""
-    rest = _REPLY.sub("", claim, count=1)
-    return rest if rest != claim and content_terms(rest) else claim
 
 
 def _joined(pieces: list[str], least: int = 3) -> list[str]:
@@ -158,7 +147,7 @@ def split_claims(reference: str) -> list[str]:
 
     def flush() -> None:
         text = "\n".join(block).strip()
-        if text and content_terms(text) and not _REPLY_ONLY.match(text):
+        if text and content_terms(text) and not is_reply(text):
             claims.append(text)
         block.clear()
 
@@ -169,7 +158,7 @@ def split_claims(reference: str) -> list[str]:
         if prose:
             flush()
             pieces = [c for a, b in sentence_spans(stripped) for c in _clauses(stripped[a:b])]
-            claims.extend(_unreplied(c) for c in _joined(pieces) if content_terms(c) and not _REPLY_ONLY.match(c))
+            claims.extend(unreplied(c) for c in _joined(pieces) if content_terms(c) and not is_reply(c))
         elif stripped or block:
             block.append(line)
     flush()
@@ -182,7 +171,7 @@ def claim_sentences(reference: str, claims: Sequence[str], least: int) -> list[s
     (its reply word left out): a clause split off at ``;``, ``:`` or a comma ("and its data is never
     sent to standbys") has its subject there. A claim no one sentence holds (pieces joined across
     sentences, a block of code) is read as it is."""
-    sentences = [_unreplied(line.strip()[a:b]) for line in reference.splitlines()
+    sentences = [unreplied(line.strip()[a:b]) for line in reference.splitlines()
                  for a, b in sentence_spans(line.strip())]
     out, at = [], 0
     for claim in claims:  # in the reference's order: a clause said twice is read in its own sentence
@@ -755,7 +744,7 @@ class Labeller:
         amounts: list[tuple[ReferenceClaim, list[Place]]] = []
         # each claim once; a bare reply ("Yes.") states none: the question is what it affirms
         texts = list(dict.fromkeys(split_claims(case.reference)))
-        bare = not texts and bool(_REPLY_ONLY.match(case.reference.strip()))
+        bare = not texts and bool(is_reply(case.reference.strip()))
         texts = [case.question] if bare else texts
         for text, sentence in zip(texts, claim_sentences(case.reference, texts, self.alone)):
             scored, how = self._best(case, text, [c.place for c in claims if c.place is not None],

@@ -171,12 +171,12 @@ class LiveDiagnoser:
                  stage_map: Mapping[str, str] | None = None, chunks: Sequence[ItemView] | None = None,
                  abstention: str | None = None, checker: Any = None, settle: float = 2.0,
                  orphan_after: float = 60.0) -> None:
-        from ragdx.stages.verify import LexicalChecker
+        from ragdx.stages.verify import LearnedChecker
         self.spool, self.queries = spool, list(queries)
         self.by_id = {q.id: q for q in self.queries}
         self.by_text = {q.question.strip(): q.id for q in self.queries}
         self.open_store, self.stage_map, self.chunks, self.abstention = open_store, stage_map, chunks, abstention
-        self.checker = checker or LexicalChecker()
+        self.checker = checker or LearnedChecker()
         self.settle, self.orphan_after = settle, orphan_after
         self._store: Any = None
         self._stop: Any = threading.Event()

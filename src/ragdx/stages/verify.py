@@ -13,7 +13,10 @@ it (:mod:`ragdx.stages.injection`), so an injected instruction is never verified
 
 Checkers:
 
-- :class:`LexicalChecker` (default; offline, deterministic): numbers with their units must match,
+- :class:`LearnedChecker` (default; offline, deterministic): :mod:`ragdx.stages.support`, the
+  lexical rules below as features of a fitted judgement, reading a claim against the statement or
+  the two statements closest to it.
+- :class:`LexicalChecker` (offline, deterministic): numbers with their units must match,
   a negation may not flip, the claim may not drop or widen a qualifier of the evidence ("in the
   test environment" -> "in production"), and the claim's content words must be in the evidence.
 - :class:`NliChecker`: an NLI cross-encoder from a local folder (extra ``dense``).
@@ -32,7 +35,10 @@ from ragdx.ingest.quotes import find_quote
 from ragdx.stages.generate import ChatClient
 from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
-from ragdx.text import content_terms, quantities, sentence_spans, statement_spans, statements, stem
+from ragdx.stages.support import SupportModel
+from ragdx.text import (
+    content_terms, is_reply, quantities, sentence_spans, statement_spans, statements, stem, unreplied,
+)
 from ragdx.types import (
     Answer, Claim, ClaimCheck, Context, ContextUnit, DocStatus, Query, Span, StageKind, Verdict, Verification,
     VersionFilter,
@@ -197,6 +203,37 @@ class LexicalChecker:
             return Verdict.SUPPORTED, f"{share:.0%} of the claim's content words are in the evidence"
         verdict = Verdict.UNCERTAIN if share >= self.uncertain else Verdict.UNSUPPORTED
         return verdict, f"not in the cited evidence: {', '.join(missing)} ({share:.0%} covered)"
+
+
+class LearnedChecker:
+    """The learned support judgement (:mod:`ragdx.stages.support`, the default): weighs a changed
+    number, a flipped negation, a swapped name or word and a widened scope against a claim
+    instead of vetoing it on a missing word; reads two statements of the evidence together
+    (``combines``).
+
+    Args:
+        model: the judgement (default the shipped weights).
+    """
+
+    name = "learned"
+    combines = True
+
+    def __init__(self, model: SupportModel | None = None) -> None:
+        self.model = model or SupportModel()
+
+    def judge(self, claim: str, evidence: str) -> tuple[Verdict, str]:
+        if is_reply(claim) or not content_terms(unreplied(claim)):
+            return Verdict.UNCERTAIN, "the claim has no content words to check"
+        probability, premise, parts = self.model.probability(claim, evidence)
+        w = self.model.weights
+        verdict = (Verdict.SUPPORTED if probability >= w.threshold
+                   else Verdict.UNCERTAIN if probability >= w.uncertain else Verdict.UNSUPPORTED)
+        return verdict, self.model.reason(probability, premise, parts)
+
+    def grounds(self, claim: str, evidence: str) -> tuple[str, ...]:
+        """The evidence's statements the verdict on a claim rests on (none for no premise)."""
+        _, premise, _ = self.model.probability(claim, evidence)
+        return premise.statements if premise is not None else ()
 
 
 class NliChecker:

@@ -1,0 +1,360 @@
+"""The learned support judgement: does an evidence text state what a claim says, in other words?
+
+An LLM's answer paraphrases its sources: "doesn't need" for "is not required", "a month" for
+"30 days", two passages folded into one sentence. The lexical checker's rule that 80% of the
+claim's content words must stand in the evidence calls most such answers unsupported, and each
+of its other rules (numbers, negations, qualifiers) is a veto. Here those rules are *features*,
+read against the statement (or the two statements) closest to the claim, and a logistic
+regression (Cox, JRSS B 1958) fitted on claims a careful reader judged weighs them.
+
+How a claim is read (:meth:`SupportModel.probability`):
+
+1. A reply word that opens the claim ("No. ...", "Yes, ...") answers a question; it is no fact a
+   source states, and is set aside (:func:`ragdx.text.unreplied`).
+2. The evidence is cut into statements (:func:`ragdx.text.statements`). The premises read are the
+   :data:`TOP` statements sharing most of the claim's content words, and the best statement
+   joined with the one adding most of the claim's words it lacks: a claim two passages support
+   together is read against both.
+3. Each premise gives one row of :data:`FEATURES`; the fitted weights give it a probability that
+   the premise supports the claim. The claim's probability is the best premise's.
+
+The weights (``support.json`` beside this module) are fitted by ``bench/verdicts.py fit`` on
+claims written apart from ragdx's verdict benchmark and claims corrupted from them by rule; the
+threshold is set on the benchmark's fit half; its test half is never fitted on
+(docs/benchmarks.md, "Verdicts on answers in people's own words"). The packaged cross-encoder's
+reading, a cross-encoder fine-tuned on the same claims and bge-small's cosine were measured as
+further features, and none was kept: each lowered the share of supported answers called
+supported at the same share of unsupported ones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ragdx.errors import ConfigError
+from ragdx.text import content_terms, stem, statements, unreplied
+
+__all__ = ["FEATURES", "SUPPORT_FILE", "Premise", "SupportModel", "SupportWeights", "features",
+           "load_support_weights", "premises"]
+
+SUPPORT_FILE = Path(__file__).with_name("support.json")
+
+#: a row's columns
+FEATURES = ("cover", "missing_numbers", "missing_names", "negation_flip", "negation_diff", "antonym", "broadened",
+            "log_words", "pair")
+#: how many single statements are read as premises (the best by shared content words)
+TOP = 3
+#: how many (claim, evidence) answers a model keeps
+REMEMBERED = 64
+
+# a word that negates (as the lexical checker reads one), and a few that negate by their meaning
+_NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|didn't|wasn't|weren't|"
+                       r"shouldn't|mustn't|couldn't|wouldn't|hasn't|haven't|nothing|neither|nor|without|"
+                       r"unable|impossible|(?-i:none|None(?= of\b)))\b", re.IGNORECASE)
+# words that widen a claim's scope when the evidence does not have them
+_BROAD = frozenset({"all", "always", "every", "everywhere", "any", "anything", "anyone", "guaranteed",
+                    "unlimited", "never", "everyone", "anywhere", "whatever", "whenever", "entire", "only"})
+# pairs of words a swap turns into each other; read by their stems
+_OPPOSITES = (
+    ("before", "after"), ("lower", "upper"), ("lower", "higher"), ("minimum", "maximum"), ("min", "max"),
+    ("first", "last"), ("enable", "disable"), ("enabled", "disabled"), ("true", "false"), ("allow", "deny"),
+    ("allow", "forbid"), ("allow", "prevent"), ("increase", "decrease"), ("read", "write"), ("reader", "writer"),
+    ("client", "server"), ("input", "output"), ("start", "end"), ("begin", "end"), ("open", "close"),
+    ("add", "remove"), ("include", "exclude"), ("inner", "outer"), ("left", "right"), ("local", "remote"),
+    ("local", "global"), ("ascending", "descending"), ("always", "never"), ("more", "less"), ("more", "fewer"),
+    ("larger", "smaller"), ("bigger", "smaller"), ("older", "newer"), ("above", "below"), ("private", "public"),
+    ("synchronous", "asynchronous"), ("sync", "async"), ("implicit", "explicit"), ("key", "value"),
+    ("required", "optional"), ("encode", "decode"), ("lock", "unlock"), ("start", "stop"), ("shared", "exclusive"),
+    ("row", "column"), ("source", "target"), ("source", "destination"), ("success", "failure"),
+    ("valid", "invalid"), ("mutable", "immutable"), ("leading", "trailing"), ("prefix", "suffix"),
+    ("head", "tail"), ("push", "pull"), ("import", "export"), ("upload", "download"), ("parent", "child"),
+    ("primary", "standby"), ("primary", "replica"), ("master", "slave"), ("temporary", "permanent"),
+    ("strict", "lenient"), ("short", "long"), ("empty", "full"), ("new", "old"), ("accept", "reject"),
+    ("commit", "rollback"), ("send", "receive"), ("sender", "receiver"), ("binary", "text"), ("byte", "character"),
+    ("bytes", "str"), ("sorted", "unsorted"), ("signed", "unsigned"), ("inclusive", "exclusive"),
+    ("odd", "even"), ("positive", "negative"), ("static", "dynamic"), ("user", "superuser"), ("owner", "superuser"),
+    ("insert", "update"), ("insert", "delete"), ("update", "delete"), ("select", "update"), ("table", "index"),
+    ("table", "view"), ("row", "table"), ("list", "tuple"), ("list", "dict"), ("set", "list"), ("key", "index"),
+    ("thread", "process"), ("file", "directory"), ("stdout", "stderr"), ("stdin", "stdout"), ("utc", "local"),
+    ("second", "millisecond"), ("minute", "second"), ("day", "hour"), ("kilobyte", "megabyte"),
+    ("kb", "mb"), ("mb", "gb"), ("lowercase", "uppercase"), ("ignore", "raise"), ("warning", "error"),
+)
+_OPPOSITE: dict[str, frozenset[str]] = {}
+for _a, _b in _OPPOSITES:
+    _OPPOSITE[stem(_a)] = _OPPOSITE.get(stem(_a), frozenset()) | {stem(_b)}
+    _OPPOSITE[stem(_b)] = _OPPOSITE.get(stem(_b), frozenset()) | {stem(_a)}
+
+_NUMBER_WORDS = {"zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+                 "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
+                 "twice": "2", "once": "1", "hundred": "100", "thousand": "1000", "single": "1", "double": "2"}
+_NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)*(?![\w.]*\d)|\b(?:" + "|".join(_NUMBER_WORDS) + r")\b",
+                     re.IGNORECASE)
+# a name as code writes it: a call, a dotted or snake_case name, an option, camelCase, an upper-case keyword
+_NAME = re.compile(r"--?[A-Za-z][\w-]+|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+|\b[A-Za-z]+_\w+|\b[a-z]+[A-Z]\w*"
+                   r"|\b[A-Z][a-z]+[A-Z]\w*|\b[A-Z]{2,}\b|\b\w+(?=\(\))")
+
+
+def _numbers(text: str) -> frozenset[str]:
+    """The numbers a text states, thousands separators dropped, number words as digits ("eight",
+    "twice")."""
+    out = set()
+    for m in _NUMBER.finditer(text):
+        word = m.group().lower()
+        out.add(_NUMBER_WORDS.get(word, word.replace(",", "")))
+    return frozenset(out)
+
+
+def _names(text: str) -> frozenset[str]:
+    return frozenset(m.group().lower().rstrip(".") for m in _NAME.finditer(text) if len(m.group()) > 2)
+
+
+def _compact(text: str) -> str:
+    return "".join(text.split())
+
+
+def _stems(text: str) -> frozenset[str]:
+    return frozenset(stem(t) for t in content_terms(text))
+
+
+def _negations(text: str) -> int:
+    return len(_NEGATION.findall(text)) + len(re.findall(r"n't\b", text)) - len(re.findall(
+        r"\b(?:can't|won't|isn't|aren't|doesn't|don't|didn't|wasn't|weren't|shouldn't|mustn't|couldn't|wouldn't|"
+        r"hasn't|haven't)\b", text, re.IGNORECASE))
+
+
+def _words(text: str) -> frozenset[str]:
+    return frozenset(re.findall(r"[a-z]+", text.lower()))
+
+
+#: the fewest content words of a paragraph without a statement (a sentence without its final stop,
+#: as a unit cut from a longer text may be) that make it a statement of its own
+PARAGRAPH_WORDS = 4
+
+
+def _statements(evidence: str) -> list[str]:
+    """The evidence's statements (:func:`ragdx.text.statements`), a paragraph at a time; a
+    paragraph that states nothing but has :data:`PARAGRAPH_WORDS` content words or more (a heading
+    is shorter) is a statement of its own."""
+    out = []
+    for paragraph in evidence.split("\n\n"):
+        said = statements(paragraph)
+        if not said and len(content_terms(paragraph)) >= PARAGRAPH_WORDS:
+            said = [" ".join(paragraph.split())]
+        out += said
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Premise:
+    """What one premise is read as: its text, and whether it joins two statements."""
+
+    text: str
+    pair: bool = False
+    parts: tuple[str, ...] = ()  # a pair's two statements
+
+    @property
+    def statements(self) -> tuple[str, ...]:
+        """The evidence's statements it is made of."""
+        return self.parts or (self.text,)
+
+
+def premises(claim: str, evidence: str, top: int = TOP) -> list[Premise]:
+    """The premises a claim is read against: the ``top`` statements of the evidence sharing most of
+    its content words (the earlier among equals), and the best of them joined with the statement
+    that adds most of the claim's words it lacks (when one adds any). A claim the evidence holds
+    word for word (white space aside) across several statements is its own one premise."""
+    said = _statements(evidence)
+    if not said:
+        return []
+    quoted = _compact(claim)
+    if len(said) > 1 and quoted and quoted in _compact(evidence) and not any(quoted in _compact(s) for s in said):
+        return [Premise(claim.strip())]  # a quote of several statements rests on itself
+    wanted = _stems(claim)
+    shared = [_stems(s) & wanted for s in said]
+    order = sorted(range(len(said)), key=lambda k: (-len(shared[k]), k))
+    out = [Premise(said[k]) for k in order[:top]]
+    best = order[0]
+    gains = [(len(shared[k] - shared[best]), -k) for k in range(len(said)) if k != best]
+    if gains and max(gains)[0] > 0:
+        other = -max(gains)[1]
+        first, second = sorted((best, other))
+        out.append(Premise(f"{said[first]} {said[second]}", True, (said[first], said[second])))
+    return out
+
+
+def features(claim: str, premise: Premise, evidence: str) -> list[float]:
+    """One row of :data:`FEATURES` for a claim (its reply word already set aside) and a premise:
+    the share of the claim's content words (stems) the premise holds; the claim's numbers the
+    premise does not state; its names (code as code writes it) the premise lacks, and the whole
+    evidence lacks (counted once each); whether the claim and the premise differ in negation, and by how
+    many negations; whether a claim word the premise lacks has its opposite there ("before" for
+    "after", "client" for "server"); whether the claim widens the scope with a word the evidence
+    lacks ("always", "every", "only"); the claim's length (log words); whether the premise joins
+    two statements.
+
+    Args:
+        claim: the claim.
+        premise: the premise (:func:`premises`).
+        evidence: the whole evidence text (where a name is looked for too).
+    """
+    wanted, have = _stems(claim), _stems(premise.text)
+    claim_words, premise_words, evidence_words = _words(claim), _words(premise.text), _words(evidence)
+    n = max(1, len(wanted))
+    numbers, names = _numbers(claim), _names(claim)
+    premise_names, evidence_names = _names(premise.text), _names(evidence)
+    lower_premise, lower_evidence = premise.text.lower(), evidence.lower()
+    claim_stems, premise_stems = {stem(w) for w in claim_words}, {stem(w) for w in premise_words}
+    antonym = any(_OPPOSITE.get(w, frozenset()) & premise_stems for w in claim_stems - premise_stems)
+    broadened = bool({w for w in claim_words & _BROAD} - evidence_words)
+    # a reply word opening a statement of the evidence (a FAQ's "No. ...") negates nothing it states
+    neg_claim, neg_premise = _negations(claim), sum(_negations(unreplied(t)) for t in premise.statements)
+    return [
+        len(wanted & have) / n,
+        len(numbers - _numbers(premise.text)),
+        sum(1 for m in names if m not in premise_names and m not in lower_premise)
+        + sum(1 for m in names if m not in evidence_names and m not in lower_evidence),
+        float((neg_claim > 0) != (neg_premise > 0)),
+        float(abs(neg_claim - neg_premise)),
+        float(antonym),
+        float(broadened),
+        math.log1p(len(claim.split())),
+        float(premise.pair),
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class SupportWeights:
+    """A fitted judgement: the features it reads, their standardisation, its coefficients, and the
+    probabilities from which a claim is ``supported`` and ``uncertain``.
+
+    Args:
+        features: the names it reads (of :data:`FEATURES`).
+        mean, scale: each feature's mean and standard deviation on the training rows.
+        coef: one coefficient per feature, on the standardised values.
+        intercept: the bias.
+        threshold: the least probability of ``supported``.
+        uncertain: the least probability of ``uncertain`` (below it: ``unsupported``).
+    """
+
+    features: tuple[str, ...]
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    coef: tuple[float, ...]
+    intercept: float
+    threshold: float = 0.5
+    uncertain: float = 0.3
+
+    def probabilities(self, rows: np.ndarray) -> np.ndarray:
+        """Each row's probability that its premise supports its claim."""
+        z = (rows[:, self._columns] - np.asarray(self.mean)) / np.asarray(self.scale)
+        return 1.0 / (1.0 + np.exp(-np.clip(z @ np.asarray(self.coef) + self.intercept, -60, 60)))
+
+    def contributions(self, row: np.ndarray) -> dict[str, float]:
+        """Each feature's part of one row's log-odds (what a reason names)."""
+        z = (row[self._columns] - np.asarray(self.mean)) / np.asarray(self.scale)
+        return dict(zip(self.features, (z * np.asarray(self.coef)).tolist()))
+
+    @property
+    def _columns(self) -> list[int]:
+        return [FEATURES.index(f) for f in self.features]
+
+    @property
+    def digest(self) -> str:
+        """The first 16 hex digits of a SHA-256 over :meth:`to_dict` (what a trace records)."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"features": list(self.features), "mean": [round(x, 6) for x in self.mean],
+                "scale": [round(x, 6) for x in self.scale], "coef": [round(x, 6) for x in self.coef],
+                "intercept": round(self.intercept, 6), "threshold": round(self.threshold, 6),
+                "uncertain": round(self.uncertain, 6)}
+
+
+def load_support_weights(path: str | Path = SUPPORT_FILE) -> SupportWeights:
+    """The fitted judgement of a weights file.
+
+    Raises:
+        ConfigError: an unreadable file, or one whose features or lengths do not fit.
+    """
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))["judgement"]
+        w = SupportWeights(tuple(d["features"]), tuple(d["mean"]), tuple(d["scale"]), tuple(d["coef"]),
+                           float(d["intercept"]), float(d["threshold"]), float(d["uncertain"]))
+        if set(w.features) - set(FEATURES) or not len(w.features) == len(w.mean) == len(w.scale) == len(w.coef):
+            raise ValueError("unknown features, or lengths that differ")
+        if not 0.0 <= w.uncertain <= w.threshold <= 1.0:
+            raise ValueError(f"uncertain {w.uncertain} and threshold {w.threshold} must be 0 <= uncertain <= "
+                             "threshold <= 1")
+        return w
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"verify: cannot read the support weights {str(path)!r} ({exc})") from None
+
+
+#: what a feature that weighs against a claim says of it
+_REASONS = {
+    "missing_numbers": "a number the closest statement does not state",
+    "missing_names": "a name the evidence does not hold",
+    "negation_flip": "a negation the evidence does not share",
+    "negation_diff": "a negation the evidence does not share",
+    "antonym": "a word where the evidence says its opposite",
+    "broadened": "a wider scope than the evidence",
+    "cover": "words the closest statement does not hold",
+}
+
+
+class SupportModel:
+    """The support judgement: a claim's probability of being stated by an evidence text.
+
+    Args:
+        weights: the fitted judgement (default the shipped ``support.json``).
+    """
+
+    def __init__(self, weights: SupportWeights | None = None) -> None:
+        self.weights = weights or load_support_weights()
+        self._recent: dict[tuple[str, str], tuple[float, Premise | None, dict[str, float]]] = {}
+
+    def rows(self, claim: str, evidence: str) -> tuple[list[Premise], np.ndarray]:
+        """The premises of a claim (its reply word set aside) and their feature rows."""
+        claim = unreplied(claim)
+        found = premises(claim, evidence)
+        return found, np.array([features(claim, p, evidence) for p in found], float).reshape(len(found), len(FEATURES))
+
+    def probability(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+        """The claim's probability of being supported, the premise that gives it, and each
+        feature's part of that premise's log-odds; ``(0.0, None, {})`` for no premise. The last
+        :data:`REMEMBERED` answers are kept: the diagnosis asks where a verdict rests after it."""
+        key = (claim, evidence)
+        if key in self._recent:
+            return self._recent[key]
+        found, rows = self.rows(claim, evidence)
+        result: tuple[float, Premise | None, dict[str, float]] = (0.0, None, {})
+        if found:
+            p = self.weights.probabilities(rows)
+            best = int(np.argmax(p))
+            result = float(p[best]), found[best], self.weights.contributions(rows[best])
+        if len(self._recent) >= REMEMBERED:
+            self._recent.pop(next(iter(self._recent)))
+        self._recent[key] = result
+        return result
+
+    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float]) -> str:
+        """The verdict's reason in words: the probability, what it rests on, and, below the
+        threshold, the two features that weighed most against it and the closest statement."""
+        if premise is None:
+            return "the evidence states nothing"
+        head = f"support {probability:.2f} ({'two statements together' if premise.pair else 'one statement'})"
+        if probability >= self.weights.threshold:
+            return head
+        named: list[str] = []
+        for _, k in sorted((v, k) for k, v in parts.items() if v < 0)[:2]:
+            if k in _REASONS and _REASONS[k] not in named:
+                named.append(_REASONS[k])
+        return head + (f": {'; '.join(named)}" if named else "") + f" (closest: {premise.text[:160]!r})"
