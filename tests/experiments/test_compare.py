@@ -163,3 +163,33 @@ def test_the_compare_page_in_headless_chromium(runs, tmp_path):
         assert page.evaluate(f"document.getElementById({first}).innerText").count("context") >= 1
         assert page.errors == []
         assert page.requests == [(tmp_path / "cmp" / "report.html").resolve().as_uri()]
+
+
+@pytest.mark.parametrize("damage, said", [
+    (lambda run: (run / "manifest.json").write_text("[1, 2]"), "manifest.json: a run's manifest is a JSON object, not list"),
+    (lambda run: (run / "manifest.json").write_text("[" * 100_000 + "]" * 100_000),
+     "manifest.json: its JSON is nested too deeply to be a run's file"),
+    (lambda run: _edit_manifest(run, settings=[1]), "manifest.json field 'settings': 'settings' must be an object"),
+    (lambda run: _edit_manifest(run, fingerprint=None), "manifest.json field 'fingerprint': 'fingerprint' must be"),
+    (lambda run: _edit_diagnosis(run, first_failure="nowhere"),
+     "diagnosis.jsonl:1: 'outcome' must be one of correct_abstention"),
+    (lambda run: _edit_diagnosis(run, outcome=5), "or null, not 5 and"),
+])
+def test_a_damaged_run_folder_is_refused_with_exit_2_not_read_as_a_gate_verdict(runs, tmp_path, capsys, damage, said):
+    # exit 1 is the gate's "regression": a crash on a damaged folder read as a failed gate
+    broken = tmp_path / "broken"
+    shutil.copytree(runs / "small", broken)
+    damage(broken)
+    assert main(["compare", str(runs / "base"), str(broken)]) == 2
+    assert said in capsys.readouterr().err
+
+
+def _edit_manifest(run, **changes):
+    info = json.loads((run / "manifest.json").read_text())
+    (run / "manifest.json").write_text(json.dumps(info | changes))
+
+
+def _edit_diagnosis(run, **changes):
+    lines = (run / "diagnosis.jsonl").read_text().splitlines()
+    lines[0] = json.dumps(json.loads(lines[0]) | changes)
+    (run / "diagnosis.jsonl").write_text("\n".join(lines) + "\n")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
+from ragdx.diagnosis.records import Outcome
 from ragdx.errors import ConfigError, InputError
 from ragdx.evaluation.layered import FUNNEL, Metrics, QueryValues, layered, metric
 from ragdx.experiments.ablate import ALPHA, Comparison, compare as paired
@@ -79,6 +80,25 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"not valid JSON ({exc})", file=str(path)) from None
+    except RecursionError:
+        raise InputError("its JSON is nested too deeply to be a run's file", file=str(path)) from None
+
+
+def _manifest(path: Path) -> dict[str, Any]:
+    """A run's manifest: an object with its ``fingerprint`` object (and ``settings``, when it has
+    them, an object), what :func:`fingerprint_changes` compares."""
+    info = _read_json(path)
+    if not isinstance(info, dict):
+        raise InputError(f"a run's manifest is a JSON object, not {type(info).__name__}", file=str(path))
+    for key, needed in (("fingerprint", True), ("settings", False)):
+        if (needed or key in info) and not isinstance(info.get(key), dict):
+            raise InputError(f"'{key}' must be an object (ragdx run and ragdx diagnose write it), not "
+                             f"{type(info.get(key)).__name__}", file=str(path), field=key)
+    return info
+
+
+_OUTCOMES = frozenset(o.value for o in Outcome)
+_STAGES = tuple(k.value for k in StageKind)
 
 
 def _diagnoses(path: Path) -> Iterator[tuple[int, dict]]:
@@ -127,7 +147,7 @@ def load_run(folder: Path, queries: Path | None = None) -> RunData:
     folder = Path(folder)
     if not folder.is_dir():
         raise InputError("no run folder here", file=str(folder))
-    info = _read_json(folder / "manifest.json")
+    info = _manifest(folder / "manifest.json")
     metrics_path = folder / "metrics.json"
     per_query = _read_json(metrics_path)
     if not isinstance(per_query, dict) or not isinstance(per_query.get("per_query"), dict):
@@ -147,8 +167,9 @@ def load_run(folder: Path, queries: Path | None = None) -> RunData:
             raise InputError(f"question {qid!r} has no values, or a value that is not a finite number",
                              file=str(metrics_path), field=f"per_query.{qid}")
         outcome, first = d.get("outcome"), d.get("first_failure")
-        if not isinstance(outcome, str) or not (first is None or isinstance(first, str)):
-            raise InputError("'outcome' must be a string and 'first_failure' a string or null",
+        if outcome not in _OUTCOMES or not (first is None or first in _STAGES):
+            raise InputError(f"'outcome' must be one of {', '.join(sorted(_OUTCOMES))} and 'first_failure' a stage "
+                             f"({', '.join(_STAGES)}) or null, not {outcome!r} and {first!r}",
                              file=str(folder / "diagnosis.jsonl"), line=line)
         rows.append(QueryValues(qid, asked[qid].tags, outcome, first, dict(own)))
     if not rows:

@@ -268,6 +268,10 @@ def _checked(attrs: dict[str, Any], where: Callable[[str], _Place]) -> dict[str,
             raise where(key).error(f"a document's content must be a string, got {_got(value)}")
         elif kind == "id" and not _is_id(value):
             raise where(key).error(f"an id must be a string or an integer, got {_got(value)}")
+    given = out.get("ragdx.stage.kind")
+    if given is not None and given not in {k.value for k in StageKind}:
+        raise where("ragdx.stage.kind").error(
+            f"{_got(given)} is not a stage kind (one of {', '.join(k.value for k in StageKind)})")
     return out
 
 
