@@ -474,8 +474,11 @@ class Rewritten:
 
     @property
     def searches(self) -> tuple[str, ...]:
-        """What retrieval searches for, each once, in order: the original, then every rewrite."""
-        texts = ((self.original,) if self.search_original else ()) + tuple(r.text for r in self.rewrites)
+        """What retrieval searches for, each once, in order: the original, then every rewrite. A
+        question that got no rewrite is searched as asked even when ``search_original`` is off:
+        searching nothing would lose every group at retrieval for a setting's sake."""
+        texts = ((self.original,) if self.search_original or not self.rewrites else ()) + tuple(
+            r.text for r in self.rewrites)
         return tuple(dict.fromkeys(texts))
 
     def slots_in(self, state: SlotState) -> tuple[Slot, ...]:

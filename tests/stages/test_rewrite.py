@@ -210,3 +210,23 @@ def test_a_split_part_is_not_flagged_for_the_negation_its_sibling_keeps(example_
     # a negation that no part keeps is still dropped, and flagged
     lost = diff(q, parts[1], sub_questions=(parts[1],), siblings=["How long does a refund take?"])
     assert lost.flags == ("dropped the negation \"can't\"",)
+
+
+class Silent:
+    """A rewriter that has nothing to add (as the offline one for a plain question)."""
+
+    name = "silent"
+
+    def rewrite(self, query):
+        return ()
+
+
+def test_a_question_with_no_rewrite_is_searched_as_asked_even_without_search_original(example_store):
+    # rewrite_single with search_original off once searched nothing at all for such a question,
+    # and the diagnosis blamed "the rewritten question's" retrieval (issue 51)
+    query = example_query("q-refund-35d")
+    stages = [RoutedRewrite(Silent(), route="single", rewrite_single=True, search_original=False),
+              BM25Retriever(example_store, top_k=8)]
+    trace = Pipeline(stages, store=example_store).run(query)
+    assert trace.rewritten.searches == (query.question,)
+    assert len(trace.stages[1].items) == 8
