@@ -216,3 +216,20 @@ def test_ask_says_which_slot_stayed_unknown_and_prints_only_the_conflicts_it_cit
                  "How long is store credit valid after it is issued?"]) == 0
     cited = capsys.readouterr().out
     assert "\nConflict: " in cited and "'24 month'" in cited and "'12 month'" in cited
+
+
+def test_ask_says_in_plain_words_which_passage_was_set_aside_as_an_instruction(tmp_path, capsys):
+    # the flag was only in --json; a reader of the plain output did not learn that a source's text was
+    # set aside (issue 51)
+    store = str(tmp_path / "s.db")
+    assert main(["ingest", "--store", store, str(EXAMPLE / "manifest.jsonl"), *LEXICAL]) == 0
+    capsys.readouterr()
+    assert main(["ask", "--store", store, *LEXICAL, "--set", "cache.enabled=false",
+                 "I changed my mind about a tent that was delivered 60 days ago. Will my refund request be "
+                 "approved?"]) == 0
+    out = capsys.readouterr().out
+    head = "\nSet aside (a document's instruction has no authority; never quoted as an answer):\n"
+    assert head in out
+    line = out.split(head)[1].splitlines()[0]
+    assert "community/reviews/summit-2-tent.txt @ " in line and "instruction-like text" in line
+    assert "Ignore previous instructions" not in out.split(head)[0]  # the answer does not repeat it

@@ -197,7 +197,8 @@ def _args_ask(sub: argparse._SubParsersAction) -> None:
 
 
 def print_answer(trace) -> None:
-    """The answer, its numbered citations and where each points, and each claim's verdict."""
+    """The answer, its numbered citations and where each points, the passages of the context set
+    aside as instruction-like text, and each claim's verdict."""
     from ragdx.report.terminal import printable
     answer, context, verification = trace.answer, trace.context, trace.verification
     print(printable(answer.text))
@@ -216,6 +217,11 @@ def print_answer(trace) -> None:
     for conflict in context.conflicts:  # the context keeps them all; the answer's reader needs its own
         if set(conflict.units) & set(answer.citations):
             print(printable(f"\nConflict: {conflict.describe()}"))
+    set_aside = [(unit, f) for unit in context.units for f in unit.flagged]
+    if set_aside:  # a reader of the plain output must know a source's text was not taken as evidence
+        print("\nSet aside (a document's instruction has no authority; never quoted as an answer):")
+    for unit, f in set_aside:
+        print(printable(f"  [{unit.id}] {unit.doc_id} @ {unit.version}, characters {f.start}-{f.end}: {f.reason}"))
     if verification.checks:
         print("\nClaims:")
     for check in verification.checks:
