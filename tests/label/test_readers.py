@@ -101,3 +101,19 @@ def test_hugging_face_dataset_saved_to_disk(tmp_path: Path) -> None:
     datasets.DatasetDict({"test": datasets.Dataset.from_list([{"question": "Q?"}])}).save_to_disk(str(tmp_path / "dd"))
     with pytest.raises(InputError, match=r"several splits \(test\): give one split's folder"):
         read_eval_set(tmp_path / "dd")
+
+
+@pytest.mark.parametrize("text, said", [
+    # a quote never closed: the rest of the file is one cell (once an AttributeError traceback)
+    ('question,reference\n"How long, refunds?,30 days\nb,c\n',
+     ":2: the row has 1 cell, the header 2 (a quote opened here and never closed takes the lines after it into "
+     "one cell)"),
+    ("question,reference\nHow long?\n", ":2: the row has 1 cell, the header 2"),  # a short row
+    ("question,reference\nHow long?,30 days,extra,more\n", ":2: the row has 4 cells, the header 2"),
+    ("question,reference\nA?,b\nHow long?,30 days,x\n", ":3: the row has 3 cells, the header 2"),
+])
+def test_a_ragged_csv_row_is_named_by_its_line(tmp_path: Path, text: str, said: str) -> None:
+    path = write(tmp_path / "tests.csv", text)
+    with pytest.raises(InputError) as err:
+        read_eval_set(path)
+    assert str(err.value) == f"{path}{said}"

@@ -130,12 +130,22 @@ def _rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         reader = csv.DictReader(text.splitlines(keepends=True))
         if not reader.fieldnames:
             raise InputError("the CSV file has no header row", file=str(path))
-        for row in reader:
-            line = reader.line_num
-            if None in row:
-                raise InputError(f"the row has {len(reader.fieldnames) + len(row[None])} cells, the header "
-                                 f"{len(reader.fieldnames)}", file=str(path), line=line)
-            yield line, {k: _csv_value(v, k, str(path), line) for k, v in row.items() if v != ""}
+        header = len(reader.fieldnames)
+        start = 1
+        try:
+            for row in reader:
+                line, start = start + 1, reader.line_num
+                cells = header + len(row[None]) if None in row else sum(v is not None for v in row.values())
+                if cells != header:  # a quote left open takes every line after it into one cell
+                    opened = " (a quote opened here and never closed takes the lines after it into one cell)" \
+                        if reader.line_num > line else ""
+                    raise InputError(f"the row has {cells} cell{'s' if cells != 1 else ''}, the header {header}"
+                                     + opened, file=str(path), line=line)
+                yield reader.line_num, {k: _csv_value(v, k, str(path), reader.line_num) for k, v in row.items()
+                                        if v != ""}
+        except csv.Error as exc:
+            raise InputError(f"not a CSV file this reader can read ({exc})", file=str(path),
+                             line=reader.line_num) from None
         return
     if suffix == ".json":
         value = loads(read_text(path, what="evaluation set"), file=str(path))
