@@ -162,6 +162,13 @@ def test_a_token_guards_every_request_and_loopback_needs_a_loopback_host(tmp_pat
                       ).status_code == 200
         r = c.get("/?token=s3cret", follow_redirects=False)
         assert r.status_code == 303 and r.headers["set-cookie"].startswith("ragdx_token=s3cret; HttpOnly")
+        assert r.headers["location"] == "/"
+        # back to this server's page, never to another host (an open redirect, issue 51)
+        for path, back in (("//evil.example/", "/evil.example/"), ("/\\evil.example/x", "/evil.example/x"),
+                           ("/trace/ab%20c", "/trace/ab%20c")):
+            c.cookies.clear()  # each asks with the token, not the cookie the one before set
+            r = c.get(f"{str(c.base_url).rstrip('/')}{path}?token=s3cret", follow_redirects=False)
+            assert (r.status_code, r.headers["location"]) == (303, back), path
         c.cookies.set("ragdx_token", "s3cret")
         assert c.get("/").status_code == 200
         assert c.get("/", headers={"Host": "evil.example:6006"}).status_code == 403

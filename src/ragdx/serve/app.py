@@ -19,6 +19,7 @@ import dataclasses
 import hmac
 import logging
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -370,7 +371,9 @@ class _Guard:
                 cookies.get("ragdx_token", "").encode(), self.token.encode()):
             return await self.app(scope, receive, send)
         if hmac.compare_digest(query.get("token", "").encode(), self.token.encode()):
-            return await _plain(send, 303, "", [(b"location", scope["path"].encode()),
+            # back to the same page of this server: "//host/" or "/\\host/" would send the browser away
+            here = "/" + urllib.parse.quote(scope["path"].lstrip("/\\"), safe="/:@!$&'()*+,;=-._~")
+            return await _plain(send, 303, "", [(b"location", here.encode()),
                                                 (b"set-cookie", f"ragdx_token={self.token}; HttpOnly; "
                                                                 "SameSite=Strict; Path=/".encode())])
         return await _plain(send, 401, "this server needs its token: Authorization: Bearer TOKEN, or ?token=TOKEN")
