@@ -8,6 +8,7 @@ import base64
 import contextlib
 import gzip
 import json
+import re
 import time
 from pathlib import Path
 
@@ -197,3 +198,37 @@ def test_the_ui_shows_a_restricted_text_only_with_the_servers_access(tmp_path, e
     withheld = "[withheld: this server may not read it]"
     assert (pages["public"].count(withheld), pages["staff"].count(withheld)) == (2, 0)
     assert pages["staff"].count(quote) - pages["public"].count(quote) == 2
+
+
+def test_no_page_shows_a_restricted_text_to_a_public_server(tmp_path, example_store):
+    # every route a browser can reach, for a server started as a public principal, after a staff
+    # question's trace that holds the runbook: the window report once showed it (issue 51)
+    staff = BY_ID["q-manual-refund-approval-staff"]
+    secret = "Refunds above 2000 EUR also need sign-off from the finance team."
+    assert secret in (example_dir() / "corpus" / "staff-refund-runbook.md").read_text()
+    with client(tmp_path, store=example_store.path, principal=Principal("ragdx-serve", ("public",))) as c:
+        c.post("/v1/traces", content=json.dumps(request(trace(staff, 1))).encode(), headers=JSON_TYPE)
+        wait(c, 1)
+        index = c.get("/").text
+        (window,) = set(re.findall(r'href="(/window/\d+)"', index))
+        start = window.rsplit("/", 1)[1]
+        pages = {path: c.get(path) for path in (
+            "/", "/api/traces", "/api/status", f"/trace/{trace_id(1)}", window, f"{window}/report",
+            f"/compare?base=window:{start}&new=window:{start}")}
+    assert {path: r.status_code for path, r in pages.items()} == dict.fromkeys(pages, 200)
+    assert [path for path, r in pages.items() if "finance team" in r.text] == []
+    assert "[withheld: this server may not read it]" in pages[f"{window}/report"].text
+
+
+def test_a_window_or_run_that_is_not_there_is_a_404_not_a_traceback(tmp_path):
+    with client(tmp_path) as c:
+        (tmp_path / "data" / "runs" / "empty").mkdir(parents=True)
+        (tmp_path / "data" / "runs" / "empty" / "diagnosis.jsonl").write_text("")  # a run, without its report
+        answers = {path: c.get(path) for path in (
+            "/window/0/report", "/window/99999999999999999999", "/window/99999999999999999999/report",
+            "/window/" + "9" * 400, "/runs/empty/report", "/runs/nothing/report")}
+    assert {path: r.status_code for path, r in answers.items()} == dict.fromkeys(answers, 404)
+    assert answers["/window/0/report"].text == "window 0 has no labelled trace"
+    assert answers["/window/99999999999999999999"].text == (
+        "no window at /window/99999999999999999999: a window starts at a time, in seconds")
+    assert answers["/runs/empty/report"].text.startswith("the run folder 'empty' has no report.html")

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import hmac
 import logging
+import math
 import threading
 import urllib.parse
 from dataclasses import dataclass
@@ -49,6 +50,11 @@ class ServeConfig:
     limits: Limits = Limits()
     max_open: int = 100_000
     process: bool = False  # diagnose in a process of its own (ragdx serve), else in a thread
+
+
+def _a_time(t: float) -> bool:
+    """Whether a window's start is a time this server could have seen (1970 to 9999)."""
+    return math.isfinite(t) and 0 <= t < 253_402_300_800
 
 
 def _when(t: float) -> str:
@@ -211,6 +217,8 @@ def build_app(config: ServeConfig):
 
     async def window(request: Request) -> Response:
         start = float(request.path_params["start"])
+        if not _a_time(start):
+            return PlainTextResponse(f"no window at {request.url.path}: a window starts at a time, in seconds", 404)
         rows = await run_in_threadpool(window_rows, start)
         e = report._e
         body = [[f'<a class="trace-link" href="/trace/{e(r["trace_id"])}">{e(r["trace_id"][:12])}</a>',
@@ -239,17 +247,26 @@ def build_app(config: ServeConfig):
         if not latest:
             raise InputError(f"window {start:.0f} has no labelled trace")
         asked = [q for q in queries if q.id in latest]
-        views = [(n, parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n)) for n, q in enumerate(asked, 1)]
         system = next((r["system"] for r in latest.values() if r["system"]), None) or "imported system"
         out = data / "windows" / f"{start:.0f}"
         with store() as s:
+            # as every page shows a document's text: what the server's principal may read, never the
+            # question's principal's
+            views = [(n, displayed(parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n), config.principal,
+                                   s)) for n, q in enumerate(asked, 1)]
             write_imported(views, asked, out, s, source=f"window {_when(start)}", system=system,
                            checker=live.checker, chunks=live.chunks, abstention=live.abstention)
         write_queries(out, asked)
         return out
 
     async def window_report(request: Request) -> Response:
-        out = await run_in_threadpool(window_folder, float(request.path_params["start"]))
+        start = float(request.path_params["start"])
+        if not _a_time(start):
+            return PlainTextResponse(f"no window at {request.url.path}: a window starts at a time, in seconds", 404)
+        try:
+            out = await run_in_threadpool(window_folder, start)
+        except RagdxError as exc:
+            return PlainTextResponse(str(exc), 404)
         return HTMLResponse((out / "report.html").read_text(encoding="utf-8"))
 
     def trace_page(trace_id: str) -> tuple[str, str] | None:
@@ -290,7 +307,11 @@ def build_app(config: ServeConfig):
         name = request.path_params["name"]
         if name not in runs():
             return PlainTextResponse(f"no run folder {name!r} under {data / 'runs'}", 404)
-        return HTMLResponse((data / "runs" / name / "report.html").read_text(encoding="utf-8"))
+        found = data / "runs" / name / "report.html"
+        if not found.is_file():
+            return PlainTextResponse(f"the run folder {name!r} has no report.html (ragdx run and ragdx diagnose "
+                                     "write it)", 404)
+        return HTMLResponse(found.read_text(encoding="utf-8"))
 
     def folder_of(choice: str) -> Path:
         kind, _, name = choice.partition(":")
