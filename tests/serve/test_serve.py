@@ -232,3 +232,22 @@ def test_a_window_or_run_that_is_not_there_is_a_404_not_a_traceback(tmp_path):
     assert answers["/window/99999999999999999999"].text == (
         "no window at /window/99999999999999999999: a window starts at a time, in seconds")
     assert answers["/runs/empty/report"].text.startswith("the run folder 'empty' has no report.html")
+
+
+def test_a_request_no_store_can_keep_is_refused_and_every_trace_after_it_is_diagnosed(tmp_path):
+    # 'spans' that is no list was a 500 with a traceback; a lone surrogate was acknowledged with 200,
+    # then stopped the live diagnosis for good on UnicodeEncodeError in the spool (issue 51)
+    q = BY_ID["q-warranty-length"]
+    bad = [b'{"resourceSpans":[{"scopeSpans":[{"spans":5}]}]}',
+           json.dumps(request(trace(q, 1))).replace('"How', '"\\udfffHow', 1).encode()]
+    assert b"\\udfff" in bad[1]
+    with client(tmp_path) as c:
+        answers = [c.post("/v1/traces", content=body, headers=JSON_TYPE) for body in bad]
+        assert [r.status_code for r in answers] == [400, 400]
+        assert answers[0].json()["message"] == ("OTLP request:1 field 'resourceSpans[0].scopeSpans[0].spans': "
+                                                "expected a list of objects, got 5")
+        assert answers[1].json()["message"].startswith("the body holds text that is not Unicode: a lone surrogate")
+        assert c.post("/v1/traces", content=json.dumps(request(trace(q, 2))).encode(),
+                      headers=JSON_TYPE).status_code == 200
+        (row,) = wait(c, 1)
+    assert (row["trace_id"], row["outcome"]) == (trace_id(2), "supported")

@@ -124,9 +124,14 @@ def decode_request(body: bytes, content_type: str | None, encoding: str | None, 
             raise _Refused(400, f"the body is not JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise _Refused(400, "the body is not an OTLP ExportTraceServiceRequest: expected a JSON object")
+    try:  # a JSON escape may spell half a UTF-16 pair ("\\udfff"): no store can keep such a text
+        json.dumps(obj, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _Refused(400, f"the body holds text that is not Unicode: a lone surrogate "
+                            f"{exc.object[exc.start:exc.end]!r} (a JSON escape of half a UTF-16 pair)") from None
     obj.setdefault("resourceSpans", [])
-    count = sum(len(ss.get("spans") or ()) for rs in obj["resourceSpans"] if isinstance(rs, dict)
-                for ss in (rs.get("scopeSpans") or ()) if isinstance(ss, dict)) \
+    count = sum(len(ss["spans"]) for rs in obj["resourceSpans"] if isinstance(rs, dict)
+                for ss in (rs.get("scopeSpans") or ()) if isinstance(ss, dict) and isinstance(ss.get("spans"), list)) \
         if isinstance(obj["resourceSpans"], list) else 0
     if count > limits.max_spans:
         raise _Refused(413, f"the request has {count} spans, more than the limit of {limits.max_spans} (--max-spans)")
