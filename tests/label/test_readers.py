@@ -117,3 +117,23 @@ def test_a_ragged_csv_row_is_named_by_its_line(tmp_path: Path, text: str, said: 
     with pytest.raises(InputError) as err:
         read_eval_set(path)
     assert str(err.value) == f"{path}{said}"
+
+
+def test_a_field_past_its_bound_is_named_with_its_size(tmp_path: Path) -> None:
+    # an 11 MB reference once ran for minutes with no word said (issue 51)
+    from ragdx.label.readers import MAX_CHARS, MAX_CONTEXTS
+    rows = [{"user_input": "Q?", "reference": "x" * (MAX_CHARS["reference"] + 1)},
+            {"user_input": "Q" * (MAX_CHARS["question"] + 1) + "?", "reference": "A."},
+            {"user_input": "Q?", "reference": "A.", "reference_contexts": ["c"] * (MAX_CONTEXTS + 1)},
+            {"user_input": "Q?", "reference": "A.", "retrieved_contexts": ["c", "x" * (MAX_CHARS["context"] + 1)]}]
+    said = ["field 'reference': 20,001 characters, more than the 20,000 a reference may have",
+            "field 'user_input': 4,002 characters, more than the 4,000 a question may have",
+            "field 'reference_contexts': 501 texts, more than the 500 a row may hold",
+            "field 'retrieved_contexts': text 1 has 100,001 characters, more than the 100,000 a context may have"]
+    for row, message in zip(rows, said):
+        path = jsonl(tmp_path / "r.jsonl", [{"user_input": "Fine?", "reference": "Yes."}, row])
+        with pytest.raises(InputError) as err:
+            read_eval_set(path)
+        assert str(err.value) == f"{path}:2 {message}"
+    at_bound = {"user_input": "Q" * MAX_CHARS["question"], "reference": "x" * MAX_CHARS["reference"]}
+    assert len(read_eval_set(jsonl(tmp_path / "ok.jsonl", [at_bound])).cases) == 1

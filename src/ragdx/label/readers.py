@@ -224,6 +224,12 @@ def _texts(f: Fields, name: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: the most characters a row's field may have (a question, a reference answer, a response, each
+#: context), and the most contexts in a row: bounds that keep a label or a diagnosis to seconds
+MAX_CHARS = {"question": 4_000, "reference": 20_000, "response": 100_000, "context": 100_000}
+MAX_CONTEXTS = 500
+
+
 def _case(obj: dict[str, Any], fmt: DatasetFormat, file: str, line: int, ignore: frozenset[str]) -> EvalCase:
     obj = {k: v for k, v in obj.items() if v is not None}  # RAGAS and pandas write null for an empty field
     f = Fields(obj, file, line)
@@ -242,8 +248,19 @@ def _case(obj: dict[str, Any], fmt: DatasetFormat, file: str, line: int, ignore:
             continue
         if ours in _LISTS:
             got[ours] = _texts(f, col)
+            if len(got[ours]) > MAX_CONTEXTS:
+                raise InputError(f"{len(got[ours]):,} texts, more than the {MAX_CONTEXTS:,} a row may hold",
+                                 file=file, line=line, field=col)
+            sizes = [len(t) for t in got[ours]]
+            if sizes and max(sizes) > MAX_CHARS["context"]:
+                raise InputError(f"text {sizes.index(max(sizes))} has {max(sizes):,} characters, more than the "
+                                 f"{MAX_CHARS['context']:,} a context may have", file=file, line=line, field=col)
         else:
             value = f.get(col, str)
+            limit = MAX_CHARS[ours]
+            if len(value) > limit:  # the claims of an 11 MB reference took minutes, with no word said
+                raise InputError(f"{len(value):,} characters, more than the {limit:,} a {ours} may have",
+                                 file=file, line=line, field=col)
             got[ours] = value if value.strip() or ours == "response" else None
     question = got.get("question")
     if question is None:
