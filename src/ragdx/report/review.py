@@ -20,6 +20,7 @@ one and the decisions: a question left with no group is ``answerable: false``.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,15 @@ def _in_context(store: Store, alt: dict[str, Any]) -> str:
     if not hits:
         return f"<span class=ctx><mark>{_e(alt['quote'])}</mark></span>"
     start, end = hits[0]
-    return (f"<span class=ctx>{_e(text[max(0, start - _AROUND):start])}<mark>{_e(text[start:end])}</mark>"
-            f"{_e(text[end:end + _AROUND])}</span>")
+    before, after = max(0, start - _AROUND), min(len(text), end + _AROUND)
+    if before > 0:  # the snippet starts and ends at a word's edge, not inside one ("nds", "d whether ...")
+        cut = re.search(r"\s", text[before:start])
+        before = before + cut.end() if cut else start
+    if after < len(text):
+        cut = [m.start() for m in re.finditer(r"\s", text[end:after])]
+        after = end + cut[-1] if cut else end
+    return (f"<span class=ctx>{'… ' if before > 0 else ''}{_e(text[before:start])}<mark>{_e(text[start:end])}</mark>"
+            f"{_e(text[end:after])}{' …' if after < len(text) else ''}</span>")
 
 
 def _alt(store: Store, alt: dict[str, Any]) -> str:
