@@ -184,6 +184,45 @@ def test_a_dead_workers_draft_is_not_published_from_a_store_rebuilt_at_the_same_
     assert evidence["store_id"] == first_id  # the draft was bound to the first store
 
 
+def test_a_dead_workers_draft_is_read_span_by_span_from_a_store_restored_with_the_same_id(tmp_path):
+    """Issue 51: the store is restored from a copy made before it was filled (the same store id)
+    and filled again without the cited document, back to the same index version (1): the same id
+    and version let the recovered draft take the unchanged store's shortcut, and it was published
+    citing a document the store no longer holds."""
+    store = tmp_path / "s.db"
+    with SQLiteStore(store):
+        pass
+    blank = tmp_path / "blank.db"
+    blank.write_bytes(store.read_bytes())
+    with SQLiteStore(store) as opened:
+        build_ingestor(opened, load_settings(overrides=SETTINGS)).run(manifest(tmp_path / "corpus"))
+        first_id = opened.store_id
+    queries(tmp_path, 1)
+    qs, run = one_query(tmp_path, store), tmp_path / "run"
+    assert ragdx_run(store, qs, run, "--lease-seconds", "2", "--fault", "after_draft").returncode == FAULT_EXIT
+    with RunState(run / "run.db") as state:
+        evidence = state.draft(0).trace["evidence"]
+    assert [c["doc"] for c in evidence["cited"]][0] == "d0.md"
+    for suffix in ("-wal", "-shm"):
+        Path(f"{store}{suffix}").unlink(missing_ok=True)
+    store.write_bytes(blank.read_bytes())
+    kept = [line for line in manifest(tmp_path / "corpus").read_text().splitlines() if '"d0.md"' not in line]
+    with SQLiteStore(store) as restored:
+        build_ingestor(restored, load_settings(overrides=SETTINGS)).run(write(tmp_path / "corpus" / "k.jsonl",
+                                                                              "\n".join(kept)))
+        assert (restored.store_id, restored.index_version) == (first_id, evidence["index_version"]) == (first_id, 1)
+    wait_past_lease(run)
+    again = subprocess.run([sys.executable, "-m", "ragdx.cli", "run", "--resume", str(run)],
+                           capture_output=True, text=True)
+    assert again.returncode == EXIT_ITEMS_FAILED, again.stderr
+    seen = inspect_run(run)
+    assert (seen["counts"]["published"], seen["counts"]["failed"]) == (0, 1)
+    [failed] = seen["items"]["failed"]
+    assert failed["reason"].startswith("evidence_changed_or_expired: d0.md@")
+    assert "missing (no such document in this store)" in failed["reason"]
+    assert lines(run / "traces.jsonl") == []
+
+
 def test_a_dead_workers_draft_is_published_after_an_unrelated_change(corpus, tmp_path):
     store, _ = corpus
     qs, run = one_query(tmp_path, store), tmp_path / "run"

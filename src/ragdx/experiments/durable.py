@@ -159,6 +159,7 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                             if remote is not None and todo else ()))
             for claim in claims:
                 draft, binding = recovered[claim.n]
+                fresh = draft is None  # this worker's own answer; a recovered one is read span by span
                 if draft is None:
                     claim = replace(claim, recover=False)
                     produce = (lambda q, n=claim.n: made[n]) if claim.n in made else pipeline.run
@@ -169,7 +170,7 @@ def run_durable(pipeline: Pipeline, queries: Sequence[Query], out: Path, *, quer
                         continue
                     if fault is Fault.AFTER_DRAFT:
                         _crash(fault, f"after drafting item {claim.query_id!r}", out)
-                _settle(state, pipeline, out, claim, draft, worker, fault, binding)
+                _settle(state, pipeline, out, claim, draft, worker, fault, binding, shortcut=fresh)
                 if bar is not None:
                     counts = state.counts()
                     bar.set(counts[ItemState.PUBLISHED] + counts[ItemState.FAILED], claim.query_id[:40])
@@ -245,16 +246,18 @@ def _keep_draft(state: RunState, claim: Claim, worker: str, one: Answered) -> Dr
 
 
 def _settle(state: RunState, pipeline: Pipeline, out: Path, claim: Claim, draft: Draft | None, worker: str,
-            fault: Fault | None, binding: EvidenceBinding | None = None) -> None:
-    """Recheck a draft's evidence (``binding``: its own, when the worker just made it), then
-    publish it, or fail the item with the reason. A draft read back (a dead worker's) is
-    rechecked span by span: the store may have been rebuilt at the same path since."""
+            fault: Fault | None, binding: EvidenceBinding | None = None, *, shortcut: bool = False) -> None:
+    """Recheck a draft's evidence (``binding``: the evidence it cites, read from the draft when
+    not given), then publish it, or fail the item with the reason. Only a draft this worker just
+    made may take the shortcut of an unchanged store (``shortcut``); one read back (a dead
+    worker's) is rechecked span by span: the store may have been rebuilt at the same path since,
+    keeping its id and reaching the same index version."""
     if draft is None:  # a drafted item without a checkpoint: the two are written in one transaction
         raise StoreError(f"{out / RUN_DB}: item {claim.query_id!r} is drafted but has no checkpoint")
-    own, where = binding is not None, f"{out / RUN_DB}: the draft of {claim.query_id!r}"
+    where = f"{out / RUN_DB}: the draft of {claim.query_id!r}"
     if binding is None:
         binding = EvidenceBinding.from_trace(draft.trace, where)
-    check = recheck(pipeline.store, binding, shortcut=own, where=where)
+    check = recheck(pipeline.store, binding, shortcut=shortcut, where=where)
     if not check.valid:
         state.fail(claim.n, worker, check.describe())
         return
