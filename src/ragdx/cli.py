@@ -823,8 +823,9 @@ def cmd_label(args: argparse.Namespace) -> int:
         print(f"review page: {out} ({shown} questions); open it, decide, and download the decisions file; "
               f"then: ragdx label --apply DECISIONS.json --queries {args.queries} --out FINAL.jsonl")
         return 0
-    written, dropped = apply_decisions(Path(args.queries), Path(args.apply), out)
-    print(f"{out}: {written} questions written ({dropped} alternatives rejected)")
+    written, rejected, dropped = apply_decisions(Path(args.queries), Path(args.apply), out)
+    print(f"{out}: {written} questions written ({rejected} group{'s' if rejected != 1 else ''} rejected, "
+          f"{dropped} alternative{'s' if dropped != 1 else ''} dropped)")
     return 0
 
 

@@ -127,7 +127,7 @@ def _review(store, proposed: Path, tmp_path: Path, clicks) -> Path:
     return downloads / "decisions.json"
 
 
-def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) -> None:
+def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path, capsys) -> None:
     """Accept, reject and download the decisions in headless Chromium, then apply them."""
     _, proposed, _ = labelled
 
@@ -143,6 +143,10 @@ def test_review_round_trip_in_chromium(labelled, example_store, tmp_path: Path) 
     final = tmp_path / "final.jsonl"
     assert main(["label", "--apply", str(downloaded), "--queries", str(proposed),
                  "--out", str(final)]) == 0
+    # the rejected group's alternatives are counted (once reported as "0 alternatives rejected")
+    rejected = {q["id"]: q for q in map(json.loads, proposed.read_text().splitlines())}["q1"]["required"][1]
+    assert capsys.readouterr().out.endswith(f"3 questions written (1 group rejected, {len(rejected)} alternative"
+                                            f"{'s' if len(rejected) != 1 else ''} dropped)\n")
     lines = {q["id"]: q for q in map(json.loads, final.read_text().splitlines())}
     assert lines["q1"]["required"] == [[{"doc": "policies/refund.md", "version": "2026-03",
                                          "quote": "Refunds are accepted within 30 days of delivery."}]]

@@ -136,9 +136,10 @@ def write_review(store: Store, queries: Path, out: Path) -> int:
     return len(lines)
 
 
-def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int, int]:
+def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int, int, int]:
     """Write the final query set: each group accepted (or left undecided) kept, rejected dropped,
-    or replaced by the candidate chosen. Returns the questions written and the groups dropped.
+    or replaced by the candidate chosen. Returns the questions written, the groups rejected, and
+    the alternatives dropped (a rejected group's, and those a chosen candidate replaced).
 
     Raises:
         InputError: a decisions file that is not one, or names a question, group or candidate the
@@ -156,7 +157,7 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
     for qid in decisions:
         if qid not in lines:
             raise InputError(f"question {qid!r} is not in {queries}", file=where, field=f"decisions.{qid}")
-    out_lines, dropped = [], 0
+    out_lines, rejected, dropped = [], 0, 0
     for qid, line in lines.items():
         label = (line.get("metadata") or {}).get("label") or {}
         candidates = label.get("candidates") or []
@@ -174,7 +175,7 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
             d = mine.get(str(g)) or {"status": "accept"}
             status = d.get("status") if isinstance(d, dict) else None
             if status == "reject":
-                dropped += 1
+                rejected, dropped = rejected + 1, dropped + len(group)
                 continue
             if status == "choose":
                 c = d.get("candidate")
@@ -183,6 +184,7 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
                     raise InputError(f"question {qid!r} group {g} has no candidate {c!r}", file=where,
                                      field=f"decisions.{qid}.{g}.candidate")
                 kept.append([options[c]])
+                dropped += len(group)
             elif status == "accept":
                 kept.append(group)
             else:
@@ -205,4 +207,4 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
         parse_query(final, str(out), len(out_lines) + 1)  # the final set validates as a query set
         out_lines.append(final)
     write_lines(out, out_lines)
-    return len(out_lines), dropped
+    return len(out_lines), rejected, dropped
