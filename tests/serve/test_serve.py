@@ -16,7 +16,7 @@ from pathlib import Path
 from ragdx.cli import main
 from ragdx.examples import example_dir
 from ragdx.serve.app import ServeConfig, build_app
-from ragdx.serve.live import LiveSpec
+from ragdx.serve.live import LiveDiagnoser, LiveSpec
 from ragdx.serve.receiver import Limits
 from ragdx.serve.spool import Spool
 from ragdx.stages.verify import LearnedChecker
@@ -99,7 +99,8 @@ def test_refusals_say_what_is_wrong_and_store_nothing(tmp_path):
         assert "resourceSpans[0].scopeSpans[0].spans[3].attributes[2].value.intValue" in r.json()["message"]
         r = c.post("/v1/traces", content=b"{not json", headers=JSON_TYPE)
         assert r.status_code == 400 and r.json()["message"].startswith("the body is not JSON")
-        assert c.get("/api/status").json() == {"requests": 0, "spans": 0, "traces": 0, "open": 0, "diagnosed": 0}
+        assert c.get("/api/status").json() == {"requests": 0, "spans": 0, "traces": 0, "open": 0, "diagnosed": 0,
+                                               "set_aside": 0}
 
 
 def test_labels_by_id_or_text_and_signals_without_labels(tmp_path):
@@ -251,3 +252,26 @@ def test_a_request_no_store_can_keep_is_refused_and_every_trace_after_it_is_diag
                       headers=JSON_TYPE).status_code == 200
         (row,) = wait(c, 1)
     assert (row["trace_id"], row["outcome"]) == (trace_id(2), "supported")
+
+
+class _Unkeepable(LiveDiagnoser):
+    """The live diagnosis, except that the first trace's result holds a text no store can keep."""
+
+    def diagnose(self, tid, spans, system):
+        result = super().diagnose(tid, spans, system)
+        return result | {"question": "q\udfff"} if tid == trace_id(1) else result
+
+
+def test_a_diagnosis_no_store_can_keep_is_set_aside_and_the_others_are_saved(tmp_path):
+    # one unsavable result made the whole batch fail, and the loop retried it forever (issue 51)
+    from ragdx.traces.openinference import otlp_spans
+    spool = Spool(tmp_path / "serve.db")
+    for n in (1, 2):
+        records, _ = otlp_spans(request(trace(BY_ID["q-warranty-length"], n)), "test")
+        spool.add(records, None, 10)
+    live = _Unkeepable(spool, [], settle=0.0)
+    assert live.step() == 2
+    rows = {r["trace_id"]: r for r in spool.results()}
+    assert rows[trace_id(1)]["error"].startswith("set aside: its diagnosis could not be kept (UnicodeEncodeError")
+    assert rows[trace_id(2)]["error"] is None
+    assert (spool.counts()["diagnosed"], spool.counts()["set_aside"], spool.counts()["open"]) == (2, 1, 0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -243,7 +244,25 @@ class LiveDiagnoser:
                 result = {"query_id": UNLABELLED + trace_id, "labelled": 0, "error": f"internal error: {exc!r}"}
             result["seen"] = seen
             results.append((trace_id, count, result))
-        return self.spool.save_many(results) if results else 0
+        if not results:
+            return 0
+        try:
+            return self.spool.save_many(results)
+        except (sqlite3.OperationalError, OSError):  # the database busy past its wait, a full disk: the loop retries
+            raise
+        except Exception:  # one trace's result no store can keep: set it aside, keep the others
+            log.exception("saving %d diagnoses failed; saving them one at a time", len(results))
+        saved = 0
+        for trace_id, count, result in results:
+            try:
+                saved += self.spool.save_many([(trace_id, count, result)])
+            except (sqlite3.OperationalError, OSError):
+                raise
+            except Exception as exc:
+                saved += self.spool.save_many([(trace_id, count, {
+                    "query_id": UNLABELLED + trace_id, "labelled": 0, "seen": result.get("seen"),
+                    "error": f"set aside: its diagnosis could not be kept ({type(exc).__name__}: {exc})"})])
+        return saved
 
     def loop(self, tick: float = 0.2) -> None:
         while not self._stop.is_set() and (self.parent is None or os.getppid() == self.parent):

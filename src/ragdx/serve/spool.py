@@ -237,7 +237,8 @@ class Spool:
                 "spans": one("SELECT coalesce(max(rowid), 0) FROM spans"),
                 "traces": one("SELECT count(*) FROM traces"),
                 "open": one("SELECT count(*) FROM traces WHERE state = 'open'"),
-                "diagnosed": one("SELECT count(*) FROM results")}
+                "diagnosed": one("SELECT count(*) FROM results"),
+                "set_aside": one("SELECT count(*) FROM results WHERE error IS NOT NULL")}
 
     def trace_ids(self) -> list[str]:
         return [r[0] for r in self._conn().execute("SELECT trace_id FROM traces ORDER BY first_seen")]
