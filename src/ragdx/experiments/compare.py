@@ -78,7 +78,7 @@ def _read_json(path: Path) -> Any:
                          file=str(path))
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, or a number past Python's 4,300 digits
         raise InputError(f"not valid JSON ({exc})", file=str(path)) from None
     except RecursionError:
         raise InputError("its JSON is nested too deeply to be a run's file", file=str(path)) from None
@@ -112,6 +112,9 @@ def _diagnoses(path: Path) -> Iterator[tuple[int, dict]]:
                         obj = json.loads(line)
                     except json.JSONDecodeError as exc:
                         raise InputError(f"not valid JSON ({exc.msg})", file=str(path), line=n) from None
+                    except (ValueError, RecursionError) as exc:  # a 5,000-digit number, 100,000 brackets
+                        raise InputError(f"not a line ragdx wrote ({type(exc).__name__}: {str(exc)[:100]})",
+                                         file=str(path), line=n) from None
                     if not isinstance(obj, dict) or not isinstance(obj.get("id"), str):
                         raise InputError("expected an object with a string 'id'", file=str(path), line=n)
                     yield n, obj

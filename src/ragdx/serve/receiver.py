@@ -88,6 +88,10 @@ def _protobuf_json(body: bytes) -> dict[str, Any]:
     return obj
 
 
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
 def decode_request(body: bytes, content_type: str | None, encoding: str | None, limits: Limits,
                    source: str, number: int) -> tuple[list[SpanRecord], str | None]:
     """The spans of one OTLP/HTTP trace request, and the system it names.
@@ -130,9 +134,9 @@ def decode_request(body: bytes, content_type: str | None, encoding: str | None, 
         raise _Refused(400, f"the body holds text that is not Unicode: a lone surrogate "
                             f"{exc.object[exc.start:exc.end]!r} (a JSON escape of half a UTF-16 pair)") from None
     obj.setdefault("resourceSpans", [])
-    count = sum(len(ss["spans"]) for rs in obj["resourceSpans"] if isinstance(rs, dict)
-                for ss in (rs.get("scopeSpans") or ()) if isinstance(ss, dict) and isinstance(ss.get("spans"), list)) \
-        if isinstance(obj["resourceSpans"], list) else 0
+    # counted before they are read (which names a value of the wrong type): only lists are counted
+    count = sum(len(ss["spans"]) for rs in _list(obj["resourceSpans"]) if isinstance(rs, dict)
+                for ss in _list(rs.get("scopeSpans")) if isinstance(ss, dict) and isinstance(ss.get("spans"), list))
     if count > limits.max_spans:
         raise _Refused(413, f"the request has {count} spans, more than the limit of {limits.max_spans} (--max-spans)")
     try:
