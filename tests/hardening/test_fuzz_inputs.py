@@ -24,6 +24,7 @@ from ragdx.errors import RagdxError
 from ragdx.label.readers import read_eval_set
 from tests.conftest import EXAMPLE
 from tests.hardening.test_fuzz import RAW_LINES, SPECIAL_TEXT, text, value
+from tests.integrations.conftest import require
 
 THOUSAND = settings(max_examples=1000, deadline=None, derandomize=True, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -60,6 +61,7 @@ _kind = st.sampled_from(["application/json", "application/x-protobuf", "applicat
 
 @pytest.fixture(scope="module")
 def spool(tmp_path_factory):
+    require("starlette", "uvicorn", "opentelemetry.proto", extras="serve")  # a protobuf body needs it
     from ragdx.serve.spool import Spool
     return Spool(tmp_path_factory.mktemp("fuzz-spool") / "serve.db")
 
@@ -107,6 +109,7 @@ _path = st.one_of(
 
 @pytest.fixture(scope="module")
 def ui(tmp_path_factory):
+    require("starlette", "uvicorn", "opentelemetry.proto", extras="serve")
     from starlette.testclient import TestClient
 
     from ragdx.serve.app import ServeConfig, build_app
