@@ -22,6 +22,9 @@ _MISSING = object()
 
 #: The deepest nesting of arrays and objects an input line may have.
 MAX_DEPTH = 64
+#: the most characters one line of a JSONL file (a query set, a trace file, a manifest) may have:
+#: a ragdx trace of 200 candidates with their texts is well under a megabyte
+MAX_LINE_CHARS = 32 * 1024 * 1024
 _INT_LIMIT = 2 ** 63  # SQLite's integers are signed 64-bit
 
 
@@ -171,6 +174,9 @@ def iter_jsonl(path: Path, *, what: str) -> Iterator[tuple[int, dict[str, Any]]]
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if len(line) > MAX_LINE_CHARS:  # reading it would take minutes and saying nothing
+            raise InputError(f"the line has {len(line):,} characters, more than the {MAX_LINE_CHARS:,} a {what} line "
+                             "may have", file=str(path), line=number)
         obj = loads(line, file=str(path), line=number)
         if not isinstance(obj, dict):
             raise InputError(f"expected a JSON object, got {type(obj).__name__}",

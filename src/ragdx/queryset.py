@@ -62,6 +62,10 @@ def _groups(f: Fields, name: str) -> tuple[tuple[Alternative, ...], ...]:
     return tuple(groups)
 
 
+#: the most characters a question may have (as ``ragdx label``'s readers bound it)
+MAX_QUESTION_CHARS = 4_000
+
+
 def parse_query(obj: dict[str, Any], file: str, line: int | None) -> Query:
     """Validate one query object.
 
@@ -70,8 +74,12 @@ def parse_query(obj: dict[str, Any], file: str, line: int | None) -> Query:
     """
     f = Fields(obj, file, line)
     f.check_known(_FIELDS)
+    question = f.get("question", str)
+    if len(question) > MAX_QUESTION_CHARS:
+        raise f.error("question", f"{len(question):,} characters, more than the {MAX_QUESTION_CHARS:,} a question "
+                                  "may have")
     return Query(
-        id=f.ident("id"), question=f.get("question", str),
+        id=f.ident("id"), question=question,
         principal=parse_principal(obj.get("principal"), f),
         answerable=f.get("answerable", bool, default=True), required=_groups(f, "required"),
         restricted_required=_groups(f, "restricted_required"),

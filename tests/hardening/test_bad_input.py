@@ -65,6 +65,11 @@ def test_a_file_name_with_a_control_character_is_refused(tmp_path, example_db, c
      "q.jsonl:1: unreadable JSON: the integer 10000000000000000000"),
     ({"id": "q\x00", "question": QUESTION},
      "q.jsonl:1 field 'id': \"q\\u0000\" holds the control character '\\x00' at position 1"),
+    ({"id": "q1", "question": "Refund?" * 600},  # 4,200 characters (issue 51: a bound for every input)
+     "q.jsonl:1 field 'question': 4,200 characters, more than the 4,000 a question may have"),
+    ({"id": "q1", "question": QUESTION, "answer": "x" * (32 * 1024 * 1024)},
+     # 67 characters besides the answer's 32 Mi x's
+     "q.jsonl:1: the line has 33,554,499 characters, more than the 33,554,432 a query set line may have"),
 ])
 def test_bad_query_sets_leave_no_temporary_file(tmp_path, example_db, capsys, query, message):
     text = json.dumps(query).replace('"BIG"', "1" + "0" * 5000)

@@ -30,7 +30,7 @@ from typing import Any, Iterator, Sequence
 
 from ragdx._jsonl import Fields, iter_jsonl, loads, read_text
 from ragdx.errors import InputError, MissingExtraError
-from ragdx.queryset import parse_principal
+from ragdx.queryset import MAX_QUESTION_CHARS, parse_principal
 from ragdx.types import ChoiceEnum, Principal
 
 __all__ = ["DatasetFormat", "EvalCase", "EvalSet", "read_eval_set", "case_trace"]
@@ -226,7 +226,7 @@ def _texts(f: Fields, name: str) -> tuple[str, ...]:
 
 #: the most characters a row's field may have (a question, a reference answer, a response, each
 #: context), and the most contexts in a row: bounds that keep a label or a diagnosis to seconds
-MAX_CHARS = {"question": 4_000, "reference": 20_000, "response": 100_000, "context": 100_000}
+MAX_CHARS = {"question": MAX_QUESTION_CHARS, "reference": 20_000, "response": 100_000, "context": 100_000}
 MAX_CONTEXTS = 500
 
 
