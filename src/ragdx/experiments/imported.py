@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ragdx.diagnosis.evidence import LOST_IN_PARSING, EvidenceResolver, QueryEvidence
 from ragdx.traces.jsonl import BY_TEXT, read_chunks, resolve_offline, with_access
@@ -279,10 +279,12 @@ def prepare_views(views: Sequence[tuple[int, TraceView]], queries: Sequence[Quer
 def write_imported(views: Sequence[tuple[int, TraceView]], queries: Sequence[Query], out: Path,
                    store: Store | None = None, *, source: str, system: str = "imported system",
                    checker: Any = None, chunks: Sequence[ItemView] | None = None, abstention: str | None = None,
-                   malformed: Sequence[str] = (), digest: str | None = None) -> ImportedRun:
+                   malformed: Sequence[str] = (), digest: str | None = None,
+                   shown: Callable[[TraceView], TraceView] | None = None) -> ImportedRun:
     """Diagnose every query from the trace views read from ``source`` and write ``out``'s run
     folder (the second half of :func:`diagnose_imported`; ``ragdx serve`` writes a live window
-    with it).
+    with it). ``shown`` gives each view as the report may show it (``ragdx serve``: the texts its
+    principal may not read withheld); the diagnosis reads the views whole.
 
     Raises:
         InputError: no trace names a query of the query set.
@@ -313,7 +315,8 @@ def write_imported(views: Sequence[tuple[int, TraceView]], queries: Sequence[Que
         info |= {"store": str(getattr(store, "path", "")), "index_version": store.index_version}
     info["fingerprint"] = fingerprint(store, None, None) | {"traces": digest}
     write_json(out / "manifest.json", info)
-    done = Executed((), tuple(diagnoses), tuple(rows), tuple(view_list), tuple(evidence))  # type: ignore[arg-type]
+    report_views = [shown(v) if shown is not None and v is not None else v for v in view_list]
+    done = Executed((), tuple(diagnoses), tuple(rows), tuple(report_views), tuple(evidence))  # type: ignore[arg-type]
     write_report(out, info, queries, done, metrics, store)
     return ImportedRun(out, tuple(diagnoses), metrics, len(views) - len(unmatched), tuple(malformed),
                        tuple(unmatched), tuple(untraced), tuple(misaligned), system)

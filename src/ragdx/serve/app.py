@@ -249,13 +249,13 @@ def build_app(config: ServeConfig):
         asked = [q for q in queries if q.id in latest]
         system = next((r["system"] for r in latest.values() if r["system"]), None) or "imported system"
         out = data / "windows" / f"{start:.0f}"
+        views = [(n, parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n)) for n, q in enumerate(asked, 1)]
         with store() as s:
-            # as every page shows a document's text: what the server's principal may read, never the
-            # question's principal's
-            views = [(n, displayed(parse_trace(latest[q.id]["trace"], f"window {start:.0f}", n), config.principal,
-                                   s)) for n, q in enumerate(asked, 1)]
+            # diagnosed whole, shown as every page shows a document's text: what the server's principal
+            # may read, never the question's principal's
             write_imported(views, asked, out, s, source=f"window {_when(start)}", system=system,
-                           checker=live.checker, chunks=live.chunks, abstention=live.abstention)
+                           checker=live.checker, chunks=live.chunks, abstention=live.abstention,
+                           shown=lambda view: displayed(view, config.principal, s))
         write_queries(out, asked)
         return out
 
