@@ -190,8 +190,7 @@ def test_a_dead_workers_draft_is_read_span_by_span_from_a_store_restored_with_th
     and version let the recovered draft take the unchanged store's shortcut, and it was published
     citing a document the store no longer holds."""
     store = tmp_path / "s.db"
-    with SQLiteStore(store):
-        pass
+    SQLiteStore(store).close()  # an empty store: its id is made now
     blank = tmp_path / "blank.db"
     blank.write_bytes(store.read_bytes())
     with SQLiteStore(store) as opened:

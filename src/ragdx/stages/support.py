@@ -29,6 +29,7 @@ supported at the same share of unsupported ones.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -55,10 +56,10 @@ TOP = 3
 #: how many (claim, evidence) answers a model keeps
 REMEMBERED = 64
 
-# a word that negates (as the lexical checker reads one), and a few that negate by their meaning
-_NEGATION = re.compile(r"\b(not|no|never|cannot|can't|won't|isn't|aren't|doesn't|don't|didn't|wasn't|weren't|"
-                       r"shouldn't|mustn't|couldn't|wouldn't|hasn't|haven't|nothing|neither|nor|without|"
-                       r"unable|impossible|(?-i:none|None(?= of\b)))\b", re.IGNORECASE)
+# a word that negates, or a contraction that does ("doesn't", "needn't"); "None" is Python's value
+# unless it opens "None of ..."
+_NEGATION = re.compile(r"\b(?:not|no|never|cannot|nothing|neither|nor|without|unable|impossible|"
+                       r"(?-i:none|None(?= of\b)))\b|n't\b", re.IGNORECASE)
 # words that widen a claim's scope when the evidence does not have them
 _BROAD = frozenset({"all", "always", "every", "everywhere", "any", "anything", "anyone", "guaranteed",
                     "unlimited", "never", "everyone", "anywhere", "whatever", "whenever", "entire", "only"})
@@ -125,13 +126,18 @@ def _stems(text: str) -> frozenset[str]:
 
 
 def _negations(text: str) -> int:
-    return len(_NEGATION.findall(text)) + len(re.findall(r"n't\b", text)) - len(re.findall(
-        r"\b(?:can't|won't|isn't|aren't|doesn't|don't|didn't|wasn't|weren't|shouldn't|mustn't|couldn't|wouldn't|"
-        r"hasn't|haven't)\b", text, re.IGNORECASE))
+    return len(_NEGATION.findall(text))
 
 
 def _words(text: str) -> frozenset[str]:
     return frozenset(re.findall(r"[a-z]+", text.lower()))
+
+
+@functools.lru_cache(maxsize=16)
+def _evidence_facts(evidence: str) -> tuple[frozenset[str], frozenset[str], str]:
+    """The whole evidence's words, names and lower-cased text: read once per claim, not once per
+    premise (a context of many units is the longest text a claim is read against)."""
+    return _words(evidence), _names(evidence), evidence.lower()
 
 
 #: the fewest content words of a paragraph without a statement (a sentence without its final stop,
@@ -206,11 +212,11 @@ def features(claim: str, premise: Premise, evidence: str) -> list[float]:
         evidence: the whole evidence text (where a name is looked for too).
     """
     wanted, have = _stems(claim), _stems(premise.text)
-    claim_words, premise_words, evidence_words = _words(claim), _words(premise.text), _words(evidence)
+    claim_words, premise_words = _words(claim), _words(premise.text)
+    evidence_words, evidence_names, lower_evidence = _evidence_facts(evidence)
     n = max(1, len(wanted))
     numbers, names = _numbers(claim), _names(claim)
-    premise_names, evidence_names = _names(premise.text), _names(evidence)
-    lower_premise, lower_evidence = premise.text.lower(), evidence.lower()
+    premise_names, lower_premise = _names(premise.text), premise.text.lower()
     claim_stems, premise_stems = {stem(w) for w in claim_words}, {stem(w) for w in premise_words}
     antonym = any(_OPPOSITE.get(w, frozenset()) & premise_stems for w in claim_stems - premise_stems)
     broadened = bool({w for w in claim_words & _BROAD} - evidence_words)
