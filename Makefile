@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 CORE ?= .venv-core
-EXTRAS ?= test,parity,pdf,dense,onnx,models,quantize,ann,pg,dask,haystack,langchain,openinference,datasets,serve,local
+EXTRAS ?= test,parity,pdf,dense,onnx,models,quantize,ann,pg,dask,haystack,langchain,llamaindex,openinference,datasets,serve,local
 PYTEST_ARGS ?=
 
 .PHONY: demo test test-core test-full bench clean pg pg-stop

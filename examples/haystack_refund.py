@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from haystack.components.retrievers.in_memory import (  # noqa: E402
 from haystack.document_stores.in_memory import InMemoryDocumentStore  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refund_standin import abstained, queries, query_for, refund_sources, stand_in_answer  # noqa: E402
+from refund_standin import example_main, queries, query_for, refund_sources, stand_in_answer  # noqa: E402
 
 from ragdx.testing.encoders import HashingEncoder  # noqa: E402
 
@@ -49,7 +48,6 @@ FAULTS = {
     "distract": "the generator answers from another document",
     "miscite": "the generator cites the wrong document",
 }
-STAGES = {"status": "governance", "cut": "context"}  # the components the tracer cannot recognise by class
 
 
 @component
@@ -169,8 +167,7 @@ def run(out: Path, fault: str | None = None, *, chunks: bool = True) -> Path:
     pipe = build(store, fault)
     traces = out / "traces.jsonl"
     traces.unlink(missing_ok=True)
-    tracer = RagdxTracer(traces, pipeline=pipe, stages=STAGES, abstained=abstained,
-                         chunks=store.filter_documents if chunks else None)
+    tracer = RagdxTracer(traces, pipeline=pipe, chunks=store.filter_documents if chunks else None)
     tracing.enable_tracing(tracer)
     try:
         for query in queries():
@@ -181,19 +178,5 @@ def run(out: Path, fault: str | None = None, *, chunks: bool = True) -> Path:
     return traces
 
 
-def main(argv: list[str]) -> int:
-    from ragdx.cli import main as ragdx
-    from ragdx import example_dir
-    fault = argv[argv.index("--fault") + 1] if "--fault" in argv else None
-    if fault is not None and fault not in FAULTS:
-        print(f"--fault must be one of {', '.join(FAULTS)}", file=sys.stderr)
-        return 2
-    args = [a for a in argv if a != "--fault" and a != fault]
-    out = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="ragdx-haystack-"))
-    traces = run(out, fault)
-    return ragdx(["diagnose", "--traces", str(traces), "--queries", str(example_dir() / "queries.jsonl"),
-                  "--store", str(out / "store.db"), "--out", str(out / "diagnosis")])
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(example_main(sys.argv[1:], FAULTS, run, "haystack"))

@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 import re
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from langchain_text_splitters import RecursiveCharacterTextSplitter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from refund_standin import abstained, queries, query_for, refund_sources, stand_in_answer  # noqa: E402
+from refund_standin import example_main, queries, query_for, refund_sources, stand_in_answer  # noqa: E402
 
 from ragdx.testing.encoders import HashingEncoder  # noqa: E402
 
@@ -52,7 +51,6 @@ FAULTS = {
     "distract": "the model answers from another document",
     "miscite": "the model cites the wrong document",
 }
-STAGES = {"fusion_cut": "fusion", "status_filter": "governance", "context_cut": "context"}
 _WORD = re.compile(r"\w+")
 
 
@@ -181,7 +179,7 @@ def run(out: Path, fault: str | None = None, *, chunks: bool = True) -> Path:
     chain = build(pieces, fault)
     traces = out / "traces.jsonl"
     traces.unlink(missing_ok=True)
-    handler = RagdxCallbackHandler(traces, stages=STAGES, abstained=abstained, chunks=pieces if chunks else None)
+    handler = RagdxCallbackHandler(traces, chunks=pieces if chunks else None)
     for query in queries():
         ask(chain, query, {"callbacks": [handler]})
     return traces
@@ -193,19 +191,5 @@ def ask(chain, query: dict, config: dict | None = None) -> Any:
     return chain.invoke({"question": query["question"], "groups": query["principal"]["groups"]}, config=config)
 
 
-def main(argv: list[str]) -> int:
-    from ragdx import example_dir
-    from ragdx.cli import main as ragdx
-    fault = argv[argv.index("--fault") + 1] if "--fault" in argv else None
-    if fault is not None and fault not in FAULTS:
-        print(f"--fault must be one of {', '.join(FAULTS)}", file=sys.stderr)
-        return 2
-    args = [a for a in argv if a not in ("--fault", fault)]
-    out = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix="ragdx-langchain-"))
-    traces = run(out, fault)
-    return ragdx(["diagnose", "--traces", str(traces), "--queries", str(example_dir() / "queries.jsonl"),
-                  "--store", str(out / "store.db"), "--out", str(out / "diagnosis")])
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(example_main(sys.argv[1:], FAULTS, run, "langchain"))

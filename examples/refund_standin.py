@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ragdx import SQLiteStore, build_ingestor, example_dir, load_settings
 
@@ -98,3 +100,18 @@ def stand_in_answer(query: dict, context: Sequence[tuple[str, str]], fault: str 
 def abstained(text: str) -> bool:
     """Whether a stand-in answer is an abstention."""
     return text == ABSTAIN
+
+
+def example_main(argv: list[str], faults: dict[str, str], run: Callable[..., Path], system: str) -> int:
+    """An example's command line: ``OUT_FOLDER`` (default a new temporary folder) and ``--fault
+    NAME``; run the example, then ``ragdx diagnose`` its traces against the bundled questions."""
+    from ragdx.cli import main as ragdx
+    fault = argv[argv.index("--fault") + 1] if "--fault" in argv else None
+    if fault is not None and fault not in faults:
+        print(f"--fault must be one of {', '.join(faults)}", file=sys.stderr)
+        return 2
+    args = [a for a in argv if a not in ("--fault", fault)]
+    out = Path(args[0]) if args else Path(tempfile.mkdtemp(prefix=f"ragdx-{system}-"))
+    traces = run(out, fault)
+    return ragdx(["diagnose", "--traces", str(traces), "--queries", str(example_dir() / "queries.jsonl"),
+                  "--store", str(out / "store.db"), "--out", str(out / "diagnosis")])

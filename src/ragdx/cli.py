@@ -791,11 +791,13 @@ def _args_diagnose(sub: argparse._SubParsersAction) -> None:
                    default="auto", help="the traces' format (default: detected from the first line; a RAGAS or "
                    "DeepEval dataset's retrieved contexts and response are read as retrieval, then generation)")
     p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
-                   help="for spans: the stage kind of a component's span, e.g. DocumentJoiner=fusion (repeatable)")
+                   help="for spans: the stage kind of a component's span, over what ragdx reads from its name and "
+                   "what it did, e.g. MyStep=governance (repeatable)")
     p.add_argument("--system", help="the imported system's name, for the report (default: what the traces say)")
-    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention "
-                   "(spans do not say whether the system abstained), e.g. \"^I don't know\"")
-    p.add_argument("--chunks", help="the system's chunks (JSONL items: id, doc, text), for traces that do not "
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention too "
+                   "(an empty answer, or one that opens as a refusal does, \"I don't know\", always is)")
+    p.add_argument("--chunks", help="the system's chunks (JSONL: items id, doc, text, or the framework's own "
+                   "documents: Haystack Document, LlamaIndex TextNode, LangChain Document), for traces that do not "
                    "list them (OpenInference spans never do): a quote no chunk holds whole is a parsing loss")
     _configurable(p)
 
@@ -944,7 +946,7 @@ def _args_serve(sub: argparse._SubParsersAction) -> None:
                    "which documents' text the UI shows (repeatable; default public)")
     p.add_argument("--stage", action="append", metavar="COMPONENT=KIND",
                    help="the stage kind of a component's span, as ragdx diagnose takes it (repeatable)")
-    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention")
+    p.add_argument("--abstention", metavar="REGEX", help="an answer whose text matches is an abstention too")
     p.add_argument("--chunks", help="the system's chunks (JSONL), as ragdx diagnose takes them")
     p.add_argument("--window", type=float, default=3600.0, help="the live windows' length in seconds (default 3600)")
     p.add_argument("--settle", type=float, default=2.0, help="a trace is diagnosed this many seconds after its "

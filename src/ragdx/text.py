@@ -82,6 +82,29 @@ def unreplied(claim: str) -> str:
     return rest if rest != claim and content_terms(rest) else claim
 
 
+#: how an answer that declines opens ("I don't know", "I cannot answer that", "There is not enough
+#: information in the context", "The provided documents do not contain ...", "Sorry, I can't ..."):
+#: what an LLM-based system says when it abstains
+_ABSTENTION = re.compile(
+    r"^\W*(?:(?:i'?m\s+)?sorry,?\s+(?:but\s+)?)?"
+    r"(?:i\s+(?:do\s+not|don['\u2019]?t|cannot|can['\u2019]?t|can\s+not|could\s+not|couldn['\u2019]?t|am\s+unable\s+to|"
+    r"am\s+not\s+able\s+to|['\u2019]m\s+(?:unable|not\s+able)\s+to|have\s+no|don['\u2019]?t\s+have)\s+"
+    r"(?:know|answer|tell|say|find|determine|have\s+(?:enough|that|this|the)|(?:enough\s+)?information)"
+    r"|(?:there\s+is|there['\u2019]s|i\s+have)\s+(?:not\s+enough|no|insufficient)\s+(?:information|context|data)"
+    r"|(?:the\s+)?(?:provided\s+|given\s+)?(?:context|sources?|documents?|passages?)\s+(?:do(?:es)?\s+not|"
+    r"don['\u2019]?t|doesn['\u2019]?t)\s+(?:contain|provide|include|have)\s+(?:enough|sufficient|any|the)?\s*"
+    r"(?:information|answer|details)"
+    r"|(?:not\s+enough|insufficient|no)\s+information\b|no\s+answer\b|unknown\W*$)", re.IGNORECASE)
+
+
+def is_abstention(answer: str) -> bool:
+    """Whether an answer declines to answer: it is empty, or opens as a refusal does ("I don't
+    know: ...", "Sorry, I cannot answer that.", "The provided context does not contain enough
+    information ..."). An answer that states something first ("No. The context does not say ..."
+    is a reply) is no abstention."""
+    return not answer.strip() or _ABSTENTION.match(answer) is not None
+
+
 def content_terms(text: str) -> list[str]:
     """Lower-cased words of a text, stopwords removed, in order, each once. A version or decimal
     number is one term; a clitic is not a term of its own ("Python's" is ``python``, not

@@ -107,10 +107,13 @@ def test_spans_diagnosed_through_the_cli(tmp_path, capsys):
     assert "index version" not in html and "seed" not in html and "? of ?" not in html
     assert 'data-stage="rerank"' not in html and 'data-stage="fusion"' in html  # the system has no reranker
     assert "complete@rerank" not in html and "complete@fusion" in html
-    # without the mapping the cut is not a stage: the context is the prompt builder's (none here)
+    # without the mapping the cut is the context all the same: its name says so (issue 50)
     assert main(["diagnose", "--traces", str(tmp_path / "s.jsonl"), "--queries", str(tmp_path / "q.jsonl"),
                  "--out", str(tmp_path / "o2")]) == 0
-    assert "Cut" not in json.loads((tmp_path / "o2" / "diagnosis.jsonl").read_text())["stages"]
+    again = json.loads((tmp_path / "o2" / "diagnosis.jsonl").read_text())
+    assert (again["outcome"], again["first_failure"], again["lost"]) == (row["outcome"], row["first_failure"],
+                                                                         row["lost"])
+    assert again["stages"]["Cut"] == {"groups_present": [0], "kind": "context"}
 
 
 def test_spans_without_a_query_id_are_reported_and_a_bad_mapping_exits_2(tmp_path, capsys):

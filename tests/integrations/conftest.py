@@ -106,18 +106,19 @@ def runner(module, name: str, tmp_path_factory):
     return get
 
 
-def check_openinference(adapter: dict, otlp: Path, phoenix: Path, tmp_path: Path, stages: list[str], system: str,
+def check_openinference(adapter: dict, otlp: Path, phoenix: Path, tmp_path: Path, system: str,
                         fault: str | None) -> None:
-    """The spans (OTLP/JSON, with the chunks for --chunks) give the adapter's diagnoses; without a
+    """The spans as the instrumentor wrote them (OTLP/JSON, with the chunks for --chunks), read
+    with no --stage or --abstention flag, give the directly captured run's diagnoses; without a
     fault, Phoenix's JSON gives the same as OTLP's."""
     chunks = ["--chunks", str(otlp.parent / "chunks.jsonl")]
-    from_otlp = diagnose(otlp, otlp.parent / "store.db", tmp_path / "d1", *stages, *chunks)
+    from_otlp = diagnose(otlp, otlp.parent / "store.db", tmp_path / "d1", *chunks)
     different = {q: (key(adapter[q]), key(d)) for q, d in from_otlp.items() if key(adapter[q]) != key(d)}
     assert different == {}
     report = (tmp_path / "d1" / "report.html").read_text()
     assert f"<title>{system}: ragdx diagnosis of imported traces</title>" in report
     if fault is None:
-        from_phoenix = diagnose(phoenix, otlp.parent / "store.db", tmp_path / "d2", *stages, *chunks)
+        from_phoenix = diagnose(phoenix, otlp.parent / "store.db", tmp_path / "d2", *chunks)
         assert {q: key(d) for q, d in from_phoenix.items()} == {q: key(d) for q, d in from_otlp.items()}
 
 

@@ -8,7 +8,8 @@ import pytest
 
 
 @pytest.mark.parametrize("module, hidden, extra", [("ragdx.integrations.haystack", "haystack", "haystack"),
-                                                   ("ragdx.integrations.langchain", "langchain_core", "langchain")])
+                                                   ("ragdx.integrations.langchain", "langchain_core", "langchain"),
+                                                   ("ragdx.integrations.llamaindex", "llama_index", "llamaindex")])
 def test_a_missing_framework_names_the_extra(module, hidden, extra):
     code = (f"import sys; sys.modules[{hidden!r}] = None\n"
             "from ragdx.errors import MissingExtraError\n"

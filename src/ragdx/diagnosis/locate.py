@@ -19,7 +19,8 @@ alternative lies in a listed document and is held whole by no single chunk is lo
 An answer whose claims carry no verdicts is checked here, with a support checker (ragdx's
 lexical one by default): a claim that cites units against those units, an uncited claim against
 each unit of the context. An answer that cannot be checked (its context has no text) is never
-``supported``: it is ``unverified``.
+``supported``: it is ``unverified``. A trace without an answer (an import that lost the
+generator's span) is ``no_answer``, at ``generation`` when no evidence was lost before.
 
 A required group counts as used by the answer only when a claim states it: the claim's support
 (where in its cited units it rests: recorded by ragdx's verifier or the trace, else located here
@@ -57,7 +58,7 @@ STATED_NOT = "in the context and in a cited unit, but no claim states it"
 SUPPORTED, INCOMPLETE, UNSUPPORTED = Outcome.SUPPORTED, Outcome.INCOMPLETE, Outcome.UNSUPPORTED
 WRONG_ABSTENTION, CORRECT_ABSTENTION = Outcome.WRONG_ABSTENTION, Outcome.CORRECT_ABSTENTION
 HALLUCINATION, LEAK, STALE = Outcome.HALLUCINATION, Outcome.LEAK, Outcome.STALE
-UNVERIFIED = Outcome.UNVERIFIED
+UNVERIFIED, NO_ANSWER = Outcome.UNVERIFIED, Outcome.NO_ANSWER
 
 
 @dataclass(frozen=True, slots=True)
@@ -408,6 +409,9 @@ class Diagnoser:
 
         context = next((s for s in reversed(trace.stages) if s.kind is StageKind.CONTEXT), None)
         answer, notes = self.check_answer(trace.answer, context)
+        if trace.answer is None:
+            notes.insert(0, _NO_ANSWER_NOTE.format(stages=", ".join(f"{s.name} ({s.kind.value})" for s in trace.stages)
+                                                   or "none"))
         outcome, failed_at, extra = self._outcome(query, by_group, context, answer, lost)
         for loss in extra:
             lost.setdefault(loss.group, loss)
@@ -523,8 +527,8 @@ class Diagnoser:
         cited = [u for u in units if u.id in cited_ids or cited_ids & set(u.aliases)]
         if any(not u.readable for u in units) or any(not u.readable for u in cited):
             return LEAK, StageKind.GOVERNANCE, ()
-        if answer is None:
-            return (INCOMPLETE if lost else SUPPORTED), None, ()
+        if answer is None:  # never a success: the evidence may be complete, but nothing used it
+            return NO_ANSWER, None if lost else StageKind.GENERATION, ()
         if not query.answerable:
             return (CORRECT_ABSTENTION, None, ()) if answer.abstained else (HALLUCINATION, StageKind.GENERATION, ())
         if any(not u.current for u in cited) or any(not u.current for u in units):
@@ -590,6 +594,9 @@ class Diagnoser:
             return "Nothing was lost: every required group reached the context and the answer is supported."
         if outcome == CORRECT_ABSTENTION:
             return "The system correctly abstained."
+        if outcome == NO_ANSWER and stage is StageKind.GENERATION:
+            return ("The trace holds no answer: if the generator's span is recorded (an LLM span with its output "
+                    "messages), ragdx can judge the answer; if the generator did not run, that is the failure.")
         if outcome == UNVERIFIED:
             return ("The answer could not be checked: if the trace records the context's texts (or the "
                     "answer's citations and claim verdicts), ragdx can say whether it is supported.")
@@ -627,6 +634,8 @@ class Diagnoser:
         return text.replace("{what}", what)
 
 
+_NO_ANSWER_NOTE = ("the trace holds no answer: no generator's span (an LLM span carrying output messages, or "
+                   "an answer) was found; its stages: {stages}")
 _OWN_REACH = {
     "source": "If {what} is added to the corpus, it can be retrieved and cited.",
     "parsing": "If {what} is parsed and chunked whole, one chunk can carry it to the context.",

@@ -23,6 +23,7 @@ class Outcome(ChoiceEnum):
     LEAK = "leak"                              # content the principal may not read reached the context or answer
     STALE = "stale"                            # a superseded or expired version reached the context or a citation
     UNVERIFIED = "unverified"                  # answered, but nothing can check it (no citations, verdicts or context text)
+    NO_ANSWER = "no_answer"                    # the trace holds no answer (an import that lost the generator's span)
     NO_TRACE = "no_trace"                      # no trace was recorded or imported for the query
 
 

@@ -137,13 +137,14 @@ def _aligned(views: Sequence[tuple[int, TraceView]], store: Store, source: str
     number of spans checked."""
     texts = _StoredTexts(store)
     bad: list[str] = []
-    seen: dict[tuple, ItemView] = {}  # each item once per query, though several stages list it
+    seen: dict[tuple, ItemView] = {}  # each item checked once per query, though several stages list it
 
     def fix(item: ItemView, where: str) -> ItemView:
         key = (where.split(" stage ")[0], item.id, item.span, item.text)
         if key not in seen:
             seen[key] = check(item, where)
-        return seen[key]
+        done = seen[key]  # its span and text as checked; its rank and score are this stage's own
+        return item if done is item else replace(item, span=done.span, text=done.text)
 
     def check(item: ItemView, where: str) -> ItemView:
         span = item.span

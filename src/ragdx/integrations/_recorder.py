@@ -2,7 +2,7 @@
 as one line of ragdx's imported-trace format (docs/schemas/imported-trace.schema.json).
 
 An adapter turns each framework document into an item with
-:func:`ragdx.traces.openinference.document_item` (the same metadata mapping the OpenInference reader
+:func:`ragdx.traces.documents.document_item` (the same metadata mapping the OpenInference reader
 uses, so both give the same diagnoses), records the documents a stage received but did not
 return as ``dropped``, and, when it is given the framework's chunks, lists the chunks of every
 document the query touched as a ``parsing`` stage.
@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from ragdx.traces.openinference import document_item
+from ragdx.traces.documents import document_item
 from ragdx.errors import InputError
 from ragdx.types import StageKind
 

@@ -6,16 +6,17 @@
     from haystack import tracing
     from ragdx.integrations.haystack import RagdxTracer
 
-    tracer = RagdxTracer("traces.jsonl", pipeline=pipe, stages={"status": "governance", "cut": "context"},
-                         chunks=document_store.filter_documents)
+    tracer = RagdxTracer("traces.jsonl", pipeline=pipe, chunks=document_store.filter_documents)
     tracing.enable_tracing(tracer)
     with tracer.query("q-refund-35d"):
         pipe.run({...})
 
 Each component run becomes a stage, by the ``stages`` mapping (component name or class name ->
 stage kind) or by its class: a ``...Retriever`` is a retrieval channel, a ``DocumentJoiner`` is
-fusion, a ``...Ranker`` is rerank, a prompt builder is the context (unless another component
-is), a ``...Generator`` gives the answer (its ``replies`` and token ``usage``). A stage's items
+fusion, a ``...Ranker`` is rerank, a component that passes documents on is what its name or
+class says (:func:`ragdx.traces.documents.kind_by_name`: a "status" filter is governance, a
+"cut" the context), a prompt builder is the context (unless another component is), a
+``...Generator`` gives the answer (its ``replies`` and token ``usage``). A stage's items
 are the ``documents`` it returns; the documents it received but did not return are dropped
 (a joiner's or ranker's cut, a filter's removals), with the component's ``top_k`` in the
 reason. With ``deeper=N`` and the pipeline, a retriever is run a second time with ``top_k=N``
@@ -33,6 +34,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from ragdx.errors import MissingExtraError
 from ragdx.integrations import _recorder
 from ragdx.integrations._recorder import TraceRecorder, item_of, kinds, ranked
+from ragdx.text import is_abstention
+from ragdx.traces.documents import kind_by_name
 from ragdx.types import StageKind
 
 try:
@@ -105,7 +108,8 @@ class RagdxTracer(_tracing.Tracer):
         stages: component name (or class name) -> stage kind, over the defaults.
         chunks: the framework's chunks, or a callable returning them (the parsing stage).
         deeper: run each retriever again with this ``top_k`` to record what its cut dropped (0: no).
-        abstained: says whether an answer text is an abstention (default: never).
+        abstained: says whether an answer text is an abstention (default: it is empty or opens as a
+            refusal does, :func:`ragdx.text.is_abstention`).
         system: the system's name in the report.
     """
 
@@ -114,7 +118,7 @@ class RagdxTracer(_tracing.Tracer):
                  abstained: Callable[[str], bool] | None = None, system: str = "haystack") -> None:
         self.recorder = TraceRecorder(path, system, document_to_item, chunks=chunks, chunker="DocumentSplitter")
         self.pipeline, self.stages, self.deeper = pipeline, kinds(stages), deeper
-        self.abstained = abstained or (lambda text: False)
+        self.abstained = abstained or is_abstention
         self._current: _Span | None = None
         self._paused = False
         self._builders: list[tuple[str, list[dict], float]] = []
@@ -148,7 +152,7 @@ class RagdxTracer(_tracing.Tracer):
     def current_span(self) -> _Span | None:
         return self._current
 
-    def _kind(self, name: str, cls: str, output: Any) -> StageKind | None:
+    def _kind(self, name: str, cls: str, inputs: Any, output: Any) -> StageKind | None:
         if name in self.stages or cls in self.stages:
             return self.stages.get(name) or self.stages[cls]
         if cls.endswith("Retriever"):
@@ -159,6 +163,8 @@ class RagdxTracer(_tracing.Tracer):
             return StageKind.RERANK
         if "Generator" in cls or isinstance(output, Mapping) and "replies" in output:
             return StageKind.GENERATION
+        if _documents(inputs) is not None and _documents(output) is not None:  # it passes documents on
+            return kind_by_name(name) or kind_by_name(cls)
         return None
 
     def _component(self, tags: dict[str, Any], seconds: float) -> None:
@@ -168,7 +174,7 @@ class RagdxTracer(_tracing.Tracer):
             # what a prompt builder is given is the context
             self._builders.append((name, ranked(_documents(inputs) or [], document_to_item), seconds))
             return
-        kind = self._kind(name, cls, output)
+        kind = self._kind(name, cls, inputs, output)
         if kind is None:
             return
         if kind is StageKind.GENERATION:

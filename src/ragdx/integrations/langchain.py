@@ -5,14 +5,15 @@
 
     from ragdx.integrations.langchain import RagdxCallbackHandler
 
-    handler = RagdxCallbackHandler("traces.jsonl", stages={"status_filter": "governance",
-                                                           "context_cut": "context"}, chunks=chunks)
+    handler = RagdxCallbackHandler("traces.jsonl", chunks=chunks)
     chain.invoke(inputs, config={"callbacks": [handler], "metadata": {"query_id": "q-refund-35d"}})
 
 Each top-level run (one ``invoke``) is one query, named by the ``query_id`` of the run's
 metadata. Its runs become stages: a retriever run is a retrieval channel (``fusion`` when it
 wraps other retrievers, as ``EnsembleRetriever`` does), a run named in ``stages`` (a
-``RunnableLambda``'s ``run_name``) is that stage, its items the documents it returns (as a list,
+``RunnableLambda``'s ``run_name``) is that stage, as is a run that passes documents on and whose
+name says what it is (:func:`ragdx.traces.documents.kind_by_name`: "status_filter" is governance,
+"context_cut" the context), its items the documents it returns (as a list,
 or under ``documents``) and its dropped items the documents it received but did not return; a
 chat model or LLM run gives the answer (its text, token usage, and ``claims`` with citations
 when the model puts them in its response metadata). With ``chunks`` (the text splitter's
@@ -28,6 +29,8 @@ from ragdx.traces.openinference import find_claims
 from ragdx.errors import MissingExtraError
 from ragdx.integrations import _recorder
 from ragdx.integrations._recorder import TraceRecorder, item_of, kinds, ranked
+from ragdx.text import is_abstention
+from ragdx.traces.documents import kind_by_name
 from ragdx.types import StageKind
 
 try:
@@ -81,7 +84,8 @@ class RagdxCallbackHandler(_BaseTracer):
         path: the imported-trace file (appended to).
         stages: run name -> stage kind, for the runs that are not retrievers or models.
         chunks: the splitter's chunks, or a callable returning them (the parsing stage).
-        abstained: says whether an answer text is an abstention (default: never).
+        abstained: says whether an answer text is an abstention (default: it is empty or opens as a
+            refusal does, :func:`ragdx.text.is_abstention`).
         system: the system's name in the report.
     """
 
@@ -91,7 +95,7 @@ class RagdxCallbackHandler(_BaseTracer):
         super().__init__()
         self.recorder = TraceRecorder(path, system, document_to_item, chunks=chunks, chunker="TextSplitter")
         self.stages = kinds(stages)
-        self.abstained = abstained or (lambda text: False)
+        self.abstained = abstained or is_abstention
 
     def _persist_run(self, run: Any) -> None:
         query_id = (run.extra or {}).get("metadata", {}).get("query_id")
@@ -120,6 +124,8 @@ class RagdxCallbackHandler(_BaseTracer):
         elif run.run_type in ("llm", "chat_model"):
             self._answer(run)
             return
+        elif _documents(run.inputs) is not None and _documents(run.outputs) is not None:  # it passes documents on
+            kind = kind_by_name(name)
         if kind is None:
             return
         kept = ranked(_documents(run.outputs) or [], document_to_item)

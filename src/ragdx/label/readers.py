@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 from ragdx._jsonl import Fields, iter_jsonl, loads, read_text
 from ragdx.errors import InputError, MissingExtraError
 from ragdx.queryset import MAX_QUESTION_CHARS, parse_principal
+from ragdx.text import is_abstention
 from ragdx.types import ChoiceEnum, Principal
 
 __all__ = ["DatasetFormat", "EvalCase", "EvalSet", "read_eval_set", "case_trace"]
@@ -321,7 +322,7 @@ def case_trace(case: EvalCase, system: str | None = None) -> dict[str, Any] | No
                              "stages": [{"name": "retrieved_contexts", "kind": "retrieval", "items": items},
                                         {"name": "context", "kind": "context", "items": items}]}
     if case.response is not None:
-        trace["answer"] = {"text": case.response, "abstained": not case.response.strip()}
+        trace["answer"] = {"text": case.response, "abstained": is_abstention(case.response)}
     if system:
         trace["system"] = system
     return trace

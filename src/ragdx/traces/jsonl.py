@@ -28,6 +28,8 @@ from ragdx._jsonl import Fields, loads, read_text
 from ragdx.diagnosis.evidence import BY_ID, RESOLVED, EvidenceResolver, EvidenceStatus, QueryEvidence, ResolvedAlternative
 from ragdx.diagnosis.locate import AnswerView, ClaimView, DroppedView, ItemView, StageView, TraceView
 from ragdx.errors import InputError
+from ragdx.text import is_abstention
+from ragdx.traces.documents import framework_document
 from ragdx.protocols import Store
 from ragdx.types import DropCode, Query, Span, StageKind
 
@@ -139,7 +141,8 @@ def parse_trace(obj: dict[str, Any], file: str, line: int) -> TraceView:
             claims.append(ClaimView(af.get("text", str, default=""), cited, None))
         usage = af.get("usage", dict, default={})
         uf = Fields(usage, file, line, prefix="answer.usage.")
-        answer = AnswerView(af.get("text", str, default=""), af.get("abstained", bool, default=False),
+        text, abstained = af.get("text", str, default=""), af.get("abstained", bool, default=None)
+        answer = AnswerView(text, is_abstention(text) if abstained is None else abstained,
                             tuple(claims), uf.get("prompt_tokens", int, default=0),
                             uf.get("completion_tokens", int, default=0), _seconds(uf, "cost") or 0.0,
                             _seconds(af, "seconds"))
@@ -185,9 +188,13 @@ def read_traces(path: Path) -> tuple[list[tuple[int, TraceView]], list[str]]:
     return good, bad
 
 
+_FRAMEWORK_FIELDS = frozenset({"content", "page_content", "id_", "lc"})
+
+
 def read_chunks(path: Path) -> list[ItemView]:
-    """A system's chunks, one item per line (``id``, ``doc``, and ``text`` or ``start``/``end``),
-    for ``ragdx diagnose --chunks``.
+    """A system's chunks, one item per line (``id``, ``doc``, and ``text`` or ``start``/``end``,
+    or a framework's own document: :func:`ragdx.traces.documents.framework_document`), for
+    ``ragdx diagnose --chunks``.
 
     Raises:
         InputError: naming the file, the line and the field of the first bad line.
@@ -196,9 +203,13 @@ def read_chunks(path: Path) -> list[ItemView]:
     for number, obj in json_objects(path, "chunks"):
         if isinstance(obj, InputError):
             raise obj
+        if _FRAMEWORK_FIELDS & obj.keys():  # a framework's own dump: Haystack's Document, LlamaIndex's TextNode,
+            obj = framework_document(obj) or obj  # LangChain's Document
         item = _item(obj, Fields(obj, str(path), number), "chunk", number)
         if item.doc is None:
-            raise InputError("a chunk needs its 'doc'", file=str(path), line=number, field="doc")
+            raise InputError("a chunk needs its 'doc' (or, in a framework's document, metadata naming it: "
+                             "'doc', 'doc_id', 'source', 'file_path' or 'file_name')", file=str(path), line=number,
+                             field="doc")
         out.append(item)
     return out
 

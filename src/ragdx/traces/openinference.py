@@ -22,9 +22,7 @@ that returned it. The query id is read from span metadata (``metadata.query_id``
 OpenInference's ``using_metadata`` sets it) or ``ragdx.query_id``; spans of one query in several
 traces are merged. A stage's seconds are its span's; the answer's tokens are the LLM span's.
 
-A document's metadata gives its evidence: ``doc`` (or ``doc_id``, ``source``, ``file_path``),
-``version``, ``start`` (or ``split_idx_start``, ``start_index``) and ``end`` (else start plus the
-text's length), ``status`` and ``readable``.
+A document's metadata gives its evidence (:mod:`ragdx.traces.documents`).
 
 What is read is checked (docs/formats.md, "Limits"): every OTLP level and value type and every
 OpenInference field ragdx uses, a line that fails being skipped with a message naming its path
@@ -36,7 +34,6 @@ own parent, or a cycle, is an error naming the span ids). Reading is linear in t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import re
 from dataclasses import dataclass
@@ -45,12 +42,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
 from ragdx._jsonl import loads_embedded, read_text
+from ragdx.traces.documents import document_item, kind_by_name
 from ragdx.traces.jsonl import json_objects, parse_trace, read_traces
 from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
+from ragdx.text import is_abstention
 from ragdx.types import StageKind
 
-__all__ = ["DEFAULT_STAGES", "FORMATS", "SpanRecord", "detect_format", "read_spans", "otlp_spans", "spans_to_traces",
+__all__ = ["DEFAULT_STAGES", "FORMATS", "infer_stage_kinds", "inline_claims", "SpanRecord", "detect_format", "read_spans", "otlp_spans", "spans_to_traces",
            "read_any", "parse_stage_map", "document_item", "find_claims", "check_parents", "query_id_of",
            "find_question"]
 
@@ -61,9 +60,14 @@ DEFAULT_STAGES: Mapping[str, str] = {
     "PromptBuilder": "context", "ChatPromptBuilder": "context",
 }
 _FALLBACK_CONTEXT = frozenset({"PromptBuilder", "ChatPromptBuilder"})  # the context only when no other span is
-_DOC_KEYS, _START_KEYS = ("doc", "doc_id", "source", "file_path"), ("start", "split_idx_start", "start_index")
 _HAYSTACK_DOCUMENT = re.compile(r"^Document\(id=([^,\s)]+)")
-_SUFFIX = re.compile(r"\.(run|run_async|invoke|ainvoke|_run)$")
+# LlamaIndex's node as its instrumentor writes it in a component's input or output
+_LLAMA_NODE = re.compile(r"^<?NodeWithScore\(node=\w+\(id_=(.*)\), score=([^)]*)\)>?$")
+# how LlamaIndex names a response synthesizer's entry point: its output is the answer
+_SYNTHESIZE = re.compile(r"\.a?synthesize$")
+# a span named after its component's method ("InMemoryBM25Retriever.run", "StatusFilter._postprocess_nodes",
+# "QueryFusionRetriever.retrieve"): the component is the name before it
+_SUFFIX = re.compile(r"\._*[a-z][a-z0-9_]*$")
 # the attributes ragdx checks when a span is read: those whose text is JSON (OpenInference writes
 # these as JSON strings), token counts, a document's content, ids
 _CHECKED = re.compile(r"^(?P<json>metadata|input\.value|output\.value|ragdx\.claims|ragdx\.dropped)$"
@@ -464,40 +468,6 @@ def _query_id(spans: list[SpanRecord]) -> str | None:
     return None
 
 
-def document_item(text: str | None, meta: Mapping[str, Any], doc_id: Any = None, score: Any = None) -> dict[str, Any]:
-    """An imported-trace item from a framework document's text, metadata, id and score (the one
-    mapping of metadata to evidence, shared by the span reader and the framework adapters)."""
-    meta = meta if isinstance(meta, Mapping) else {}
-    item: dict[str, Any] = {}
-    doc = next((meta[k] for k in _DOC_KEYS if isinstance(meta.get(k), str)), None)
-    start = next((meta[k] for k in _START_KEYS if isinstance(meta.get(k), int) and not isinstance(meta.get(k), bool)),
-                 None)
-    end = meta.get("end") if isinstance(meta.get("end"), int) else (
-        start + len(text) if start is not None and text else None)
-    ident = meta.get("chunk_id") or doc_id or (f"{doc}[{start}:{end}]" if doc and start is not None else None)
-    if ident is None and text is not None:
-        ident = f"{doc or 'text'}#{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-    if ident is not None:
-        item["id"] = str(ident)
-    if doc is not None:
-        item["doc"] = doc
-        if start is not None and end is not None and 0 <= start < end:
-            item |= {"start": start, "end": end}
-        if isinstance(meta.get("version"), str):
-            item["version"] = meta["version"]
-    if text is not None:
-        item["text"] = text
-    if isinstance(meta.get("rank"), int) and meta["rank"] >= 1:
-        item["rank"] = meta["rank"]
-    if isinstance(score, (int, float)) and not isinstance(score, bool):
-        item["score"] = score
-    if meta.get("status") in ("current", "superseded", "expired"):
-        item["status"] = meta["status"]
-    if isinstance(meta.get("readable"), bool):
-        item["readable"] = meta["readable"]
-    return item
-
-
 def _documents(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]]:
     """The documents OpenInference lists under ``PREFIX.N.document.*``."""
     found: dict[int, dict[str, Any]] = {}
@@ -518,9 +488,14 @@ def _value_documents(value: Any, known: Mapping[str, dict[str, Any]]) -> list[di
     (``page_content``, ``metadata``), Haystack's (``content``, ``meta``, or the text
     ``Document(id=...)``, whose text and metadata come from the span that returned it)."""
     if isinstance(value, dict):
-        for key in ("documents", "output", "input", "context"):
+        for key in ("documents", "nodes", "source_nodes", "output", "input", "context"):
             if isinstance(value.get(key), list):
                 return _value_documents(value[key], known)
+        for key in ("kwargs", "template_variables"):  # a prompt builder's variables (Haystack)
+            if isinstance(value.get(key), dict):
+                found = _value_documents(value[key], known)
+                if found is not None:
+                    return found
         return None
     if not isinstance(value, list):
         return None
@@ -531,6 +506,12 @@ def _value_documents(value: Any, known: Mapping[str, dict[str, Any]]) -> list[di
     for d in flat:
         if isinstance(d, str) and (m := _HAYSTACK_DOCUMENT.match(d)):
             out.append(dict(known.get(m.group(1)) or {"id": m.group(1)}))
+        elif isinstance(d, str) and (m := _LLAMA_NODE.match(d)):
+            item = dict(known.get(m.group(1)) or {"id": m.group(1)})
+            with contextlib.suppress(ValueError):
+                item["score"] = float(m.group(2))  # this component's score, not the retriever's
+            item.pop("rank", None)
+            out.append(item)
         elif isinstance(d, dict) and ("page_content" in d or "content" in d):
             text = d.get("page_content", d.get("content"))
             item = document_item(text if isinstance(text, str) else None, d.get("metadata") or d.get("meta") or {},
@@ -545,14 +526,17 @@ def _component(span: SpanRecord) -> str:
     return _SUFFIX.sub("", span.name)
 
 
-def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[str, str]]) -> str | None:
+def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[str, str]],
+          inner: set[tuple[str, str]] = frozenset()) -> str | None:
     given = span.attributes.get("ragdx.stage.kind")
     if isinstance(given, str):
         return given
     name = _component(span)
-    if name in stage_map:
-        return stage_map[name]
+    if name in stage_map or span.name in stage_map:
+        return stage_map.get(span.name) or stage_map[name]
     if span.kind == "RETRIEVER":
+        if _node(span) in inner:
+            return None
         return StageKind.FUSION if _node(span) in wrapping else StageKind.RETRIEVAL
     if span.kind == "RERANKER":
         return StageKind.RERANK
@@ -564,21 +548,114 @@ def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[st
     return None
 
 
-def _wrapping_retrievers(spans: list[SpanRecord]) -> set[tuple[str, str]]:
-    """The spans with a RETRIEVER span below them: each retriever's ancestors, each span visited
-    once (the parent links were checked to have no cycle)."""
-    parents: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for s in spans:
-        if s.parent_id:
-            parents.setdefault(_node(s), []).append(_node(s, s.parent_id))
-    out: set[tuple[str, str]] = set()
-    todo = [p for s in spans if s.kind == "RETRIEVER" for p in parents.get(_node(s), ())]
-    while todo:
-        node = todo.pop()
-        if node not in out:
-            out.add(node)
-            todo += parents.get(node, ())
+def _behaviour(span: SpanRecord) -> str | None:
+    """What a component did to the documents it was given, from its input and output documents:
+    ``merge`` (several lists in, one out), ``reorder`` (the same documents in another order),
+    ``shorten`` (a text cut short), ``filter`` (documents left out between kept ones, in order),
+    ``cut`` (a leading part kept), ``same`` (all kept, in order); None when its input or output holds no
+    documents, or it returns documents it was not given."""
+    value = span.attributes.get("input.value")
+    given = _value_documents(value, {})
+    kept = _value_documents(span.attributes.get("output.value"), {})
+    if given is None or kept is None or not given:
+        return None
+    raw = value.get("documents") if isinstance(value, dict) else value
+    if isinstance(raw, list) and sum(isinstance(d, list) and bool(d) for d in raw) >= 2:
+        return "merge"
+    ids_in, ids_out = [d.get("id") for d in given], [d.get("id") for d in kept]
+    if not set(ids_out) <= set(ids_in):
+        return None
+    texts = {d.get("id"): d.get("text") for d in given}
+    if any(isinstance(d.get("text"), str) and isinstance(texts.get(d.get("id")), str)
+           and len(d["text"]) < len(texts[d["id"]]) for d in kept):
+        return "shorten"
+    if ids_out == ids_in:
+        return "same"
+    if set(ids_out) == set(ids_in):
+        return "reorder"
+    order = [i for i in ids_in if i in set(ids_out)]
+    if order != ids_out:
+        return "reorder"
+    return "cut" if ids_out == ids_in[:len(ids_out)] else "filter"
+
+
+_BY_BEHAVIOUR = {"merge": StageKind.FUSION, "shorten": StageKind.CONTEXT, "filter": StageKind.GOVERNANCE,
+                 "reorder": StageKind.RERANK, "cut": StageKind.CONTEXT}  # the strongest sign first
+
+
+def infer_stage_kinds(spans: Iterable[SpanRecord], known: Mapping[str, str]) -> dict[str, str]:
+    """The stage kind of each component that passes documents on (its spans' input and output
+    both hold documents) and that neither its span kind nor ``known`` names: by its name when
+    that says what it does (:func:`~ragdx.traces.documents.kind_by_name`: "StatusFilter" is governance, "ContextCut"
+    the context), else by the strongest sign of what its spans did to the documents over the
+    whole file: several lists merged (fusion); a text shortened (the context); documents left out
+    between kept ones (governance: a filter that drops only the last documents once looks like a
+    cut then); reordered (rerank); only a leading part kept (the context). A component that never changed its
+    documents and whose name says nothing is no stage."""
+    seen: dict[str, set[str]] = {}
+    for span in spans:
+        name = _component(span)
+        if span.kind in ("RETRIEVER", "RERANKER", "LLM", "EMBEDDING", "EVALUATOR") or name in known \
+                or "ragdx.stage.kind" in span.attributes or span.parent_id is None:
+            continue
+        found = _behaviour(span)
+        if found is not None:
+            seen.setdefault(name, set()).add(found)
+    out = {}
+    for name, behaviours in seen.items():
+        hint = kind_by_name(name)
+        ranked = [b for b in _BY_BEHAVIOUR if b in behaviours]
+        kind = hint or (_BY_BEHAVIOUR[ranked[0]] if ranked else None)
+        if kind is not None:
+            out[name] = kind.value
     return out
+
+
+def _retriever_roles(spans: list[SpanRecord]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """The spans that wrap a retriever of another component (a fusion retriever, LangChain's
+    EnsembleRetriever: fusion when they are retrievers themselves), and the inner retriever
+    spans: a RETRIEVER span that lists no documents below one of the same component
+    (LlamaIndex's ``BM25Retriever._retrieve`` inside ``BM25Retriever.retrieve``), no stage of its
+    own. Linear in the spans: the parent links were checked to have no cycle, and each span is
+    visited once top-down (its nearest retriever above) and once bottom-up (the retriever
+    components below it, two at most: one that differs from its own is all it takes)."""
+    by_node = {_node(s): s for s in spans}
+    children: dict[tuple[str, str], list[SpanRecord]] = {}
+    roots = []
+    for s in spans:
+        parent = _node(s, s.parent_id) if s.parent_id else None
+        if parent is not None and parent in by_node and parent != _node(s):
+            children.setdefault(parent, []).append(s)
+        else:
+            roots.append(s)
+    order, nearest = [], {}  # parents before children; each span's nearest RETRIEVER above
+    todo = [(r, None) for r in roots]
+    while todo:
+        span, above = todo.pop()
+        order.append(span)
+        nearest[_node(span)] = above
+        below = span if span.kind == "RETRIEVER" else above
+        todo += [(c, below) for c in children.get(_node(span), ())]
+    names: dict[tuple[str, str], set[str]] = {}  # retriever components below each span (two at most)
+    wrapping: set[tuple[str, str]] = set()
+    for span in reversed(order):
+        found: set[str] = set()
+        for c in children.get(_node(span), ()):
+            found |= names.get(_node(c), set())
+            if c.kind == "RETRIEVER":
+                found.add(_component(c))
+            if len(found) >= 2:
+                break
+        names[_node(span)] = set(sorted(found)[:2])
+        if found - {_component(span)}:
+            wrapping.add(_node(span))
+    inner = {_node(s) for s in spans if s.kind == "RETRIEVER" and nearest.get(_node(s)) is not None
+             and _component(nearest[_node(s)]) == _component(s) and not _lists_documents(s)}
+    return wrapping, inner
+
+
+def _lists_documents(span: SpanRecord) -> bool:
+    return any(k.startswith("retrieval.documents.") for k in span.attributes)
 
 
 def _seconds(span: SpanRecord) -> float | None:
@@ -598,7 +675,9 @@ def _answer(span: SpanRecord) -> dict[str, Any]:
         replies = out.get("replies") if isinstance(out, dict) else None
         text = replies[0] if isinstance(replies, list) and replies and isinstance(replies[0], str) else (
             out if isinstance(out, str) else "")
-    answer: dict[str, Any] = {"text": str(text), "abstained": bool(a.get("ragdx.abstained", False)),
+    given = a.get("ragdx.abstained")
+    answer: dict[str, Any] = {"text": str(text),
+                              "abstained": given if isinstance(given, bool) else is_abstention(str(text)),
                               "usage": {"prompt_tokens": a.get("llm.token_count.prompt") or 0,  # checked when read
                                         "completion_tokens": a.get("llm.token_count.completion") or 0}}
     seconds = _seconds(span)
@@ -632,13 +711,20 @@ def find_claims(value: Any) -> list | None:
 
 def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str, system: str | None) -> dict:
     """One query's imported trace (the documented JSONL format) from its spans."""
-    spans = sorted(spans, key=lambda s: (s.start if s.start is not None else float("inf"), s.line))
-    wrapping = _wrapping_retrievers(spans)
-    kinds = {s.span_id: _kind(s, stage_map, wrapping) for s in spans}
-    if any(kinds[s.span_id] == "context" and _component(s) not in _FALLBACK_CONTEXT for s in spans):
-        for s in spans:  # a prompt builder is the context only when no other span is
-            if kinds[s.span_id] == "context" and _component(s) in _FALLBACK_CONTEXT:
-                kinds[s.span_id] = None
+    # in the order they ended: a retriever wrapping others (a fusion retriever) after them
+    spans = sorted(spans, key=lambda s: (s.end if s.end is not None else s.start if s.start is not None
+                                         else float("inf"), s.line))
+    wrapping, inner = _retriever_roles(spans)
+    kinds = {s.span_id: _kind(s, stage_map, wrapping, inner) for s in spans}
+    # a prompt builder is the context only when no other span is; the response's source nodes
+    # (LlamaIndex's query engine: what its synthesizer read) only when no prompt builder is either
+    builders = [s for s in spans if kinds[s.span_id] == "context" and _component(s) in _FALLBACK_CONTEXT]
+    responses = [s for s in spans if kinds[s.span_id] is None and _response_nodes(s)]
+    if len(builders) < sum(kinds[s.span_id] == "context" for s in spans):
+        for s in builders:
+            kinds[s.span_id] = None
+    elif not builders and responses:
+        kinds[responses[-1].span_id] = StageKind.CONTEXT
     known: dict[str, dict[str, Any]] = {}
     stages, answer, verdicts = [], None, None
     for span in spans:
@@ -692,15 +778,76 @@ def _trace(spans: list[SpanRecord], stage_map: Mapping[str, str], query_id: str,
         if not answer["claims"]:
             del answer["claims"]
         trace["answer"] = answer
+    elif (said := _answer_without_llm(spans)) is not None:
+        trace["answer"] = said
+    if "answer" in trace and "claims" not in trace["answer"]:
+        claims = inline_claims(trace["answer"]["text"], known)
+        if claims:
+            trace["answer"]["claims"] = claims
     return trace
+
+
+def _response_nodes(span: SpanRecord) -> bool:
+    """Whether a span's output is a response with its source nodes (LlamaIndex's query engine):
+    the nodes its synthesizer was given."""
+    out = span.attributes.get("output.value")
+    return isinstance(out, dict) and isinstance(out.get("source_nodes"), list) and "response" in out
+
+
+def _answer_without_llm(spans: list[SpanRecord]) -> dict[str, Any] | None:
+    """The answer of a trace without a generator's span: a response synthesizer's output
+    (LlamaIndex answers without calling its LLM when no node is left)."""
+    span = next((s for s in reversed(spans) if _SYNTHESIZE.search(s.name)
+                 and isinstance(s.attributes.get("output.value"), str)), None)
+    if span is None:
+        return None
+    text = span.attributes["output.value"]
+    answer: dict[str, Any] = {"text": text, "abstained": is_abstention(text)}
+    seconds = _seconds(span)
+    if seconds is not None:
+        answer["seconds"] = seconds
+    return answer
+
+
+# a citation written into the answer: "... of delivery [policies/refund.md#0]." or "... [a, b]"
+_CITATION = re.compile(r"\s*\[([^\[\]\n]{1,300})\]")
+_AFTER_STOP = re.compile(r"([.!?])((?:\s*\[[^\[\]\n]{1,300}\])+)")
+
+
+def inline_claims(text: str, ids: Iterable[str]) -> list[dict[str, Any]] | None:
+    """An answer's claims with the citations written into its text as the ids of the documents
+    it was given ("Refunds are accepted within 30 days [policies/refund.md#0]."), one claim per
+    statement, a citation after a statement's stop belonging to it ("... 90 days. [b]"); None when the text cites no
+    known id."""
+    from ragdx.text import is_reply, sentences
+    known = set(ids)
+
+    def cited(m: re.Match) -> list[str] | None:
+        parts = [p.strip() for p in re.split(r"[,;]", m.group(1))]
+        return parts if parts and all(p in known for p in parts) else None
+
+    if not any(cited(m) for m in _CITATION.finditer(text)):
+        return None
+    text = _AFTER_STOP.sub(lambda m: m.group(2) + m.group(1), text)  # "days. [b]" as "days [b]."
+    claims: list[dict[str, Any]] = []
+    # a citation and a stop end a statement, whatever opens the next ('... [a]. "currency": ...')
+    for sentence in (s for part in re.split(r"(?<=\][.!?])\s+", text) for s in sentences(part)):
+        marks = [c for m in _CITATION.finditer(sentence) if (c := cited(m))]
+        bare = _CITATION.sub(lambda m: "" if cited(m) else m.group(0), sentence).strip()
+        bare = re.sub(r"\s+([.,;:!?])", r"\1", bare)
+        if is_reply(bare) or not any(ch.isalnum() for ch in bare):
+            continue
+        claims.append({"text": bare, "citations": list(dict.fromkeys(c for group in marks for c in group))})
+    return claims or None
 
 
 def spans_to_traces(spans: list[SpanRecord], stage_map: Mapping[str, str] | None = None,
                     system: str | None = None, file: str = "spans") -> tuple[list[tuple[int, dict]], list[str]]:
     """Imported traces (one dict per query, with the line of its first span) from spans, and one
     message per trace that names no query id (skipped)."""
-    mapping = {**DEFAULT_STAGES, **(stage_map or {})}
     check_parents(spans, file)
+    given = {**DEFAULT_STAGES, **(stage_map or {})}
+    mapping = {**infer_stage_kinds(spans, given), **given}
     system = system or next((str(s.attributes["ragdx.system"]) for s in spans if s.attributes.get("ragdx.system")),
                             None)
     by_trace: dict[str, list[SpanRecord]] = {}
