@@ -61,7 +61,7 @@ def _component(name: str, span_id: str, given, kept, trace: str = "t1") -> dict:
 
 
 def _records(spans: list[dict]):
-    from ragdx.traces.openinference import _record, _Place
+    from ragdx.traces.spans import _Place, _record
     return [_record(s, _Place("spans", n)) for n, s in enumerate(spans, 1)]
 
 

@@ -57,7 +57,7 @@ def spans():
 
 def otlp(records):
     """The same spans as one OTLP/JSON line (attributes as key/value lists, flat keys)."""
-    from ragdx.traces.openinference import _flatten
+    from ragdx.traces.spans import _flatten
     from ragdx.testing.otlp import any_value as value
     out = []
     for r in records:

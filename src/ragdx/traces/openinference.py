@@ -1,34 +1,32 @@
-"""OpenInference spans read as imported traces (docs/integrations.md, "OpenInference").
+"""OpenInference spans as imported traces: how the frameworks' spans become stages, items and an
+answer (docs/integrations.md, "OpenInference spans"). The span files themselves are read and
+checked by :mod:`ragdx.traces.spans`.
 
-Two files are read, one JSON object per line, detected from the first line:
+A span is a stage by its OpenInference kind and what it records, with no flag to learn:
 
-- ``openinference``: one span per line, as Arize Phoenix exports spans (``name``, ``context``
-  with ``trace_id`` and ``span_id``, ``parent_id``, ``span_kind``, ``start_time``, ``end_time``,
-  ``attributes`` flat or nested) and as ``ragdx export`` writes them; a line ``{"data": [...]}``
-  (Phoenix's REST answer) holds several.
-- ``otlp``: the OpenTelemetry collector's file exporter: an OTLP/JSON request per line
-  (``resourceSpans`` > ``scopeSpans`` > ``spans``, attributes as ``{key, value}`` lists, times
-  in ``startTimeUnixNano``).
+- a RETRIEVER span is a retrieval channel, fusion when it wraps a retriever of another component
+  (LlamaIndex's ``QueryFusionRetriever``, LangChain's ``EnsembleRetriever``); one that lists no
+  documents inside one of the same component (``BM25Retriever._retrieve`` inside
+  ``BM25Retriever.retrieve``) is none; a RERANKER span is rerank (its input less its output
+  dropped);
+- a span passing documents on (its input and output both hold them: Haystack's
+  ``Document(id=...)``, LlamaIndex's ``NodeWithScore`` reprs, LangChain's documents) is the stage
+  the user's mapping (``--stage``), :data:`DEFAULT_STAGES`, its name
+  (:func:`~ragdx.traces.documents.kind_by_name`) or its behaviour over the file says
+  (:func:`infer_stage_kinds`);
+- the context is the last such stage of kind context, else a prompt builder's documents, else
+  the response's source nodes (LlamaIndex's query engine);
+- the answer is the LLM span's output (one without a prompt template), else a response
+  synthesizer's; its claims are those its output carries, else the ids it cites in its text
+  (:func:`inline_claims`); an answer that opens as a refusal does is an abstention unless the
+  span says (:func:`ragdx.text.is_abstention`).
 
-Spans become stages by their OpenInference kind: RETRIEVER -> ``retrieval`` (``fusion`` when it
-wraps other retrievers, as LangChain's EnsembleRetriever does), RERANKER -> ``rerank``, LLM ->
-the answer. Other spans (CHAIN, ...) become a stage only through the component-name mapping
-(:data:`DEFAULT_STAGES`, extended by the user: ``DocumentJoiner=fusion``); a prompt builder is
-the context only when no other span is. A stage's items are its documents: a retriever's
-``retrieval.documents``, a reranker's output (its input less its output is dropped), a mapped
-component's output documents (or its input documents when it outputs none, as a prompt builder);
-a document a later span names by id only takes its text and metadata from the retriever span
-that returned it. The query id is read from span metadata (``metadata.query_id``, as
-OpenInference's ``using_metadata`` sets it) or ``ragdx.query_id``; spans of one query in several
-traces are merged. A stage's seconds are its span's; the answer's tokens are the LLM span's.
-
-A document's metadata gives its evidence (:mod:`ragdx.traces.documents`).
-
-What is read is checked (docs/formats.md, "Limits"): every OTLP level and value type and every
-OpenInference field ragdx uses, a line that fails being skipped with a message naming its path
-(``resourceSpans[0].scopeSpans[1].spans[3].attributes[2].value.intValue``); JSON carried in an
-attribute's text at most 64 levels deep; parent links that lead to a root (a span that is its
-own parent, or a cycle, is an error naming the span ids). Reading is linear in the file.
+A stage's items are its documents; a document a later span names by id only takes its text and
+metadata from the span that returned it, each stage keeping its own rank and score. The query id
+is read from span metadata (``metadata.query_id``, as OpenInference's ``using_metadata`` sets it)
+or ``ragdx.query_id``; spans of one query in several traces are merged. A stage's seconds are its
+span's; the answer's tokens are the LLM span's. A document's metadata gives its evidence
+(:mod:`ragdx.traces.documents`).
 """
 
 from __future__ import annotations
@@ -36,17 +34,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
-from ragdx._jsonl import loads_embedded, read_text
-from ragdx.traces.documents import document_item, kind_by_name
-from ragdx.traces.jsonl import json_objects, parse_trace, read_traces
+from ragdx._jsonl import read_text
 from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
 from ragdx.text import is_abstention
+from ragdx.traces.documents import document_item, kind_by_name
+from ragdx.traces.jsonl import parse_trace, read_traces
+from ragdx.traces.spans import SpanRecord, check_parents, detect_format, otlp_spans, read_spans, span_key
 from ragdx.types import StageKind
 
 __all__ = ["DEFAULT_STAGES", "FORMATS", "infer_stage_kinds", "inline_claims", "SpanRecord", "detect_format", "read_spans", "otlp_spans", "spans_to_traces",
@@ -68,28 +65,6 @@ _SYNTHESIZE = re.compile(r"\.a?synthesize$")
 # a span named after its component's method ("InMemoryBM25Retriever.run", "StatusFilter._postprocess_nodes",
 # "QueryFusionRetriever.retrieve"): the component is the name before it
 _SUFFIX = re.compile(r"\._*[a-z][a-z0-9_]*$")
-# the attributes ragdx checks when a span is read: those whose text is JSON (OpenInference writes
-# these as JSON strings), token counts, a document's content, ids
-_CHECKED = re.compile(r"^(?P<json>metadata|input\.value|output\.value|ragdx\.claims|ragdx\.dropped)$"
-                      r"|\.document\.(?:(?P<json_>metadata)|(?P<content>content)|(?P<id>id))$"
-                      r"|^(?P<tokens>llm\.token_count\.\w+)$|^(?P<id_>ragdx\.query_id|metadata\.query_id)$")
-_INTEGER = re.compile(r"-?[0-9]{1,19}")
-_INT64, _UINT64 = 2 ** 63, 2 ** 64
-
-
-@dataclass(frozen=True, slots=True)
-class SpanRecord:
-    """One span: its ids, name, OpenInference kind, times (ns) and flat attributes."""
-
-    line: int
-    trace_id: str
-    span_id: str
-    parent_id: str | None
-    name: str
-    kind: str
-    start: float | None
-    end: float | None
-    attributes: Mapping[str, Any]
 
 
 def parse_stage_map(pairs: Iterable[str]) -> dict[str, str]:
@@ -105,322 +80,6 @@ def parse_stage_map(pairs: Iterable[str]) -> dict[str, str]:
             raise InputError(f"--stage {pair!r}: expected COMPONENT=KIND, e.g. DocumentJoiner=fusion")
         out[name.strip()] = StageKind.parse(kind.strip(), what=f"--stage {pair!r}: the kind").value
     return out
-
-
-def _flatten(value: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
-    """Nested attributes (Phoenix) as OpenInference's flat dotted keys; lists of objects indexed."""
-    if isinstance(value, Mapping):
-        for key, sub in value.items():
-            yield from _flatten(sub, f"{prefix}.{key}" if prefix else str(key))
-    elif isinstance(value, list) and any(isinstance(v, Mapping) for v in value):
-        for n, sub in enumerate(value):
-            yield from _flatten(sub, f"{prefix}.{n}")
-    else:
-        yield prefix, value
-
-
-class _Place:
-    """Where a value sits in a span file (file, line, path), to name it in an error; the path is
-    spelt only then (``resourceSpans[0].scopeSpans[1].spans[3]``)."""
-
-    __slots__ = ("file", "line", "parent", "step")
-
-    def __init__(self, file: str, line: int, parent: "_Place | None" = None, step: str | int = "") -> None:
-        self.file, self.line, self.parent, self.step = file, line, parent, step
-
-    def at(self, step: str | int) -> "_Place":
-        return _Place(self.file, self.line, self, step)
-
-    @property
-    def path(self) -> str:
-        steps, place = [], self
-        while place is not None and place.parent is not None:
-            steps.append(place.step)
-            place = place.parent
-        return "".join(f"[{s}]" if isinstance(s, int) else f".{s}" if n else s
-                       for n, s in enumerate(reversed(steps)))
-
-    def error(self, message: str) -> InputError:
-        return InputError(message, file=self.file, line=self.line, field=self.path or None)
-
-
-def _got(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _objects(value: Any, place: _Place) -> list[tuple[dict[str, Any], _Place]]:
-    """A list of JSON objects (absent or null is an empty list), each with its place."""
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise place.error(f"expected a list of objects, got {_got(value)}")
-    out = []
-    for n, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise place.at(n).error(f"expected an object, got {_got(item)}")
-        out.append((item, place.at(n)))
-    return out
-
-
-def _object(value: Any, place: _Place) -> dict[str, Any]:
-    """A JSON object (absent or null is an empty one)."""
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise place.error(f"expected an object, got {_got(value)}")
-    return value
-
-
-def _string(obj: Mapping[str, Any], key: str, place: _Place, default: str = "") -> str:
-    value = obj.get(key)
-    if value is None:
-        return default
-    if not isinstance(value, str):
-        raise place.at(key).error(f"expected a string, got {_got(value)}")
-    return value
-
-
-def _otlp_value(value: Any, place: _Place) -> Any:
-    """One OTLP ``AnyValue``, its type checked (an ``intValue`` is an integer or its decimal text)."""
-    value = _object(value, place)
-    if "stringValue" in value or "bytesValue" in value:
-        key = "stringValue" if "stringValue" in value else "bytesValue"
-        return _string(value, key, place)
-    if "boolValue" in value:
-        if not isinstance(value["boolValue"], bool):
-            raise place.at("boolValue").error(f"{_got(value['boolValue'])} is not true or false")
-        return value["boolValue"]
-    if "intValue" in value:
-        raw = value["intValue"]
-        number = raw if isinstance(raw, int) and not isinstance(raw, bool) else (
-            int(raw) if isinstance(raw, str) and _INTEGER.fullmatch(raw) else None)
-        if number is None or not -_INT64 <= number < _INT64:
-            raise place.at("intValue").error(f"{_got(raw)} is not an integer" + (
-                " of 64 bits" if number is not None else ""))
-        return number
-    if "doubleValue" in value:
-        raw = value["doubleValue"]
-        if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-            return raw
-        raise place.at("doubleValue").error(f"{_got(raw)} is not a number")
-    if "arrayValue" in value:
-        inner = place.at("arrayValue")
-        values = _object(value["arrayValue"], inner).get("values")
-        if values is None:
-            return []
-        if not isinstance(values, list):
-            raise inner.at("values").error(f"expected a list of values, got {_got(values)}")
-        return [_otlp_value(v, inner.at("values").at(n)) for n, v in enumerate(values)]
-    if "kvlistValue" in value:
-        inner = place.at("kvlistValue")
-        return _otlp_attributes(_object(value["kvlistValue"], inner).get("values"), inner.at("values"))[0]
-    return None  # an empty value (OTLP allows one)
-
-
-def _otlp_attributes(kvs: Any, place: _Place) -> tuple[dict[str, Any], dict[str, _Place]]:
-    """OTLP ``{key, value}`` pairs as a mapping, and each key's value's place in the file."""
-    out, paths = {}, {}
-    for kv, at in _objects(kvs, place):
-        key = kv.get("key")
-        if not isinstance(key, str):
-            raise at.at("key").error(f"expected a string, got {_got(key)}")
-        paths[key] = at.at("value")
-        out[key] = _otlp_value(kv.get("value"), paths[key])
-    return out, paths
-
-
-def _time(value: Any, place: _Place) -> float | None:
-    """Nanoseconds from an ISO time (Phoenix, OpenTelemetry's to_json) or a nanosecond count (OTLP)."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 20:
-        value = int(value)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if 0 <= value < _UINT64:
-            return float(value)
-        raise place.error(f"{_got(value)} is not a count of nanoseconds (0 to 2**64)")
-    if isinstance(value, str):
-        with contextlib.suppress(ValueError, OverflowError, OSError):  # not a time: said below
-            return datetime.fromisoformat(value).timestamp() * 1e9
-    raise place.error(f"{_got(value)} is not an ISO 8601 time nor a count of nanoseconds")
-
-
-def _is_id(value: Any) -> bool:
-    return isinstance(value, (str, int)) and not isinstance(value, bool)
-
-
-def _checked(attrs: dict[str, Any], where: Callable[[str], _Place]) -> dict[str, Any]:
-    """A span's attributes with the JSON some of them carry as text read (held to a line's rules),
-    and the ones ragdx reads checked: token counts are non-negative integers, a document's
-    content is text, ids are strings or integers. ``where(key)`` is the attribute's place."""
-    out = dict(attrs)
-    for key, value in attrs.items():
-        m = _CHECKED.search(key)
-        if m is None or value is None:
-            continue
-        kind = m.lastgroup.rstrip("_")  # a name a group of the pattern has twice ends in _ once
-        if kind == "json" and isinstance(value, str):
-            place = where(key)
-            value = out[key] = loads_embedded(value, file=place.file, line=place.line, field=place.path)
-            meta = value.get("query_id") if key == "metadata" and isinstance(value, dict) else None
-            if meta is not None and not _is_id(meta):
-                raise where(key).at("query_id").error(f"an id must be a string or an integer, got {_got(meta)}")
-        elif kind == "tokens" and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
-            raise where(key).error(f"{_got(value)} is not a token count (a non-negative integer)")
-        elif kind == "content" and not isinstance(value, str):
-            raise where(key).error(f"a document's content must be a string, got {_got(value)}")
-        elif kind == "id" and not _is_id(value):
-            raise where(key).error(f"an id must be a string or an integer, got {_got(value)}")
-    given = out.get("ragdx.stage.kind")
-    if given is not None and given not in {k.value for k in StageKind}:
-        raise where("ragdx.stage.kind").error(
-            f"{_got(given)} is not a stage kind (one of {', '.join(k.value for k in StageKind)})")
-    return out
-
-
-def _record(obj: Mapping[str, Any], place: _Place) -> SpanRecord:
-    context = obj.get("context")
-    if not isinstance(context, Mapping) or not context.get("span_id"):
-        raise place.at("context").error("a span needs 'context' with 'trace_id' and 'span_id'")
-    ctx = place.at("context")
-    span_id, trace_id = _string(context, "span_id", ctx), _string(context, "trace_id", ctx)
-    raw = _object(obj.get("attributes"), place.at("attributes"))
-    attrs = _checked(dict(_flatten(raw)), lambda key: place.at("attributes").at(key))
-    kind = attrs.get("openinference.span.kind") or _string(obj, "span_kind", place) or "UNKNOWN"
-    return SpanRecord(place.line, trace_id, span_id, _string(obj, "parent_id", place) or None,
-                      _string(obj, "name", place), str(kind).upper(), _time(obj.get("start_time"), place.at("start_time")),
-                      _time(obj.get("end_time"), place.at("end_time")), attrs)
-
-
-def _otlp_records(obj: Mapping[str, Any], place: _Place) -> tuple[list[SpanRecord], str | None]:
-    out, system = [], None
-    for rs, rs_at in _objects(obj.get("resourceSpans"), place.at("resourceSpans")):
-        resource_at = rs_at.at("resource")
-        resource, _ = _otlp_attributes(_object(rs.get("resource"), resource_at).get("attributes"),
-                                       resource_at.at("attributes"))
-        key = "scopeSpans" if rs.get("scopeSpans") is not None else "instrumentationLibrarySpans"
-        for ss, ss_at in _objects(rs.get(key), rs_at.at(key)):
-            scope_key = "scope" if ss.get("scope") is not None else "instrumentationLibrary"
-            scope = _string(_object(ss.get(scope_key), ss_at.at(scope_key)), "name", ss_at.at(scope_key))
-            if scope.startswith("openinference.instrumentation."):
-                system = system or scope.rsplit(".", 1)[1]
-            for span, at in _objects(ss.get("spans"), ss_at.at("spans")):
-                attrs, paths = _otlp_attributes(span.get("attributes"), at.at("attributes"))
-                attrs = _checked(attrs, paths.__getitem__)
-                out.append(SpanRecord(place.line, _string(span, "traceId", at), _string(span, "spanId", at),
-                                      _string(span, "parentSpanId", at) or None, _string(span, "name", at),
-                                      str(attrs.get("openinference.span.kind") or "UNKNOWN").upper(),
-                                      _time(span.get("startTimeUnixNano"), at.at("startTimeUnixNano")),
-                                      _time(span.get("endTimeUnixNano"), at.at("endTimeUnixNano")), attrs))
-        service = resource.get("service.name")
-        system = system or (str(service) if service not in (None, "") else None)
-    return out, system
-
-
-def otlp_spans(obj: Any, source: str, number: int = 1) -> tuple[list[SpanRecord], str | None]:
-    """The spans of one OTLP/JSON ``ExportTraceServiceRequest`` (an object, as a collector file
-    line or an OTLP/HTTP request body holds it), checked as a span file's line is, and the
-    system it names.
-
-    Raises:
-        InputError: naming ``source``, ``number`` (as the line) and the path of the bad value.
-    """
-    place = _Place(source, number)
-    if not isinstance(obj, dict) or "resourceSpans" not in obj:
-        raise InputError("not an OTLP/JSON trace request: no 'resourceSpans'", file=source, line=number)
-    return _otlp_records(obj, place)
-
-
-def detect_format(obj: Any) -> str:
-    """``otlp``, ``openinference``, ``ragas``, ``deepeval`` or ``trace``, from one parsed line."""
-    if isinstance(obj, dict):
-        if "user_input" in obj:
-            return "ragas"
-        if "input" in obj and "actual_output" in obj:
-            return "deepeval"
-        if "resourceSpans" in obj:
-            return "otlp"
-        if "context" in obj and ("span_kind" in obj or "attributes" in obj) or isinstance(obj.get("data"), list):
-            return "openinference"
-    return "trace"
-
-
-def read_spans(path: Path, format: str) -> tuple[list[SpanRecord], list[str], str | None]:
-    """Every span of a span file; one message per line that is not one (skipped); the system the
-    file names (an OpenInference instrumentation's scope, or the service)."""
-    spans, bad, system = [], [], None
-    for number, obj in json_objects(path, "spans"):
-        place = _Place(str(path), number)
-        try:
-            if isinstance(obj, InputError):
-                raise obj
-            if format == "otlp":
-                if "resourceSpans" not in obj:
-                    raise InputError("not an OTLP/JSON line: no 'resourceSpans'", file=str(path), line=number)
-                found, named = _otlp_records(obj, place)
-                spans += found
-                system = system or named
-            else:
-                many = isinstance(obj.get("data"), list)
-                for n, item in enumerate(obj["data"] if many else [obj]):
-                    at = place.at("data").at(n) if many else place
-                    if not isinstance(item, dict):
-                        raise at.error(f"a span must be a JSON object, got {_got(item)}")
-                    spans.append(_record(item, at))
-        except InputError as exc:
-            bad.append(f"{exc}; line skipped")
-    return spans, bad, system
-
-
-def _node(span: SpanRecord, span_id: str | None = None) -> tuple[str, str]:
-    return span.trace_id, span.span_id if span_id is None else span_id
-
-
-def check_parents(spans: list[SpanRecord], file: str) -> None:
-    """Refuse parent links that do not lead to a root: a span that is its own parent, or spans
-    whose parents form a cycle (followed without recursion; each span visited once).
-
-    Raises:
-        InputError: naming the file, the line of a span of the cycle and the span ids in it.
-    """
-    parents: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    first: dict[tuple[str, str], SpanRecord] = {}
-    for s in spans:
-        first.setdefault(_node(s), s)
-        if s.parent_id:
-            parents.setdefault(_node(s), []).append(_node(s, s.parent_id))
-    done: set[tuple[str, str]] = set()
-    for start in parents:
-        if start in done:
-            continue
-        path, on_path = [start], {start: 0}
-        todo = [iter(parents.get(start, ()))]
-        while todo:
-            parent = next(todo[-1], None)
-            if parent is None:
-                node = path.pop()
-                del on_path[node]
-                done.add(node)
-                todo.pop()
-                continue
-            if parent in on_path:
-                cycle = path[on_path[parent]:]
-                span = first[cycle[0]]
-                ids = [node[1] for node in cycle]
-                if len(ids) == 1:
-                    raise InputError(f"span {ids[0]!r} (trace {span.trace_id!r}) is its own parent; parent links "
-                                     "must lead to a root span", file=file, line=span.line)
-                lines = sorted({first[node].line for node in cycle})
-                raise InputError(f"the parent links of spans {' -> '.join(map(repr, ids + ids[:1]))} (trace "
-                                 f"{span.trace_id!r}, line{'s' if len(lines) > 1 else ''} "
-                                 f"{', '.join(map(str, lines))}) form a cycle; parent links must lead to a root span",
-                                 file=file, line=span.line)
-            if parent in done:
-                continue
-            on_path[parent] = len(path)
-            path.append(parent)
-            todo.append(iter(parents.get(parent, ())))
 
 
 # ---- spans to imported traces ----
@@ -535,9 +194,9 @@ def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[st
     if name in stage_map or span.name in stage_map:
         return stage_map.get(span.name) or stage_map[name]
     if span.kind == "RETRIEVER":
-        if _node(span) in inner:
+        if span_key(span) in inner:
             return None
-        return StageKind.FUSION if _node(span) in wrapping else StageKind.RETRIEVAL
+        return StageKind.FUSION if span_key(span) in wrapping else StageKind.RETRIEVAL
     if span.kind == "RERANKER":
         return StageKind.RERANK
     if span.kind == "LLM" and "llm.prompt_template" not in span.attributes and not any(
@@ -619,12 +278,12 @@ def _retriever_roles(spans: list[SpanRecord]) -> tuple[set[tuple[str, str]], set
     own. Linear in the spans: the parent links were checked to have no cycle, and each span is
     visited once top-down (its nearest retriever above) and once bottom-up (the retriever
     components below it, two at most: one that differs from its own is all it takes)."""
-    by_node = {_node(s): s for s in spans}
+    by_node = {span_key(s): s for s in spans}
     children: dict[tuple[str, str], list[SpanRecord]] = {}
     roots = []
     for s in spans:
-        parent = _node(s, s.parent_id) if s.parent_id else None
-        if parent is not None and parent in by_node and parent != _node(s):
+        parent = span_key(s, s.parent_id) if s.parent_id else None
+        if parent is not None and parent in by_node and parent != span_key(s):
             children.setdefault(parent, []).append(s)
         else:
             roots.append(s)
@@ -633,24 +292,24 @@ def _retriever_roles(spans: list[SpanRecord]) -> tuple[set[tuple[str, str]], set
     while todo:
         span, above = todo.pop()
         order.append(span)
-        nearest[_node(span)] = above
+        nearest[span_key(span)] = above
         below = span if span.kind == "RETRIEVER" else above
-        todo += [(c, below) for c in children.get(_node(span), ())]
+        todo += [(c, below) for c in children.get(span_key(span), ())]
     names: dict[tuple[str, str], set[str]] = {}  # retriever components below each span (two at most)
     wrapping: set[tuple[str, str]] = set()
     for span in reversed(order):
         found: set[str] = set()
-        for c in children.get(_node(span), ()):
-            found |= names.get(_node(c), set())
+        for c in children.get(span_key(span), ()):
+            found |= names.get(span_key(c), set())
             if c.kind == "RETRIEVER":
                 found.add(_component(c))
             if len(found) >= 2:
                 break
-        names[_node(span)] = set(sorted(found)[:2])
+        names[span_key(span)] = set(sorted(found)[:2])
         if found - {_component(span)}:
-            wrapping.add(_node(span))
-    inner = {_node(s) for s in spans if s.kind == "RETRIEVER" and nearest.get(_node(s)) is not None
-             and _component(nearest[_node(s)]) == _component(s) and not _lists_documents(s)}
+            wrapping.add(span_key(span))
+    inner = {span_key(s) for s in spans if s.kind == "RETRIEVER" and nearest.get(span_key(s)) is not None
+             and _component(nearest[span_key(s)]) == _component(s) and not _lists_documents(s)}
     return wrapping, inner
 
 
