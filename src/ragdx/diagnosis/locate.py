@@ -619,16 +619,16 @@ class Diagnoser:
         alt = by_group[loss.group][0].alternative if loss.group in by_group else None
         what = f"group {loss.group}" + (f" ({alt.doc})" if alt is not None and alt.doc else "")
         if own:
-            reach = _OWN_REACH
-        else:
-            names = {k: " or ".join(dict.fromkeys(s.name for s in (trace.stages if trace else ())
-                                                  if s.kind.value == k)) or k for k in _SYSTEM_REACH}
-            names["chunking"] = names["parsing"]
+            reach, statement = _OWN_REACH, _OWN_STATEMENT
+        else:  # the system's own stages by name ("BM25Retriever or VectorIndexRetriever")
+            names = {k: " or ".join(dict.fromkeys(s.name for s in (trace.stages if trace else ()) if s.kind is k))
+                     or k.value for k in StageKind}
             reach = {k: v.format(name=names[k], system=self.system) for k, v in _SYSTEM_REACH.items()}
+            statement = _SYSTEM_STATEMENT.format()
         if loss.stage is StageKind.PARSING and "chunk" in loss.reason and not own:
-            text = reach["chunking"]
+            text = _SYSTEM_CHUNKING.format(name=names[StageKind.PARSING])
         elif loss.stage is StageKind.GENERATION:  # a group that reached the context, but no claim states it
-            text = reach["statement"]
+            text = statement
         else:
             text = reach.get(loss.stage, "If {what} survives " + loss.stage + ", the answer can use it.")
         return text.replace("{what}", what)
@@ -636,44 +636,48 @@ class Diagnoser:
 
 _NO_ANSWER_NOTE = ("the trace holds no answer: no generator's span (an LLM span carrying output messages, or "
                    "an answer) was found; its stages: {stages}")
-_OWN_REACH = {
-    "source": "If {what} is added to the corpus, it can be retrieved and cited.",
-    "parsing": "If {what} is parsed and chunked whole, one chunk can carry it to the context.",
-    "rewrite": "If the original question is searched (or the rewrite keeps its terms), {what} is recalled again.",
-    "retrieval": "If {what} is recalled by a retrieval channel (a larger top_k, another channel or a query "
-                 "rewrite), reranking and assembly can keep it.",
-    "fusion": "If {what} survives fusion (a larger fusion.top_k), the reranker can see it.",
-    "rerank": "If {what} survives reranking (a larger rerank.top_n, or a fitted reranker), it can reach the "
-              "context.",
-    "governance": "If governance keeps {what} (check its version and access), it can reach the context.",
-    "context": "If {what} reaches the context (a larger context.budget_tokens, or a better order), the answer "
-               "can cite it.",
-    "generation": "With the evidence complete, substitute a stronger generator or the gold context (ragdx run "
-                  "--oracle context): the answer becomes supported if the generator was at fault.",
-    "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
-    "statement": "If the answer states {what} in a claim drawn from it, citing the unit that holds it, it "
-                 "becomes supported: try a stronger generator, or the gold context (ragdx run --oracle context).",
+_OWN_REACH: dict[StageKind, str] = {
+    StageKind.SOURCE: "If {what} is added to the corpus, it can be retrieved and cited.",
+    StageKind.PARSING: "If {what} is parsed and chunked whole, one chunk can carry it to the context.",
+    StageKind.REWRITE: ("If the original question is searched (or the rewrite keeps its terms), {what} is recalled "
+                        "again."),
+    StageKind.RETRIEVAL: ("If {what} is recalled by a retrieval channel (a larger top_k, another channel or a query"
+                          " rewrite), reranking and assembly can keep it."),
+    StageKind.FUSION: "If {what} survives fusion (a larger fusion.top_k), the reranker can see it.",
+    StageKind.RERANK: ("If {what} survives reranking (a larger rerank.top_n, or a fitted reranker), it can reach "
+                       "the context."),
+    StageKind.GOVERNANCE: "If governance keeps {what} (check its version and access), it can reach the context.",
+    StageKind.CONTEXT: ("If {what} reaches the context (a larger context.budget_tokens, or a better order), the "
+                        "answer can cite it."),
+    StageKind.GENERATION: ("With the evidence complete, substitute a stronger generator or the gold context (ragdx "
+                           "run --oracle context): the answer becomes supported if the generator was at fault."),
+    StageKind.CITATION: "If each claim cites the unit that supports it, the answer becomes supported.",
 }
+# why a group that reached the context is missing from the answer (loss at generation)
+_OWN_STATEMENT = ("If the answer states {what} in a claim drawn from it, citing the unit that holds it, it "
+                  "becomes supported: try a stronger generator, or the gold context (ragdx run --oracle context).")
 # an imported system's hypotheses name its own stages ({name}), never ragdx's settings
-_SYSTEM_REACH = {
-    "source": "If {{what}} is added to {system}'s corpus, it can be retrieved and cited.",
-    "parsing": "If {name} parses {{what}} whole, one chunk can carry it to the context.",
-    "chunking": "If one chunk holds {{what}} whole (chunk overlap, or larger chunks at {name}), retrieval "
-                "can return it whole.",
-    "rewrite": "If {name} keeps the question's terms, {{what}} is recalled again.",
-    "retrieval": "If {name} recalls {{what}} (a larger top_k, another channel or a query rewrite), the later "
-                 "stages can keep it.",
-    "fusion": "If {name} keeps {{what}} (a larger top_k for its fused list), the later stages can see it.",
-    "rerank": "If {name} keeps {{what}} (a larger top_k), it can reach the context.",
-    "governance": "If {name} keeps {{what}} (check its version and access filter), it can reach the context.",
-    "context": "If {{what}} reaches the context at {name} (a larger budget, or a better order), the answer can "
-               "use it.",
-    "generation": "With the evidence complete at the context, try a stronger generator, or give it the "
-                  "required evidence alone: the answer becomes supported if the generator was at fault.",
-    "citation": "If each claim cites the unit that supports it, the answer becomes supported.",
-    "statement": "If the answer states {{what}} in a claim drawn from it, citing the item that holds it, it "
-                 "becomes supported: try a stronger generator, or give it the required evidence alone.",
+_SYSTEM_REACH: dict[StageKind, str] = {
+    StageKind.SOURCE: "If {{what}} is added to {system}'s corpus, it can be retrieved and cited.",
+    StageKind.PARSING: "If {name} parses {{what}} whole, one chunk can carry it to the context.",
+    StageKind.REWRITE: "If {name} keeps the question's terms, {{what}} is recalled again.",
+    StageKind.RETRIEVAL: ("If {name} recalls {{what}} (a larger top_k, another channel or a query rewrite), the "
+                          "later stages can keep it."),
+    StageKind.FUSION: "If {name} keeps {{what}} (a larger top_k for its fused list), the later stages can see it.",
+    StageKind.RERANK: "If {name} keeps {{what}} (a larger top_k), it can reach the context.",
+    StageKind.GOVERNANCE: ("If {name} keeps {{what}} (check its version and access filter), it can reach the "
+                           "context."),
+    StageKind.CONTEXT: ("If {{what}} reaches the context at {name} (a larger budget, or a better order), the answer"
+                        " can use it."),
+    StageKind.GENERATION: ("With the evidence complete at the context, try a stronger generator, or give it the "
+                           "required evidence alone: the answer becomes supported if the generator was at fault."),
+    StageKind.CITATION: "If each claim cites the unit that supports it, the answer becomes supported.",
 }
+_SYSTEM_STATEMENT = ("If the answer states {{what}} in a claim drawn from it, citing the item that holds it, it "
+                     "becomes supported: try a stronger generator, or give it the required evidence alone.")
+# a quote that no chunk of the system holds whole
+_SYSTEM_CHUNKING = ("If one chunk holds {{what}} whole (chunk overlap, or larger chunks at {name}), retrieval "
+                    "can return it whole.")
 
 
 def _judge_filter(kind: StageKind, dropped: DroppedView, alt: ResolvedAlternative) -> str:
