@@ -6,7 +6,7 @@ Reproduce, from the repository root::
     .venv/bin/python bench/serve_load.py [--rate 200] [--seconds 60] [--kill-seconds 20]
 
 The server: ``ragdx serve`` as a subprocess on a free loopback port, with the bundled example's
-20 labelled questions (``--abstention "^I don't know"``, ``--settle 1``), no store. The load:
+20 labelled questions (``--settle 1``, ``--orphan-after 5``), no store. The load:
 :class:`ragdx.testing.otlp.Load`, one trace per request (OTLP/JSON, 4 spans: a chain, a
 retriever with scores, the context, an LLM answer with its claim; about 3 KB), paced to
 ``--rate`` from 8 threads with a kept-alive connection each; the ``n``-th trace asks question
@@ -18,7 +18,10 @@ p99), the most traces waiting for diagnosis at once (sampled every 0.5 s), how l
 load the last was diagnosed, and the peak resident memory of the server and its child processes
 together (the diagnosis process, multiprocessing's resource tracker; sampled every 0.5 s through
 the load and the drain, and compared between the first and the last 10 s of the load). Then checked: every acknowledged trace id is stored and
-diagnosed with an outcome, and none was refused.
+diagnosed with an outcome, and none was refused. Every ``--poison-every``-th trace (100: 1%) is a
+poison (:func:`ragdx.testing.otlp.poison`, three kinds in turn): a lone surrogate or a stage kind
+that does not exist must be refused (400), a parent cycle acknowledged and then set aside with its
+reason; every good trace must still be diagnosed.
 
 The crash round: a fresh server under the same load for ``--kill-seconds``; at half of it the
 server gets SIGKILL; a new server on the same folder must then hold and diagnose every trace
@@ -42,7 +45,8 @@ from ragdx.testing.otlp import Load, Server
 REPO = Path(__file__).resolve().parent.parent
 QUERIES = example_dir() / "queries.jsonl"
 LABELS = [json.loads(line) for line in QUERIES.read_text().splitlines() if line]
-ARGS = ("--queries", str(QUERIES), "--settle", "1", "--abstention", "^I don't know")
+# a trace whose root never comes (a poison's parent cycle) is diagnosed, and set aside, after 5 s
+ARGS = ("--queries", str(QUERIES), "--settle", "1", "--orphan-after", "5")
 ENV = {"PYTHONPATH": str(REPO / "src")}
 
 
@@ -62,25 +66,29 @@ def rss(pid: int) -> int:
     return total
 
 
-def check(server: Server, acknowledged: set[str], timeout: float) -> dict:
-    """Wait until every acknowledged trace is diagnosed; what was found."""
+def check(server: Server, acknowledged: set[str], timeout: float, poisoned: set[str] = frozenset()) -> dict:
+    """Wait until every acknowledged trace is diagnosed (or, a poison, set aside); what was found."""
     start = time.monotonic()
     rows = server.wait_diagnosed(len(acknowledged), timeout=timeout)
     drained = time.monotonic() - start
     stored = {r["trace_id"]: r for r in rows}
-    missing = sorted(acknowledged - set(stored))
-    undiagnosed = sorted(t for t in acknowledged if t in stored and not stored[t]["outcome"])
+    good = acknowledged - poisoned
+    missing = sorted(good - set(stored))
+    undiagnosed = sorted(t for t in good if t in stored and not stored[t]["outcome"])
+    bad = acknowledged & poisoned
     return {"stored": len(stored), "missing": missing[:20], "missing_count": len(missing),
             "undiagnosed_count": len(undiagnosed), "drain_seconds": round(drained, 2),
+            "poison_acknowledged": len(bad), "poison_set_aside": sum(1 for t in bad if t in stored
+                                                                      and stored[t].get("error")),
             "outcomes": {o: sum(1 for r in rows if r["outcome"] == o) for o in sorted({r["outcome"] for r in rows
                                                                                        if r["outcome"]})}}
 
 
-def steady(rate: float, seconds: float) -> dict:
+def steady(rate: float, seconds: float, poison_every: int = 0) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         server = Server("--data", tmp, *ARGS, env=ENV)
         try:
-            load = Load(server.url, LABELS, rate, seconds, workers=8, salt="steady")
+            load = Load(server.url, LABELS, rate, seconds, workers=8, salt="steady", poison_every=poison_every)
             samples: list[tuple[float, int, int]] = []
             done = threading.Event()
 
@@ -104,7 +112,12 @@ def steady(rate: float, seconds: float) -> dict:
             drain = time.monotonic() - start - elapsed
             done.set()
             sampler.join()
-            result = check(server, set(load.acknowledged), timeout=300) | {"drain_seconds": round(drain, 2)}
+            result = check(server, set(load.acknowledged), timeout=300, poisoned=load.poisoned) | {
+                "drain_seconds": round(drain, 2)}
+            refused_good = [t for t, _ in load.refused if t not in load.poisoned]
+            result |= {"poison_sent": len(load.poisoned), "poison_refused": sum(1 for t, code in load.refused
+                                                                                if t in load.poisoned and code == 400),
+                       "good_refused": len(refused_good)}
             latencies = sorted(load.latencies)
             return {"rate": rate, "seconds": seconds, "sent": len(load.acknowledged) + len(load.refused) + len(load.failed),
                     "acknowledged": len(load.acknowledged), "refused": len(load.refused), "failed": len(load.failed),
@@ -149,9 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=200)
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--kill-seconds", type=float, default=20)
+    p.add_argument("--poison-every", type=int, default=100, help="every n-th trace a poison (100: 1%%; 0: none)")
     p.add_argument("--out", default=str(REPO / "bench" / "results" / "serve_load.json"))
     args = p.parse_args(argv)
-    load = steady(args.rate, args.seconds)
+    load = steady(args.rate, args.seconds, args.poison_every)
     killed = crash(args.rate, args.kill_seconds)
     print(f"steady: {load['acknowledged']} of {load['sent']} traces acknowledged in {args.seconds:g} s "
           f"({load['acknowledged_per_second']}/s), refused {load['refused']}, failed {load['failed']}; "
@@ -159,14 +173,16 @@ def main(argv: list[str] | None = None) -> int:
           f"{load['most_waiting']}; last diagnosed {load['drain_seconds']} s after the load; peak RSS "
           f"{load['peak_rss_mb']} MB (first 10 s: {load['rss_mb_first_10s']} MB, last 10 s: "
           f"{load['rss_mb_last_10s_of_load']} MB); missing {load['missing_count']}, "
-          f"undiagnosed {load['undiagnosed_count']}")
+          f"undiagnosed {load['undiagnosed_count']}; poison: {load['poison_sent']} sent, {load['poison_refused']} "
+          f"refused (400), {load['poison_set_aside']} of {load['poison_acknowledged']} acknowledged set aside")
     print(f"kill -9: {killed['acknowledged_before_kill']} acknowledged before the kill, {killed['in_flight_at_kill']} "
           f"in flight; after restart missing {killed['missing_count']}, undiagnosed {killed['undiagnosed_count']}")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"steady": load, "kill": killed}, indent=2) + "\n")
     lost = load["missing_count"] + load["undiagnosed_count"] + killed["missing_count"] + killed["undiagnosed_count"]
-    return 1 if lost or load["refused"] else 0
+    spoiled = load["good_refused"] + load["poison_acknowledged"] - load["poison_set_aside"]
+    return 1 if lost or spoiled else 0
 
 
 if __name__ == "__main__":

@@ -105,3 +105,21 @@ def test_a_retriever_below_a_retriever_is_still_fusion_many_levels_down(tmp_path
         (_, view), = read_any(path)[0]
     assert [s.kind.value for s in view.stages].count("fusion") == 19_999
     assert view.stages[-1].kind.value == "retrieval" and view.stages[-1].name == "R19999"
+
+
+def test_a_span_attribute_past_its_bound_skips_the_line_naming_the_attribute(tmp_path):
+    """A document's content of 4 MiB + 1 characters: that line is skipped, with the attribute's
+    path and size; the next line is read (issue 51: a bound on span attributes)."""
+    from ragdx.traces.spans import MAX_ATTRIBUTE_CHARS
+
+    def span(n: int, content: str) -> str:
+        return json.dumps({"name": "r", "span_kind": "RETRIEVER", "context": {"trace_id": f"t{n}", "span_id": "s"},
+                           "attributes": {"openinference.span.kind": "RETRIEVER", "ragdx.query_id": "q1",
+                                          "retrieval.documents.0.document.content": content}})
+    path = tmp_path / "spans.jsonl"
+    path.write_text(span(1, "x" * (MAX_ATTRIBUTE_CHARS + 1)) + "\n" + span(2, "30 days") + "\n")
+    views, bad, _ = read_any(path)
+    assert [v.query_id for _, v in views] == ["q1"]
+    assert bad == [f"{path}:1 field 'attributes.retrieval.documents.0.document.content': 4,194,305 characters, "
+                   "more than the 4,194,304 a span attribute may hold (ragdx.traces.spans.MAX_ATTRIBUTE_CHARS); "
+                   "line skipped"]

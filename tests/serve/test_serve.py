@@ -275,3 +275,26 @@ def test_a_diagnosis_no_store_can_keep_is_set_aside_and_the_others_are_saved(tmp
     assert rows[trace_id(1)]["error"].startswith("set aside: its diagnosis could not be kept (UnicodeEncodeError")
     assert rows[trace_id(2)]["error"] is None
     assert (spool.counts()["diagnosed"], spool.counts()["set_aside"], spool.counts()["open"]) == (2, 1, 0)
+
+
+def test_poison_traces_are_refused_or_set_aside_and_every_good_one_is_diagnosed(tmp_path):
+    """The load benchmark's poisons (ragdx.testing.otlp.poison): a lone surrogate and a stage kind
+    that does not exist are refused; a parent cycle is acknowledged, then set aside with its reason
+    when its root never comes; the good traces around them are all diagnosed (issue 51)."""
+    from starlette.testclient import TestClient
+
+    from ragdx.testing.otlp import POISONS, poison
+    q = BY_ID["q-warranty-length"]
+    spec = LiveSpec(tmp_path / "data", example_dir() / "queries.jsonl", None, settle=0.05, orphan_after=0.3)
+    app, _ = build_app(ServeConfig(spec))
+    with TestClient(app, base_url="http://127.0.0.1:6006") as c:
+        codes = {kind: c.post("/v1/traces", content=poison(q, n, kind), headers=JSON_TYPE).status_code
+                 for n, kind in enumerate(POISONS, start=10)}
+        good = [c.post("/v1/traces", content=json.dumps(request(trace(q, n))).encode(), headers=JSON_TYPE)
+                for n in (1, 2, 3)]
+        assert codes == {"cycle": 200, "surrogate": 400, "kind": 400} and [r.status_code for r in good] == [200] * 3
+        rows = {r["trace_id"]: r for r in wait(c, 4)}
+        status = c.get("/api/status").json()
+    assert [rows[trace_id(n)]["outcome"] for n in (1, 2, 3)] == ["supported"] * 3
+    assert rows[trace_id(10)]["outcome"] is None and "form a cycle" in rows[trace_id(10)]["error"]
+    assert (status["diagnosed"], status["set_aside"], status["open"]) == (4, 1, 0)

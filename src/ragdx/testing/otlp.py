@@ -78,6 +78,25 @@ def trace(query: Mapping[str, Any], n: int, *, labelled: bool = True, salt: str 
                 "llm.token_count.completion": len(answer.split()), "ragdx.claims": json.dumps(claims)})]
 
 
+#: the poison traces :func:`poison` makes: what the receiver refuses (400), and what it
+#: acknowledges but no diagnosis can read (set aside with its reason)
+POISONS = ("cycle", "surrogate", "kind")
+
+
+def poison(query: Mapping[str, Any], n: int, kind: str, *, salt: str = "") -> bytes:
+    """A request body of one bad trace of question ``query``: ``cycle`` (its root's parent is its
+    last span: acknowledged, then set aside when its root never comes), ``surrogate`` (a lone
+    surrogate in the question: refused) or ``kind`` (a stage kind that does not exist: refused)."""
+    spans = trace(query, n, salt=salt)
+    if kind == "cycle":
+        spans[0]["parentSpanId"] = spans[-1]["spanId"]
+    elif kind == "kind":
+        spans[1]["attributes"].append({"key": "ragdx.stage.kind", "value": {"stringValue": "magic"}})
+    body = json.dumps(request(spans))
+    return body.replace('"input.value", "value": {"stringValue": "', '"input.value", "value": {"stringValue": "\\udfff',
+                        1).encode() if kind == "surrogate" else body.encode()
+
+
 def request(spans: Sequence[dict], service: str = "synthetic-rag") -> dict[str, Any]:
     """An OTLP/JSON ExportTraceServiceRequest holding ``spans`` (lists from :func:`trace`, joined)."""
     return {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name",
@@ -97,9 +116,12 @@ class Load:
     """
 
     def __init__(self, url: str, queries: Sequence[Mapping[str, Any]], rate: float, seconds: float, *,
-                 workers: int = 4, salt: str = "load", headers: Mapping[str, str] | None = None) -> None:
+                 workers: int = 4, salt: str = "load", headers: Mapping[str, str] | None = None,
+                 poison_every: int = 0) -> None:
         self.url, self.queries, self.rate, self.seconds = url, list(queries), rate, seconds
         self.workers, self.salt, self.headers = workers, salt, dict(headers or {})
+        self.poison_every = poison_every  # every n-th trace a poison (:func:`poison`, the kinds in turn); 0: none
+        self.poisoned: set[str] = set()
         self.acknowledged: list[str] = []
         self.refused: list[tuple[str, int]] = []
         self.failed: list[str] = []
@@ -129,8 +151,15 @@ class Load:
                 delay = start + n / self.rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                body = json.dumps(request(trace(self.queries[n % len(self.queries)], n, salt=self.salt))).encode()
-                tid, sent = trace_id(n, self.salt), time.monotonic()
+                query = self.queries[n % len(self.queries)]
+                tid = trace_id(n, self.salt)
+                if self.poison_every and n % self.poison_every == self.poison_every - 1:
+                    body = poison(query, n, POISONS[(n // self.poison_every) % len(POISONS)], salt=self.salt)
+                    with lock:
+                        self.poisoned.add(tid)
+                else:
+                    body = json.dumps(request(trace(query, n, salt=self.salt))).encode()
+                sent = time.monotonic()
                 try:
                     conn.request("POST", "/v1/traces", body, {"Content-Type": "application/json", **self.headers})
                     response = conn.getresponse()

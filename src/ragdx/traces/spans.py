@@ -33,7 +33,7 @@ from ragdx.errors import InputError
 from ragdx.traces.jsonl import json_objects
 from ragdx.types import StageKind
 
-__all__ = ["SpanRecord", "check_parents", "detect_format", "otlp_spans", "read_spans", "span_key"]
+__all__ = ["MAX_ATTRIBUTE_CHARS", "SpanRecord", "check_parents", "detect_format", "otlp_spans", "read_spans", "span_key"]
 
 # the attributes ragdx checks when a span is read: those whose text is JSON (OpenInference writes
 # these as JSON strings), token counts, a document's content, ids
@@ -41,6 +41,9 @@ _CHECKED = re.compile(r"^(?P<json>metadata|input\.value|output\.value|ragdx\.cla
                       r"|\.document\.(?:(?P<json_>metadata)|(?P<content>content)|(?P<id>id))$"
                       r"|^(?P<tokens>llm\.token_count\.\w+)$|^(?P<id_>ragdx\.query_id|metadata\.query_id)$")
 _INTEGER = re.compile(r"-?[0-9]{1,19}")
+#: the longest text one span attribute may hold (a document's content, an answer, JSON in
+#: ``output.value``): 4 MiB of characters, past any page or prompt a RAG system passes on
+MAX_ATTRIBUTE_CHARS = 4 * 1024 * 1024
 _INT64, _UINT64 = 2 ** 63, 2 ** 64
 
 
@@ -205,9 +208,13 @@ def _is_id(value: Any) -> bool:
 def _checked(attrs: dict[str, Any], where: Callable[[str], _Place]) -> dict[str, Any]:
     """A span's attributes with the JSON some of them carry as text read (held to a line's rules),
     and the ones ragdx reads checked: token counts are non-negative integers, a document's
-    content is text, ids are strings or integers. ``where(key)`` is the attribute's place."""
+    content is text, ids are strings or integers, and no text is longer than
+    :data:`MAX_ATTRIBUTE_CHARS`. ``where(key)`` is the attribute's place."""
     out = dict(attrs)
     for key, value in attrs.items():
+        if isinstance(value, str) and len(value) > MAX_ATTRIBUTE_CHARS:
+            raise where(key).error(f"{len(value):,} characters, more than the {MAX_ATTRIBUTE_CHARS:,} a span "
+                                   "attribute may hold (ragdx.traces.spans.MAX_ATTRIBUTE_CHARS)")
         m = _CHECKED.search(key)
         if m is None or value is None:
             continue
