@@ -211,3 +211,62 @@ def test_apply_refuses_a_decision_for_an_unknown_group(labelled, tmp_path: Path)
         apply_decisions(proposed, bad, tmp_path / "final.jsonl")
     assert err.value.field == "decisions.q1.w0"
     assert not (tmp_path / "final.jsonl").exists()
+
+
+RULE = {"doc": "policies/refund.md", "version": "2026-03", "quote": "Refunds are accepted within 30 days of delivery."}
+FAQ = {"doc": "help/faq.html", "version": "48333cd21df3",
+       "quote": "You can return most items for a refund up to 30 days after your order was delivered."}
+WRONG = {"doc": "policies/gift-cards.md", "version": "e3e7e4c730b8",
+         "quote": "A lost gift card can only be replaced if you still have the purchase receipt."}
+
+
+def _proposed(tmp_path: Path) -> Path:
+    """A proposed question whose one group has three places, the last a wrong one."""
+    group = [RULE, FAQ, WRONG]
+    label = {"groups": [{"claims": ["Refunds within 30 days."], "score": 0.9, "reason": "quoted",
+                         "alternatives": group}]}
+    return write(tmp_path / "proposed.jsonl", json.dumps({
+        "id": "q1", "question": "How long do I have to ask for a refund?", "answer": "30 days.",
+        "required": [group], "metadata": {"label": label}}) + "\n")
+
+
+def test_review_drops_one_wrong_place_of_a_group_in_chromium(example_store, tmp_path: Path, capsys) -> None:
+    """Each place of a group has its own drop button (the page could only reject the whole
+    group, issue 51): dropping the wrong one keeps the group's other two."""
+    proposed = _proposed(tmp_path)
+
+    def clicks(page) -> None:
+        assert page.evaluate("document.querySelectorAll(\"button[data-act='drop']\").length") == 3
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='0'][data-a='2']\").click()")
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='0'][data-a='1']\").click()")
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='0'][data-a='1']\").click()")  # kept again
+        assert page.evaluate("document.querySelectorAll('.alt.dropped').length") == 1
+        page.evaluate("document.querySelector(\"button[data-q='q1'][data-g='0'][data-act='accept']\").click()")
+
+    downloaded = _review(example_store, proposed, tmp_path, clicks)
+    assert json.loads(downloaded.read_text())["decisions"] == {"q1": {"0": {"status": "accept", "drop": [2]}}}
+    final = tmp_path / "final.jsonl"
+    assert main(["label", "--apply", str(downloaded), "--queries", str(proposed), "--out", str(final)]) == 0
+    assert capsys.readouterr().out.endswith(" written (0 groups rejected, 1 alternative dropped)\n")
+    assert json.loads(final.read_text())["required"] == [[RULE, FAQ]]
+
+
+def test_apply_drops_places_and_a_group_left_without_one_is_rejected(tmp_path: Path) -> None:
+    from ragdx.errors import InputError
+    from ragdx.report.review import apply_decisions
+    proposed = _proposed(tmp_path)
+
+    def apply(decision) -> tuple:
+        d = write(tmp_path / "d.json", json.dumps({"format": "ragdx-label-decisions", "decisions": {"q1": {"0": decision}}}))
+        counts = apply_decisions(proposed, d, tmp_path / "final.jsonl")
+        return counts, json.loads((tmp_path / "final.jsonl").read_text())
+
+    (counts, line) = apply({"status": "accept", "drop": [0, 2]})
+    assert counts == (1, 0, 2) and line["required"] == [[FAQ]] and line["answerable"] is True
+    (counts, line) = apply({"status": "accept", "drop": [0, 1, 2]})
+    assert counts == (1, 1, 3) and line["required"] == [] and line["answerable"] is False
+    for bad in ([3], "1", [True]):
+        with pytest.raises(InputError) as err:
+            apply({"status": "accept", "drop": bad})
+        assert err.value.field == "decisions.q1.0.drop"
+        assert f"'drop' must list alternatives 0 to 2, not {json.dumps(bad)}" in str(err.value)

@@ -10,7 +10,9 @@ saves ``decisions.json``::
 
 ``status`` is ``accept`` (the group as proposed), ``reject`` (the group dropped) or ``choose``
 (the group replaced by candidate ``candidate`` of its ``metadata.label.candidates``). A group
-with no decision is kept. The groups the labeller left out for scoring low beside a strong one
+with no decision is kept. Each alternative of a group has its own *drop this place*: the group's
+decision then lists them, ``{"status": "accept", "drop": [1]}`` keeps the group without its
+second alternative (a group whose every alternative is dropped is rejected). The groups the labeller left out for scoring low beside a strong one
 (``metadata.label.weak_groups``) are shown too, with their scores, under the keys ``w0``, ``w1``,
 ...: accepting one brings it back (it is added after the kept groups, in its order); one with no
 decision, or rejected, stays out. ``ragdx label --apply`` writes the final query set from the proposed
@@ -41,7 +43,18 @@ const decisions = {};
 document.querySelectorAll('button[data-act]').forEach(b => b.addEventListener('click', () => {
   const q = b.dataset.q, g = b.dataset.g, act = b.dataset.act;
   decisions[q] = decisions[q] || {};
+  if (act === 'drop') {  // one place of the group, not the group: toggled
+    const d = decisions[q][g] = decisions[q][g] || {status: 'accept'};
+    const a = Number(b.dataset.a), drop = d.drop = d.drop || [], at = drop.indexOf(a);
+    if (at < 0) drop.push(a); else drop.splice(at, 1);
+    if (!drop.length) delete d.drop;
+    b.closest('.alt').classList.toggle('dropped', at < 0);
+    b.textContent = at < 0 ? 'keep this place' : 'drop this place';
+    return;
+  }
+  const drop = act === 'accept' && decisions[q][g] ? decisions[q][g].drop : undefined;
   decisions[q][g] = act === 'choose' ? {status: 'choose', candidate: Number(b.dataset.c)} : {status: act};
+  if (drop) decisions[q][g].drop = drop;
   const box = document.getElementById(`g-${q}-${g}`);
   box.dataset.status = act;
   box.querySelector('.status').textContent = act === 'choose' ? `chose candidate ${b.dataset.c}` : act + 'ed';
@@ -58,7 +71,7 @@ _EXTRA_CSS = """
 .grp{border:1px solid #ccd;border-radius:6px;margin:.5em 0;padding:.5em}
 .grp[data-status=reject]{opacity:.5;border-color:#c33}.grp[data-status=accept]{border-color:#3a3}
 .grp[data-status=choose]{border-color:#37c}.alt{margin:.3em 0}.alt mark{background:#ffe58a}
-.ctx{color:#555;font-size:.9em;white-space:pre-wrap}.grp.weak{border-style:dashed;background:#fafafa}.review{color:#b60;font-weight:bold}
+.alt.dropped{opacity:.45;text-decoration:line-through}.ctx{color:#555;font-size:.9em;white-space:pre-wrap}.grp.weak{border-style:dashed;background:#fafafa}.review{color:#b60;font-weight:bold}
 """
 
 
@@ -81,8 +94,13 @@ def _in_context(store: Store, alt: dict[str, Any]) -> str:
             f"{_e(text[end:after])}{' …' if after < len(text) else ''}</span>")
 
 
-def _alt(store: Store, alt: dict[str, Any]) -> str:
-    return f"<div class=alt><b>{_e(alt['doc'])}</b> @ {_e(alt['version'])}<br>{_in_context(store, alt)}</div>"
+def _alt(store: Store, alt: dict[str, Any], drop: str = "") -> str:
+    """An alternative in its page's words; ``drop``: its *drop this place* button."""
+    return f"<div class=alt><b>{_e(alt['doc'])}</b> @ {_e(alt['version'])} {drop}<br>{_in_context(store, alt)}</div>"
+
+
+def _drop(qid: str, g: int, a: int) -> str:
+    return f"<button data-q='{_e(qid)}' data-g='{g}' data-a='{a}' data-act='drop'>drop this place</button>"
 
 
 def _buttons(qid: str, g: str) -> str:
@@ -111,7 +129,8 @@ def write_review(store: Store, queries: Path, out: Path) -> int:
                 f"<div class=grp id='g-{_e(qid)}-{g}' data-status=''><p>Group {g + 1} (score {group['score']:.2f}"
                 f"{', needs review' if group.get('needs_review') else ''}): claims "
                 f"{_e(' / '.join(group['claims']))}<br><small>{_e(group['reason'])}</small></p>"
-                + "".join(_alt(store, a) for a in group["alternatives"])
+                + "".join(_alt(store, a, _drop(qid, g, a_n) if len(group["alternatives"]) > 1 else "")
+                          for a_n, a in enumerate(group["alternatives"]))
                 + f"<p>{buttons}<span class=status></span></p>"
                 + (f"<details><summary>choose another ({len(others)})</summary>{choose}</details>" if others else "")
                 + "</div>")
@@ -137,9 +156,11 @@ def write_review(store: Store, queries: Path, out: Path) -> int:
 
 
 def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int, int, int]:
-    """Write the final query set: each group accepted (or left undecided) kept, rejected dropped,
-    or replaced by the candidate chosen. Returns the questions written, the groups rejected, and
-    the alternatives dropped (a rejected group's, and those a chosen candidate replaced).
+    """Write the final query set: each group accepted (or left undecided) kept less the places
+    its decision drops, rejected dropped, or replaced by the candidate chosen. Returns the
+    questions written, the groups rejected (those whose every place was dropped too), and the
+    alternatives dropped (a rejected group's, those a chosen candidate replaced, those dropped one
+    by one).
 
     Raises:
         InputError: a decisions file that is not one, or names a question, group or candidate the
@@ -186,7 +207,18 @@ def apply_decisions(queries: Path, decisions_path: Path, out: Path) -> tuple[int
                 kept.append([options[c]])
                 dropped += len(group)
             elif status == "accept":
-                kept.append(group)
+                drop = d.get("drop", [])
+                if not isinstance(drop, list) or not all(isinstance(a, int) and not isinstance(a, bool)
+                                                         and 0 <= a < len(group) for a in drop):
+                    raise InputError(f"question {qid!r} group {g}: 'drop' must list alternatives 0 to "
+                                     f"{len(group) - 1}, not {json.dumps(drop)}", file=where,
+                                     field=f"decisions.{qid}.{g}.drop")
+                left = [a for n, a in enumerate(group) if n not in set(drop)]
+                dropped += len(group) - len(left)
+                if left:
+                    kept.append(left)
+                else:
+                    rejected += 1
             else:
                 raise InputError(f"status must be 'accept', 'reject' or 'choose', not {status!r}", file=where,
                                  field=f"decisions.{qid}.{g}.status")
