@@ -81,7 +81,7 @@ def test_an_unverified_answer_is_checked_against_the_context_before_it_can_be_su
     good = diagnose(view(ctx, {"text": "Refunds are accepted within 30 days of delivery. Quality defects may be "
                                       "refunded within 90 days of delivery."}))
     assert (good.outcome, good.first_failure) == ("supported", None)
-    assert good.notes == ("the answer carried no verdicts: ragdx checked 2 claims itself with its lexical "
+    assert good.notes == ("the answer carried no verdicts: ragdx checked 2 claims itself with its learned "
                           "checker against the context (2 supported)",)
     # both groups reached the context, but the answer uses only the rule: incomplete, at generation
     half = diagnose(view(ctx, {"text": "Refunds are accepted within 30 days of delivery."}))
@@ -93,11 +93,19 @@ def test_an_unverified_answer_is_checked_against_the_context_before_it_can_be_su
     # a claim no unit supports is the generator's
     made_up = diagnose(view(ctx, {"text": "Refunds are accepted within 45 days of delivery."}))
     assert (made_up.outcome, made_up.first_failure) == ("unsupported", "generation")
-    # a claim whose words two of the three units hold between them is supported by none, and says so
-    stitched = diagnose(view(ctx, {"text": "Refunds are accepted within 30 days, and quality defects within 90 "
-                                           "days of delivery."}))
-    assert (stitched.outcome, stitched.first_failure) == ("unsupported", "generation")
-    assert [(c.supported, c.reason) for c in stitched.claims] == [
+    # a claim two of the three units state between them: the default judgement reads two statements
+    # together and cites both; the lexical checker supports it by no one unit, and says so
+    stitched = view(ctx, {"text": "Refunds are accepted within 30 days, and quality defects within 90 days of "
+                                  "delivery."})
+    together = diagnose(stitched)
+    assert (together.outcome, together.first_failure) == ("supported", None)
+    assert [c.citations for c in together.claims] == [("policies/refund.md", "policies/quality.md")]
+    assert together.claims[0].reason.startswith("supported by policies/refund.md, policies/quality.md: support ")
+    assert "(two statements together)" in together.claims[0].reason
+    from ragdx.stages.verify import LexicalChecker
+    words = Diagnoser(LexicalChecker(), system="haystack").run(QUERY, resolve_offline(QUERY), stitched)
+    assert (words.outcome, words.first_failure) == ("unsupported", "generation")
+    assert [(c.supported, c.reason) for c in words.claims] == [
         (False, "no one context unit supports it; all 3 together: 100% of the claim's content words are in the "
                 "evidence")]
 

@@ -17,8 +17,8 @@ alternative lies in a listed document and is held whole by no single chunk is lo
 ``parsing``: the reason names the chunks that hold its parts.
 
 An answer whose claims carry no verdicts is checked here, with a support checker (ragdx's
-lexical one by default): a claim that cites units against those units, an uncited claim against
-each unit of the context. An answer that cannot be checked (its context has no text) is never
+learned judgement by default, as ``ragdx diagnose``'s): a claim that cites units against those
+units, an uncited claim against the whole context. An answer that cannot be checked (its context has no text) is never
 ``supported``: it is ``unverified``. A trace without an answer (an import that lost the
 generator's span) is ``no_answer``, at ``generation`` when no evidence was lost before.
 
@@ -341,7 +341,7 @@ class Diagnoser:
 
     Args:
         checker: judges the claims a trace left unverified (``judge(claim, evidence) -> (Verdict,
-            reason)``; default ragdx's lexical checker).
+            reason)``; default ragdx's learned judgement, :class:`~ragdx.stages.verify.LearnedChecker`).
         system: the name of an imported system: its hypotheses then name the trace's own stages
             rather than ragdx's settings (``None``: ragdx's own pipeline).
     """
@@ -467,7 +467,7 @@ class Diagnoser:
             return answer, []
         everything = list(context.items) if context else []
         units = [u for u in everything if u.text]
-        checker = self.checker or _lexical()
+        checker = self.checker or _default_checker()
         checked, verdicts = [], []
         for claim in claims:
             if claim.supported is not None:
@@ -575,7 +575,7 @@ class Diagnoser:
         any short claim sharing a few of the alternative's words ("Return the item for a refund and
         place a new order instead" is no statement of "You can return most items for a refund up to
         30 days after your order was delivered"), so it reads the first alone."""
-        checker = self.checker or _lexical()
+        checker = self.checker or _default_checker()
         for alt in alts:
             text = _alternative_text(alt, units)
             if text is None:
@@ -699,9 +699,10 @@ def _parsing_reason(alt: ResolvedAlternative) -> str:
     return "no chunk covers the span"
 
 
-def _lexical() -> Any:
-    from ragdx.stages.verify import LexicalChecker
-    return LexicalChecker()
+def _default_checker() -> Any:
+    """ragdx's default support judgement (``verify.method = learned``), as ``ragdx diagnose`` uses."""
+    from ragdx.stages.verify import LearnedChecker
+    return LearnedChecker()
 
 
 def answer_claims(text: str) -> list[str]:

@@ -228,7 +228,7 @@ def diagnose_imported(traces_path: Path, queries: Sequence[Query], out: Path, st
         stage_map: for spans: component name -> stage kind (``{"DocumentJoiner": "fusion"}``),
             on top of the defaults.
         system: the imported system's name (default: what the traces say, else "imported system").
-        checker: judges the claims the traces left unverified (default ragdx's lexical checker).
+        checker: judges the claims the traces left unverified (default ragdx's learned judgement).
         chunks: a JSONL file of the system's chunks (items: ``id``, ``doc``, ``text`` or a span),
             the parsing stage of every trace that does not list its own (spans never do).
         abstention: a regular expression: an answer whose text it finds is an abstention (spans

@@ -351,16 +351,20 @@ class SupportModel:
         self._recent[key] = result
         return result
 
-    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float]) -> str:
+    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float], claim: str = "") -> str:
         """The verdict's reason in words: the probability, what it rests on, and, below the
-        threshold, the two features that weighed most against it and the closest statement."""
+        threshold, the two features that weighed most against it (the numbers and names at fault,
+        given the ``claim``) and the closest statement."""
         if premise is None:
             return "the evidence states nothing"
         head = f"support {probability:.2f} ({'two statements together' if premise.pair else 'one statement'})"
         if probability >= self.weights.threshold:
             return head
+        at_fault = {"missing_numbers": sorted(_numbers(claim) - _numbers(premise.text)),
+                    "missing_names": sorted(_names(claim) - _names(premise.text))}
         named: list[str] = []
         for _, k in sorted((v, k) for k, v in parts.items() if v < 0)[:2]:
-            if k in _REASONS and _REASONS[k] not in named:
-                named.append(_REASONS[k])
+            text = _REASONS.get(k)
+            if text is not None and not any(n.startswith(text) for n in named):
+                named.append(text + (f" ({', '.join(at_fault[k])})" if at_fault.get(k) else ""))
         return head + (f": {'; '.join(named)}" if named else "") + f" (closest: {premise.text[:160]!r})"
