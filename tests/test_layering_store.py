@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.layering import runtime_imports
+
 STORE = Path(__file__).resolve().parents[1] / "src" / "ragdx" / "store"
 #: the concern modules, lowest first: each may import only those before it
 CONCERNS = ["shards", "documents", "acl", "lexical", "staging", "schema", "embeddings", "checks"]
@@ -20,22 +22,7 @@ CONCERN_SQL = re.compile(r"\b(FROM|INTO|UPDATE|JOIN|TABLE)\s+(\{s\}\.|\{\{s\}\}\
 
 
 def _runtime_imports(path: Path) -> set[str]:
-    """The ragdx.store modules a file imports when it runs (not those under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
-                   and ast.unparse(node.test) == "TYPE_CHECKING" for n in ast.walk(node)}
-    found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "ragdx.store":
-                found.update(a.name for a in node.names)
-            elif node.module.startswith("ragdx.store."):
-                found.add(node.module.split(".")[2])
-        elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[2] for a in node.names if a.name.startswith("ragdx.store."))
-    return found
+    return runtime_imports(path, "ragdx.store")
 
 
 def _strings(path: Path) -> list[str]:
