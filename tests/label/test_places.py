@@ -216,3 +216,25 @@ def test_a_claim_said_twice_is_looked_for_once(tmp_path: Path) -> None:
     assert [(g.claims, g.places[0].text) for g in twice.groups] == [(("Gears rust in the rain.",),
                                                                      "Gears rust in the rain.")]
     assert twice.groups == once.groups
+
+
+PAYPAL = {"paypal.md": "# Refunds to PayPal\n\nA refund to PayPal is released within 2 business days of its "
+                       "approval.\n\nPayPal shows the refund in your account history.\n"}
+
+
+def test_a_place_whose_number_is_not_the_claims_needs_review(tmp_path: Path) -> None:
+    """The issue's case: "3-5 business days" proposed on "released within 2 business days" with
+    needs_review false. The support judgement finds the claim's numbers missing from its place:
+    the group needs review, and its reason says why; the same claim with the place's number does not."""
+    store = _store(tmp_path, PAYPAL)
+    question = "How long does a refund to PayPal take once it has been approved?"
+    wrong = _run(store, EvalCase(id="q1", question=question,
+                                 reference="A refund to PayPal is released within 3-5 business days of its approval."))
+    (group,) = wrong.groups
+    assert group.places[0].text == "A refund to PayPal is released within 2 business days of its approval."
+    assert group.needs_review is True
+    assert "the support judgement doubts the place states it (support " in group.reason
+    assert "a number the closest statement does not state (3, 5)" in group.reason
+    right = _run(store, EvalCase(id="q1", question=question,
+                                 reference="A refund to PayPal is released within 2 business days of its approval."))
+    assert [(g.needs_review, "doubts" in g.reason) for g in right.groups] == [(False, False)]

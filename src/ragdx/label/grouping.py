@@ -45,6 +45,24 @@ def _anchored(group: ProposedGroup) -> bool:
         _holds(text, k) for k in _code(claims) if " " in k)
 
 
+#: what weighs against a claim as a contradiction, not as other words: a negation or an opposite word
+_CONTRADICTIONS = ("negation_flip", "negation_diff", "antonym")
+_DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
+
+
+def _doubted(self: Labeller, claims: str, place: str) -> str:
+    """Why the support judgement doubts that a place states the claims: it judges them
+    unsupported, and a number the claims write in digits is not the place's, or a negation or an
+    opposite word weighs against them ("" when not: a paraphrase sharing few words is no doubt,
+    nor a number word such as "once")."""
+    probability, premise, parts = self.support.probability(claims, place)
+    numbers = set(_DIGITS.findall(claims)) - set(_DIGITS.findall(place))
+    if probability >= self.support.weights.uncertain or not (
+            numbers or any(parts.get(k, 0.0) < 0 for k in _CONTRADICTIONS)):
+        return ""
+    return f"the support judgement doubts the place states it ({self.support.reason(probability, premise, parts, claims)})"
+
+
 def _groups(self: Labeller, stated: list[tuple[ReferenceClaim, list[Place]]], named: VersionFilter
             ) -> tuple[list[ProposedGroup], list[tuple[Place, ...]]]:
     """Claims stated in one paragraph of one page made one group; each group's alternatives."""
@@ -72,6 +90,9 @@ def _groups(self: Labeller, stated: list[tuple[ReferenceClaim, list[Place]]], na
         rival = max(c.runner_up for c, _ in run)
         review = score < self.review_score or (score < 1.0 and score - rival < self.margin)
         reasons = "; ".join(dict.fromkeys(c.reason for c, _ in run))
+        doubt = _doubted(self, " ".join(c.text for c, _ in run), main.text)
+        if doubt:
+            review, reasons = True, f"{reasons}; {doubt}"
         reasons += _same_words(places_out)
         groups.append(ProposedGroup(tuple(c.text for c, _ in run), tuple(places_out), score, reasons, review))
         seen = {(p.doc, p.version, p.start) for p in places_out}

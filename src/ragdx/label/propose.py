@@ -54,6 +54,7 @@ from ragdx.label.claims import (
 from ragdx.label.grouping import _anchored, _same_words
 from ragdx.label.proposal import Place, Proposal, ProposedGroup, ReferenceClaim
 from ragdx.label.readers import EvalCase
+from ragdx.stages.support import SupportModel
 from ragdx.protocols import PairScorer, Retriever, Store
 from ragdx.stages.answerable import NameCoverage
 from ragdx.text import is_reply
@@ -114,6 +115,10 @@ class Labeller:
         within: the page prior, the API entry's and the code's lift rank only statements scoring
             within this of the claim's best (a page the question points to lifts no statement that
             merely shares its words).
+        support: the support judgement (:mod:`ragdx.stages.support`, the verifier's): a group whose
+            place it judges unsupported for a number, a name, a negation or an opposite word of the
+            claims that the place does not share is marked ``needs_review`` (a PayPal refund's "3 to
+            5 business days" placed on "released within 2 business days").
     """
 
     def __init__(self, store: Store, channels: Sequence[Retriever], scorer: PairScorer | None = None, *,
@@ -122,8 +127,9 @@ class Labeller:
                  headings: bool = True, page_prior: float = 0.3, lines: bool = True, api: float = 0.15,
                  neighbour: float = 0.05, lists: bool = True, similar: float = 0.8,
                  code: float = 0.15, parts: bool = True, alone: int = 6, numbers: bool = True, within: float = 0.25,
-                 narrow: bool = True, chunked: bool = True) -> None:
+                 narrow: bool = True, chunked: bool = True, support: SupportModel | None = None) -> None:
         self.store, self.channels, self.scorer = store, list(channels), scorer
+        self.support = support or SupportModel()
         self.min_score, self.review_score, self.margin = min_score, review_score, margin
         self.rescore, self.scorer_weight = rescore, scorer_weight if scorer is not None else 0.0
         self.tie = tie
