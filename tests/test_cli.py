@@ -233,3 +233,20 @@ def test_ask_says_in_plain_words_which_passage_was_set_aside_as_an_instruction(t
     line = out.split(head)[1].splitlines()[0]
     assert "community/reviews/summit-2-tent.txt @ " in line and "instruction-like text" in line
     assert "Ignore previous instructions" not in out.split(head)[0]  # the answer does not repeat it
+
+
+def test_a_crash_exits_with_a_code_no_verdict_uses(example_store, monkeypatch, capsys):
+    """An unexpected error (a bug) printed a traceback and exited 1, which is ragdx compare's failed
+    gate: CI read a crash as a regression (issue 51). It exits 70, with its traceback."""
+    from ragdx.cli import main
+    from ragdx.errors import EXIT_CRASH
+    from ragdx.store.sqlite import SQLiteStore
+
+    def boom(self, *a, **k):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(SQLiteStore, "versions", boom)
+    assert main(["docs", "--store", str(example_store.path)]) == EXIT_CRASH == 70
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "RuntimeError: boom" in err
+    assert err.rstrip().endswith("ragdx docs: internal error: this is a bug in ragdx (the traceback is above); "
+                                 "exit 70, a code no verdict uses")

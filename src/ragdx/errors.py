@@ -19,7 +19,8 @@ which decides the CLI's exit code:
 - :class:`ChatError` (exit 1): the chat endpoint failed after every retry.
 - :class:`BrowserError` (exit 1): the headless browser the report's test helper drives failed.
 
-Anything else that escapes is a bug in ragdx (exit 1).
+Anything else that escapes is a bug in ragdx: the CLI prints its traceback and exits 70
+(:data:`EXIT_CRASH`), a code no verdict uses (``ragdx compare``'s 1 is a failed gate).
 
 The CLI's exit codes, all of them (the constants below):
 
@@ -31,6 +32,8 @@ The CLI's exit codes, all of them (the constants below):
 | 3 (:data:`EXIT_RECHECK_CHANGED`) | ``ragdx recheck``: the answer's evidence changed or expired |
 | 4 (:data:`EXIT_FAULT`) | ``ragdx run --fault``: the worker stopped on purpose, as a crash would; stderr says where |
 | 5 (:data:`EXIT_ITEMS_FAILED`) | ``ragdx run``: the run is done or this worker's part is, and N items failed (``evidence_changed_or_expired``); stderr names each |
+| 70 (:data:`EXIT_CRASH`) | an unexpected error, a bug in ragdx: its traceback on stderr (no verdict uses 70) |
+| 130 | interrupted (Ctrl-C) |
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ EXIT_INPUT = 2
 EXIT_RECHECK_CHANGED = 3
 EXIT_FAULT = 4
 EXIT_ITEMS_FAILED = 5
+EXIT_CRASH = 70  # EX_SOFTWARE of sysexits.h
 
 
 class RagdxError(Exception):

@@ -247,7 +247,8 @@ def test_review_drops_one_wrong_place_of_a_group_in_chromium(example_store, tmp_
     assert json.loads(downloaded.read_text())["decisions"] == {"q1": {"0": {"status": "accept", "drop": [2]}}}
     final = tmp_path / "final.jsonl"
     assert main(["label", "--apply", str(downloaded), "--queries", str(proposed), "--out", str(final)]) == 0
-    assert capsys.readouterr().out.endswith(" written (0 groups rejected, 1 alternative dropped)\n")
+    assert capsys.readouterr().out.endswith("final.jsonl: 1 question written (0 groups rejected, 1 alternative "
+                                            "dropped)\n")
     assert json.loads(final.read_text())["required"] == [[RULE, FAQ]]
 
 

@@ -1,0 +1,7 @@
+"""``python -m ragdx.cli``: the ``ragdx`` command."""
+
+import sys
+
+from ragdx.cli import main
+
+sys.exit(main())
