@@ -115,9 +115,9 @@ def test_ragdx_ask_never_imports_torch(tmp_path):
 
 def test_the_rewritten_model_is_kept_in_the_cache_folder(tmp_path, monkeypatch):
     """The first load writes exact_integer's output under the model's hash; the second reads it
-    (onnx not imported again: exact_integer is not called); RAGDX_CACHE_DIR='' keeps nothing; a
-    folder that cannot be written is passed by."""
-    onnx = pytest.importorskip("onnx")
+    (onnx not imported again: exact_integer is not called); a write that fails leaves no part
+    behind; RAGDX_CACHE_DIR='' keeps nothing; a folder that cannot be written is passed by."""
+    pytest.importorskip("onnx")
     from onnx import TensorProto, helper, numpy_helper
 
     from ragdx.encoders import _session
@@ -137,9 +137,15 @@ def test_the_rewritten_model_is_kept_in_the_cache_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(_session, "exact_integer", lambda d: d)  # a model with no integer matmul
     assert _session.exact_integer_cached(plain.SerializeToString()) == plain.SerializeToString()
     assert sorted(p.stat().st_size == 0 for p in (tmp_path / "c" / "onnx").iterdir()) == [False, True]
+    monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "full"))  # a disk that fails the last step
+    def full(*_):
+        raise OSError("disk full")
+    monkeypatch.setattr(_session.os, "replace", full)
+    assert _session.exact_integer_cached(plain.SerializeToString()) == plain.SerializeToString()
+    assert list((tmp_path / "full" / "onnx").iterdir()) == []  # no half-written part left
+    monkeypatch.undo()
     monkeypatch.setenv("RAGDX_CACHE_DIR", "")
     assert _session.cache_dir() is None
     (tmp_path / "ro").write_text("a file, not a folder")
     monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "ro"))
     assert _session.exact_integer_cached(plain.SerializeToString()) == plain.SerializeToString()
-    del onnx

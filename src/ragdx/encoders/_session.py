@@ -5,6 +5,7 @@ batch."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -115,21 +116,22 @@ def exact_integer_cached(data: bytes) -> bytes:
     if folder is None:
         return exact_integer(data)
     path = folder / "onnx" / f"{hashlib.sha256(_REWRITE + data).hexdigest()}.onnx"
-    try:
-        cached = path.read_bytes()
-        return cached or data
-    except OSError:
-        pass
+    with contextlib.suppress(OSError):
+        return path.read_bytes() or data
     out = exact_integer(data)
     if out is data and importlib.util.find_spec("onnx") is None:
         return out  # not rewritten for want of onnx: nothing to keep
+    part = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False, suffix=".part") as fh:
+            part = fh.name
             fh.write(b"" if out is data else out)
-        os.replace(fh.name, path)
-    except OSError:
-        pass
+        os.replace(part, path)
+    except OSError:  # a full or read-only disk: the model is used as rewritten, the half-written part removed
+        if part is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(part)
     return out
 
 

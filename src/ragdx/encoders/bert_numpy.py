@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-__all__ = ["NumpyBert", "supports"]
+__all__ = ["NumpyBert", "max_tokens", "pooling_config", "supports"]
 
 _MODULES = {"sentence_transformers.models.Transformer", "sentence_transformers.models.Pooling",
             "sentence_transformers.models.Normalize"}
@@ -46,6 +46,13 @@ def pooling_config(folder: Path) -> dict[str, Any]:
     pooling = next((m for m in _modules(folder) if m.get("type", "").endswith(".Pooling")), None)
     file = folder / (pooling or {}).get("path", "1_Pooling") / "config.json"
     return _json(file) if file.is_file() else {}
+
+
+def max_tokens(folder: Path) -> int:
+    """The model's window in word pieces (``sentence_bert_config.json``'s ``max_seq_length``; 512
+    without one), as sentence-transformers reads it."""
+    st = folder / "sentence_bert_config.json"
+    return int(_json(st).get("max_seq_length", 512)) if st.is_file() else 512
 
 
 def supports(folder: str | Path) -> bool:
@@ -87,8 +94,7 @@ class NumpyBert:
         config = _json(folder / "config.json")
         self.heads, self.layers = int(config["num_attention_heads"]), int(config["num_hidden_layers"])
         self.eps = float(config.get("layer_norm_eps", 1e-12))
-        st = folder / "sentence_bert_config.json"
-        self.max_tokens = int(_json(st).get("max_seq_length", 512)) if st.is_file() else 512
+        self.max_tokens = max_tokens(folder)
         self.cls = bool(pooling_config(folder).get("pooling_mode_cls_token"))
         self.normalize = any(m.get("type", "").endswith(".Normalize") for m in _modules(folder))
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))

@@ -38,6 +38,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spe
 _LOADED: dict[str, Any] = {}  # one loaded model per path and process: loading costs seconds
 _QUERY_MODELS: dict[str, Any] = {}  # the numpy forward pass of a folder, per path and process
 _COUNTERS: dict[str, Any] = {}  # a folder's tokenizer.json, loaded once, to count tokens
+_UNREAD = object()  # a model folder not yet looked at
 
 
 def bundled_model_path(model: str) -> Path | None:
@@ -91,6 +92,7 @@ class SentenceTransformerEncoder:
         self._model: Any = None
         self._space: EmbeddingSpace | None = None
         self._name: str | None = None
+        self._numpy_folder: Path | None | object = _UNREAD
 
     def _path(self) -> str:
         bundled = bundled_model_path(self.model_id)
@@ -121,21 +123,22 @@ class SentenceTransformerEncoder:
         return self._model
 
     def _folder(self) -> Path | None:
-        """The model's folder when it is one the numpy forward pass reads (no torch needed)."""
-        from ragdx.encoders.bert_numpy import supports
-        folder = Path(self._path())
-        return folder if folder.is_dir() and supports(folder) else None
+        """The model's folder when it is one the numpy forward pass reads (no torch needed); its
+        files are read once, not at every query."""
+        if self._numpy_folder is _UNREAD:
+            from ragdx.encoders.bert_numpy import supports
+            folder = Path(self._path())
+            self._numpy_folder = folder if folder.is_dir() and supports(folder) else None
+        return self._numpy_folder
 
     def _space_from_files(self, folder: Path) -> EmbeddingSpace:
         """The space sentence-transformers would report, read from the folder's files."""
-        from ragdx.encoders.bert_numpy import pooling_config
+        from ragdx.encoders.bert_numpy import max_tokens, pooling_config
         config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        settings = json.loads((folder / "sentence_bert_config.json").read_text(encoding="utf-8")) \
-            if (folder / "sentence_bert_config.json").is_file() else {}
         return EmbeddingSpace(
             model_id=self.model_id, weights_hash=hash_model_files(folder), dim=int(config["hidden_size"]),
             normalized=self.normalize, query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
-            max_tokens=int(settings.get("max_seq_length", 512)), pooling=_pooling(pooling_config(folder)))
+            max_tokens=max_tokens(folder), pooling=_pooling(pooling_config(folder)))
 
     @property
     def space(self) -> EmbeddingSpace:
@@ -195,7 +198,7 @@ class SentenceTransformerEncoder:
                 tokenizer = Tokenizer.from_file(key)
                 tokenizer.no_truncation()
                 tokenizer.no_padding()
-            except (ImportError, OSError, Exception):  # tokenizers raises its own untyped error for a bad file
+            except Exception:  # no tokenizers package, no file, or tokenizers' own untyped error for a bad one
                 tokenizer = None
             _COUNTERS[key] = tokenizer
         return _COUNTERS[key]

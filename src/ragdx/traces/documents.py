@@ -1,7 +1,8 @@
-"""How the frameworks' documents map to imported-trace items: the one mapping of a document's
-metadata to evidence, shared by the span reader (:mod:`ragdx.traces.openinference`), the
-framework adapters (:mod:`ragdx.integrations`) and ``ragdx diagnose --chunks``
-(docs/integrations.md, "OpenInference spans").
+"""How the frameworks' documents and components map to ragdx's: the one mapping of a document's
+metadata to evidence, and of a component's name to a stage kind (:func:`kind_by_name`), shared by
+the span reader (:mod:`ragdx.traces.openinference`), the framework adapters
+(:mod:`ragdx.integrations`) and ``ragdx diagnose --chunks`` (docs/integrations.md, "OpenInference
+spans").
 
 A document's metadata gives its evidence: ``doc`` (or ``doc_id``, ``source``, ``file_path``,
 ``file_name``), ``version``, ``start`` (or Haystack's ``split_idx_start``, LangChain's

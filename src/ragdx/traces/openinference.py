@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping
 from ragdx._jsonl import read_text
 from ragdx.diagnosis.locate import TraceView
 from ragdx.errors import InputError
-from ragdx.text import is_abstention
+from ragdx.text import is_abstention, is_reply, sentences
 from ragdx.traces.documents import document_item, kind_by_name
 from ragdx.traces.jsonl import parse_trace, read_traces
 from ragdx.traces.spans import SpanRecord, check_parents, detect_format, otlp_spans, read_spans, span_key
@@ -186,7 +186,7 @@ def _component(span: SpanRecord) -> str:
 
 
 def _kind(span: SpanRecord, stage_map: Mapping[str, str], wrapping: set[tuple[str, str]],
-          inner: set[tuple[str, str]] = frozenset()) -> str | None:
+          inner: set[tuple[str, str]]) -> str | None:
     given = span.attributes.get("ragdx.stage.kind")
     if isinstance(given, str):
         return given
@@ -478,7 +478,6 @@ def inline_claims(text: str, ids: Iterable[str]) -> list[dict[str, Any]] | None:
     it was given ("Refunds are accepted within 30 days [policies/refund.md#0]."), one claim per
     statement, a citation after a statement's stop belonging to it ("... 90 days. [b]"); None when the text cites no
     known id."""
-    from ragdx.text import is_reply, sentences
     known = set(ids)
 
     def cited(m: re.Match) -> list[str] | None:
