@@ -272,13 +272,13 @@ def rule_claims(train: list[dict], seed: int = 48) -> list[tuple[str, str, int]]
 
 
 def fit(l2: float = 10.0, rounds: int = 4, sources: tuple[str, ...] = ("train", "rules"),
-        most_unsupported: float = 0.10) -> None:
+        most_unsupported: float = 0.10, only: tuple[str, ...] = ()) -> None:
     """Fit the judgement by multiple-instance logistic regression: each claim is one row, its
     best premise's (by the words at first, then by the previous round's fit; Andrews et al.,
     "Support Vector Machines for Multiple-Instance Learning", NIPS 2002). The threshold is set on
     the fit half's answers: the most supported answers called supported among thresholds that
     call at most ``most_unsupported`` of its unsupported answers supported; ``uncertain`` is half
-    the threshold."""
+    the threshold. ``only``: the features read (default every one of ``FEATURES``)."""
     from ragdx.diagnosis.locate import answer_claims
     from ragdx.stages.reader import fit_standardised
     from ragdx.stages.support import FEATURES, SUPPORT_FILE, SupportModel, SupportWeights
@@ -287,12 +287,14 @@ def fit(l2: float = 10.0, rounds: int = 4, sources: tuple[str, ...] = ("train", 
     table = [(rows, label) for rows, label in ((model.rows(c, e)[1], label) for c, e, label in training_claims(sources))
              if len(rows)]
     print(f"fitting on {len(table)} claims ({sum(label for _, label in table)} supported)", file=sys.stderr)
+    read = tuple(only) or FEATURES
+    columns = [FEATURES.index(f) for f in read]
     pick = [int(np.argmax(rows[:, FEATURES.index("cover")])) for rows, _ in table]
     for _ in range(rounds):
-        x = np.vstack([rows[[k]] for (rows, _), k in zip(table, pick)])
+        x = np.vstack([rows[[k]] for (rows, _), k in zip(table, pick)])[:, columns]
         y = np.array([float(label) for _, label in table])
         mean, scale, w = fit_standardised(x, y, l2)
-        weights = SupportWeights(FEATURES, tuple(map(float, mean)), tuple(map(float, scale)),
+        weights = SupportWeights(read, tuple(map(float, mean)), tuple(map(float, scale)),
                                  tuple(map(float, w[1:])), float(w[0]))
         pick = [int(np.argmax(weights.probabilities(rows))) for rows, _ in table]
     fitted = SupportModel(weights)
@@ -325,11 +327,12 @@ def main() -> None:
     parser.add_argument("--written", type=Path, help="build: the folder of the writers' files")
     parser.add_argument("--l2", type=float, default=10.0)
     parser.add_argument("--sources", default="train,rules", help="fit: what to fit on (fit, train, rules)")
+    parser.add_argument("--features", default="", help="fit: the features read, comma-separated (default all)")
     args = parser.parse_args()
     if args.command == "build":
         build(args.written)
     elif args.command == "fit":
-        fit(args.l2, sources=tuple(args.sources.split(",")))
+        fit(args.l2, sources=tuple(args.sources.split(",")), only=tuple(f for f in args.features.split(",") if f))
     else:
         measure(args.half, args.checker or ["lexical", "learned"], args.llm_model, args.llm_threshold)
 

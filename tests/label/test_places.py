@@ -234,7 +234,7 @@ def test_a_place_whose_number_is_not_the_claims_needs_review(tmp_path: Path) -> 
     assert group.places[0].text == "A refund to PayPal is released within 2 business days of its approval."
     assert group.needs_review is True
     assert "the support judgement doubts the place states it (support " in group.reason
-    assert "a number the closest statement does not state (3, 5)" in group.reason
+    assert "a number the evidence does not state (3, 5)" in group.reason
     right = _run(store, EvalCase(id="q1", question=question,
                                  reference="A refund to PayPal is released within 2 business days of its approval."))
     assert [(g.needs_review, "doubts" in g.reason) for g in right.groups] == [(False, False)]

@@ -55,8 +55,8 @@ def test_a_feature_row_by_hand():
     claim = "You can get a refund for quality defects up to 90 days after delivery."
     r = row(claim, Premise(B))
     assert r["cover"] == 5 / 6 and r["missing_numbers"] == 0 and r["missing_names"] == 0
-    assert r["negation_flip"] == r["negation_diff"] == r["antonym"] == r["broadened"] == 0.0
-    assert r["log_words"] == pytest.approx(np.log1p(14)) and r["pair"] == 0.0
+    assert r["negation_flip"] == r["polarity_flips"] == r["antonym"] == r["widened"] == 0.0
+    assert r["log_words"] == pytest.approx(np.log1p(14)) and r["pair"] == 0.0 and r["numbers_elsewhere"] == 0
     # against A: 30 is stated, 90 is not
     r = row(claim, Premise(A))
     assert r["cover"] == 3 / 6 and r["missing_numbers"] == 1
@@ -66,13 +66,52 @@ def test_the_corruptions_show_in_the_row():
     assert row("Refunds are accepted within 60 days of delivery.", Premise(A))["missing_numbers"] == 1
     assert row("Refunds are accepted within eight days.", Premise(A))["missing_numbers"] == 1  # a number word
     assert row("Refunds are accepted within 30 days.", Premise(A))["missing_numbers"] == 0
+    # 90 is in the evidence (B), not in the premise A; 60 is nowhere
+    r = row("Refunds are accepted within 90 days or 60 days.", Premise(A))
+    assert r["missing_numbers"] == 2 and r["numbers_elsewhere"] == 1
+    # "one", "once" and "single" in a claim are pronouns and adverbs more often than numbers
+    assert row("Once delivered, each one may be refunded within 30 days.", Premise(A))["missing_numbers"] == 0
     flipped = row("Refunds are not accepted within 30 days of delivery.", Premise(A))
-    assert flipped["negation_flip"] == 1.0 and flipped["negation_diff"] == 1.0
+    assert flipped["negation_flip"] == 1.0 and flipped["polarity_flips"] == 1.0
     assert row("Refunds are accepted within 30 days before delivery.",
                Premise("Refunds are accepted within 30 days after delivery."), "x")["antonym"] == 1.0
-    assert row("Refunds are always accepted.", Premise(A))["broadened"] == 1.0
+    assert row("Refunds are always accepted.", Premise(A))["widened"] == 1.0
     assert row("Call os.path.join() first.", Premise("Call os.path.split() first."), "Call os.path.split() first.")[
         "missing_names"] == 2  # missing from the premise, and from the whole evidence
+
+
+def test_a_clause_negated_against_its_premise_clause():
+    # the clause "the command isn't attempted" aligns with "no attempt will be made to execute the
+    # command" (stems command, attempt): both negate; "it can be switched back" aligns with "it
+    # cannot be switched back" (switch, back) and differs
+    premise = Premise("If a trigger fails, no attempt will be made to execute the command itself.")
+    assert row("Once a trigger fails, the command itself isn't attempted.", premise, premise.text)["polarity_flips"] == 0
+    assert row("Once a trigger fails, the command itself is attempted.", premise, premise.text)["polarity_flips"] == 1
+    switch = Premise("Once in non-blocking mode, the device cannot be switched back to blocking.")
+    assert row("The device can be switched back to blocking.", switch, switch.text)["polarity_flips"] == 1
+    # a whole premise's negation elsewhere ("not recommended") is no flip of a clause that does not align
+    pw = Premise("Use of PGPASSWORD is not recommended; instead use a password file.")
+    r = row("A password file is the suggested alternative.", pw, pw.text)
+    assert r["polarity_flips"] == 0 and r["negation_flip"] == 1.0
+
+
+def test_a_scope_widened_and_one_traded_for_its_like():
+    some = Premise("On some systems, reading the clock slows queries down.")
+    assert row("On every system, reading the clock slows queries down.", some, some.text)["widened"] == 1.0
+    every = Premise("RELEASE SAVEPOINT also destroys all savepoints established after it.")
+    assert row("Releasing a savepoint also destroys every savepoint established after it.", every,
+               every.text)["widened"] == 0.0  # "every" for "all"
+    # a negated clause's "any" states no scope: "doesn't guarantee any ordering"
+    assert row("PostgreSQL doesn't guarantee any ordering.", Premise("The order is unspecified."), "x")["widened"] == 0.0
+
+
+def test_a_hyphenated_word_or_an_abbreviation_is_no_name():
+    siglen = Premise("The default length of siglen is 12 bytes on a value that is not NULL.")
+    r = row("A 12-byte signature on a non-NULL value, e.g. siglen.", siglen, siglen.text)
+    assert r["missing_names"] == 0  # not "-byte", "-null" nor "e.g"; NULL is a name the premise holds
+    llvm = Premise("Build with --with-llvm.")
+    assert row("Pass --with-llvm to configure.", llvm, llvm.text)["missing_names"] == 0
+    assert row("Pass --with-perl to configure.", llvm, llvm.text)["missing_names"] == 2  # an option is a name
 
 
 def weights(threshold: float = 0.5) -> SupportWeights:
@@ -102,7 +141,7 @@ def test_the_shipped_weights_weigh_each_corruption_against_a_claim():
     # more of the claim's words in its closest statement raises the probability; a number the
     # evidence does not state, a changed negation, an opposite word and a wider scope lower it
     assert coef["cover"] > 0
-    assert max(coef["missing_numbers"], coef["negation_diff"], coef["antonym"], coef["broadened"]) < 0
+    assert max(coef["numbers_elsewhere"], coef["polarity_flips"], coef["antonym"], coef["widened"]) < 0
     checker = LearnedChecker()
     assert checker.judge(A, EVIDENCE)[0] is Verdict.SUPPORTED  # a quote
     assert checker.judge("Refunds are accepted within 45 days of delivery.", EVIDENCE)[0] is not Verdict.SUPPORTED

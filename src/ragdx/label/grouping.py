@@ -46,7 +46,7 @@ def _anchored(group: ProposedGroup) -> bool:
 
 
 #: what weighs against a claim as a contradiction, not as other words: a negation or an opposite word
-_CONTRADICTIONS = ("negation_flip", "negation_diff", "antonym")
+_CONTRADICTIONS = ("negation_flip", "polarity_flips", "antonym")
 _DIGITS = re.compile(r"\d+(?:[.,]\d+)*")
 
 
@@ -60,7 +60,7 @@ def _doubted(self: Labeller, claims: str, place: str) -> str:
     if probability >= self.support.weights.uncertain or not (
             numbers or any(parts.get(k, 0.0) < 0 for k in _CONTRADICTIONS)):
         return ""
-    return f"the support judgement doubts the place states it ({self.support.reason(probability, premise, parts, claims)})"
+    return f"the support judgement doubts the place states it ({self.support.reason(probability, premise, parts, claims, place)})"
 
 
 def _groups(self: Labeller, stated: list[tuple[ReferenceClaim, list[Place]]], named: VersionFilter

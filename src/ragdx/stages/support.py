@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from ragdx.errors import ConfigError
-from ragdx.text import content_terms, stem, statements, unreplied
+from ragdx.text import STOPWORDS, content_terms, stem, statements, unreplied
 
 __all__ = ["FEATURES", "SUPPORT_FILE", "Premise", "SupportModel", "SupportWeights", "features",
            "load_support_weights", "premises"]
@@ -49,8 +49,8 @@ __all__ = ["FEATURES", "SUPPORT_FILE", "Premise", "SupportModel", "SupportWeight
 SUPPORT_FILE = Path(__file__).with_name("support.json")
 
 #: a row's columns
-FEATURES = ("cover", "missing_numbers", "missing_names", "negation_flip", "negation_diff", "antonym", "broadened",
-            "log_words", "pair")
+FEATURES = ("cover", "missing_numbers", "missing_names", "negation_flip", "antonym", "log_words", "pair",
+            "polarity_flips", "widened", "numbers_elsewhere")
 #: how many single statements are read as premises (the best by shared content words)
 TOP = 3
 #: how many (claim, evidence) answers a model keeps
@@ -60,9 +60,6 @@ REMEMBERED = 64
 # unless it opens "None of ..."
 _NEGATION = re.compile(r"\b(?:not|no|never|cannot|nothing|neither|nor|without|unable|impossible|"
                        r"(?-i:none|None(?= of\b)))\b|n't\b", re.IGNORECASE)
-# words that widen a claim's scope when the evidence does not have them
-_BROAD = frozenset({"all", "always", "every", "everywhere", "any", "anything", "anyone", "guaranteed",
-                    "unlimited", "never", "everyone", "anywhere", "whatever", "whenever", "entire", "only"})
 # pairs of words a swap turns into each other; read by their stems
 _OPPOSITES = (
     ("before", "after"), ("lower", "upper"), ("lower", "higher"), ("minimum", "maximum"), ("min", "max"),
@@ -96,25 +93,34 @@ for _a, _b in _OPPOSITES:
 _NUMBER_WORDS = {"zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
                  "seven": "7", "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12",
                  "twice": "2", "once": "1", "hundred": "100", "thousand": "1000", "single": "1", "double": "2"}
+#: number words a paraphrase writes as pronouns or adverbs more often than as numbers ("each one",
+#: "once a trigger fails", "a single-user server"): a claim's are not read as numbers; a
+#: premise's are (a claim's "1" may stand for the evidence's "one")
+_PRONOUN_NUMBERS = frozenset({"one", "once", "single"})
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,]*(?:\.\d+)*(?![\w.]*\d)|\b(?:" + "|".join(_NUMBER_WORDS) + r")\b",
                      re.IGNORECASE)
-# a name as code writes it: a call, a dotted or snake_case name, an option, camelCase, an upper-case keyword
-_NAME = re.compile(r"--?[A-Za-z][\w-]+|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+|\b[A-Za-z]+_\w+|\b[a-z]+[A-Z]\w*"
-                   r"|\b[A-Z][a-z]+[A-Z]\w*|\b[A-Z]{2,}\b|\b\w+(?=\(\))")
+# a name as code writes it: a call, a dotted or snake_case name, an option (not the tail of a
+# hyphenated word: "12-byte", "non-NULL"), camelCase, an upper-case keyword
+_NAME = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]+|[A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)+|\b[A-Za-z]+_\w+"
+                   r"|\b[a-z]+[A-Z]\w*|\b[A-Z][a-z]+[A-Z]\w*|\b[A-Z]{2,}\b|\b\w+(?=\(\))")
+#: what the name pattern matches that is no name: Latin abbreviations
+_NOT_NAMES = frozenset({"e.g", "i.e", "etc", "vs", "a.k.a", "cf"})
 
 
-def _numbers(text: str) -> frozenset[str]:
+def _numbers(text: str, pronouns: bool = True) -> frozenset[str]:
     """The numbers a text states, thousands separators dropped, number words as digits ("eight",
-    "twice")."""
+    "twice"); without the :data:`_PRONOUN_NUMBERS` unless ``pronouns``."""
     out = set()
     for m in _NUMBER.finditer(text):
         word = m.group().lower()
-        out.add(_NUMBER_WORDS.get(word, word.replace(",", "")))
+        if pronouns or word not in _PRONOUN_NUMBERS:
+            out.add(_NUMBER_WORDS.get(word, word.replace(",", "")))
     return frozenset(out)
 
 
 def _names(text: str) -> frozenset[str]:
-    return frozenset(m.group().lower().rstrip(".") for m in _NAME.finditer(text) if len(m.group()) > 2)
+    return frozenset(name for name in (m.group().lower().rstrip(".") for m in _NAME.finditer(text))
+                     if len(name) > 2 and name not in _NOT_NAMES)
 
 
 def _compact(text: str) -> str:
@@ -134,10 +140,91 @@ def _words(text: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=16)
-def _evidence_facts(evidence: str) -> tuple[frozenset[str], frozenset[str], str]:
-    """The whole evidence's words, names and lower-cased text: read once per claim, not once per
+def _evidence_facts(evidence: str) -> tuple[frozenset[str], str, frozenset[str]]:
+    """The whole evidence's names, lower-cased text and numbers: read once per claim, not once per
     premise (a context of many units is the longest text a claim is read against)."""
-    return _words(evidence), _names(evidence), evidence.lower()
+    return _names(evidence), evidence.lower(), _numbers(evidence)
+
+
+# a clause's words: a word (with its clitic), a number, or a mark that ends a clause
+_TOKEN = re.compile(r"[A-Za-z_]\w*(?:['\u2019][a-z]+)?|\d[\d.,]*\d|\d|[,;:()!?\u2014\u2013]|\.(?=\s|$)")
+# what ends a clause: a mark, or a word that joins two
+_CLAUSE_END = frozenset({",", ";", ":", "(", ")", "!", "?", ".", "\u2014", "\u2013", "but", "whereas", "while",
+                         "although", "though", "however", "unless", "except", "instead", "so", "because", "since",
+                         "and", "or", "which", "if", "when", "then", "therefore"})
+_NEGATORS = frozenset({"not", "no", "never", "cannot", "nothing", "neither", "nor", "without", "unable", "nobody",
+                       "nowhere"})
+# words that state a whole scope; a paraphrase trades one for another ("every" for "all")
+_UNIVERSAL = frozenset({"all", "every", "each", "any", "anything", "everything", "entire", "entirely", "whole",
+                        "always", "whatever", "whichever", "whenever", "everyone", "anyone", "everywhere",
+                        "anywhere", "completely", "fully", "regardless"})
+# words that narrow a scope: a claim that states a whole scope where its evidence says one of these widens it
+_HEDGES = frozenset({"some", "may", "might", "usually", "typically", "possibly", "often", "certain", "most",
+                     "several", "few", "many", "generally", "normally", "sometimes", "potentially", "can", "could",
+                     "only"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Clause:
+    stems: frozenset[str]  # its content words' stems
+    words: frozenset[str]  # its lower-cased words
+    negated: bool          # whether a word of it negates ("not", "no", "doesn't")
+
+
+@functools.lru_cache(maxsize=256)
+def _clauses(text: str) -> tuple[_Clause, ...]:
+    """A text's clauses (cut at marks and joining words), each with the stems of its content
+    words, its words and whether it negates. "None" is Python's value, not a negation."""
+    out: list[_Clause] = []
+    stems: set[str] = set()
+    words: set[str] = set()
+    negated = False
+    for token in [*_TOKEN.findall(text), "."]:
+        low = token.lower()
+        if low in _CLAUSE_END:
+            if stems:
+                out.append(_Clause(frozenset(stems), frozenset(words), negated))
+            stems, words, negated = set(), set(), False
+            continue
+        words.add(low)
+        if low in _NEGATORS or low.endswith(("n't", "n\u2019t")) or token == "none":
+            negated = True
+        elif low[0].isalpha() and low not in STOPWORDS:
+            stems.add(stem(low.split("'")[0].split("\u2019")[0]))
+    return tuple(out)
+
+
+def _aligned(clause: _Clause, premise: tuple[_Clause, ...], least: int = 2) -> _Clause | None:
+    """The premise's clause sharing most of a claim clause's stems (the first among equals), when it
+    shares ``least`` of them and at least half."""
+    best = max(premise, key=lambda c: len(c.stems & clause.stems), default=None)
+    if best is None:
+        return None
+    shared = len(best.stems & clause.stems)
+    return best if shared >= least and 2 * shared >= len(clause.stems) else None
+
+
+def _polarity_flips(claim: str, premise: str) -> int:
+    """How many of the claim's clauses differ in negation from the premise's clause they align with
+    (:func:`_aligned`): "the command isn't attempted" against "no attempt will be made to execute
+    the command" is none; "it can be switched back" against "it cannot be switched back" is one."""
+    theirs = _clauses(premise)
+    return sum(1 for c in _clauses(claim) if (a := _aligned(c, theirs)) is not None and a.negated != c.negated)
+
+
+def _widened(claim: str, premise: str) -> bool:
+    """Whether the claim states a whole scope its premise does not: a clause of the claim that does
+    not negate holds a word of :data:`_UNIVERSAL`, and the premise holds none, or the premise's
+    clause it aligns with narrows ("some", "may", "usually")."""
+    theirs = _clauses(premise)
+    anywhere = any(c.words & _UNIVERSAL for c in theirs)
+    for c in _clauses(claim):
+        if c.negated or not c.words & _UNIVERSAL:
+            continue
+        a = _aligned(c, theirs, least=1)
+        if not anywhere or (a is not None and a.words & _HEDGES and not a.words & _UNIVERSAL):
+            return True
+    return False
 
 
 #: the fewest content words of a paragraph without a statement (a sentence without its final stop,
@@ -199,12 +286,14 @@ def premises(claim: str, evidence: str, top: int = TOP) -> list[Premise]:
 def features(claim: str, premise: Premise, evidence: str) -> list[float]:
     """One row of :data:`FEATURES` for a claim (its reply word already set aside) and a premise:
     the share of the claim's content words (stems) the premise holds; the claim's numbers the
-    premise does not state; its names (code as code writes it) the premise lacks, and the whole
-    evidence lacks (counted once each); whether the claim and the premise differ in negation, and by how
-    many negations; whether a claim word the premise lacks has its opposite there ("before" for
-    "after", "client" for "server"); whether the claim widens the scope with a word the evidence
-    lacks ("always", "every", "only"); the claim's length (log words); whether the premise joins
-    two statements.
+    premise does not state (a claim's "one", "once" and "single" are no numbers); its names (code
+    as code writes it) the premise lacks, and the whole evidence lacks (counted once each);
+    whether the claim and the premise differ in negation as wholes; whether a claim word the
+    premise lacks has its opposite there ("before" for "after", "client" for "server"); the
+    claim's length (log words); whether the premise joins two statements; how many of the claim's
+    clauses differ in negation from the premise clause they align with (:func:`_polarity_flips`);
+    whether the claim states a whole scope the premise narrows or lacks (:func:`_widened`); the
+    claim's numbers the whole evidence does not state.
 
     Args:
         claim: the claim.
@@ -213,13 +302,12 @@ def features(claim: str, premise: Premise, evidence: str) -> list[float]:
     """
     wanted, have = _stems(claim), _stems(premise.text)
     claim_words, premise_words = _words(claim), _words(premise.text)
-    evidence_words, evidence_names, lower_evidence = _evidence_facts(evidence)
+    evidence_names, lower_evidence, evidence_numbers = _evidence_facts(evidence)
     n = max(1, len(wanted))
-    numbers, names = _numbers(claim), _names(claim)
+    numbers, names = _numbers(claim, pronouns=False), _names(claim)
     premise_names, lower_premise = _names(premise.text), premise.text.lower()
     claim_stems, premise_stems = {stem(w) for w in claim_words}, {stem(w) for w in premise_words}
     antonym = any(_OPPOSITE.get(w, frozenset()) & premise_stems for w in claim_stems - premise_stems)
-    broadened = bool({w for w in claim_words & _BROAD} - evidence_words)
     # a reply word opening a statement of the evidence (a FAQ's "No. ...") negates nothing it states
     neg_claim, neg_premise = _negations(claim), sum(_negations(unreplied(t)) for t in premise.statements)
     return [
@@ -228,11 +316,12 @@ def features(claim: str, premise: Premise, evidence: str) -> list[float]:
         sum(1 for m in names if m not in premise_names and m not in lower_premise)
         + sum(1 for m in names if m not in evidence_names and m not in lower_evidence),
         float((neg_claim > 0) != (neg_premise > 0)),
-        float(abs(neg_claim - neg_premise)),
         float(antonym),
-        float(broadened),
         math.log1p(len(claim.split())),
         float(premise.pair),
+        float(_polarity_flips(claim, premise.text)),
+        float(_widened(claim, premise.text)),
+        float(len(numbers - evidence_numbers)),
     ]
 
 
@@ -308,10 +397,11 @@ def load_support_weights(path: str | Path = SUPPORT_FILE) -> SupportWeights:
 _REASONS = {
     "missing_numbers": "a number the closest statement does not state",
     "missing_names": "a name the evidence does not hold",
+    "numbers_elsewhere": "a number the evidence does not state",
     "negation_flip": "a negation the evidence does not share",
-    "negation_diff": "a negation the evidence does not share",
+    "polarity_flips": "a clause negated where the evidence's is not, or the reverse",
     "antonym": "a word where the evidence says its opposite",
-    "broadened": "a wider scope than the evidence",
+    "widened": "a wider scope than the evidence",
     "cover": "words the closest statement does not hold",
 }
 
@@ -351,16 +441,19 @@ class SupportModel:
         self._recent[key] = result
         return result
 
-    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float], claim: str = "") -> str:
+    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float], claim: str = "",
+               evidence: str = "") -> str:
         """The verdict's reason in words: the probability, what it rests on, and, below the
         threshold, the two features that weighed most against it (the numbers and names at fault,
-        given the ``claim``) and the closest statement."""
+        given the ``claim`` and the ``evidence``) and the closest statement."""
         if premise is None:
             return "the evidence states nothing"
         head = f"support {probability:.2f} ({'two statements together' if premise.pair else 'one statement'})"
         if probability >= self.weights.threshold:
             return head
-        at_fault = {"missing_numbers": sorted(_numbers(claim) - _numbers(premise.text)),
+        numbers = _numbers(claim, pronouns=False)
+        at_fault = {"missing_numbers": sorted(numbers - _numbers(premise.text)),
+                    "numbers_elsewhere": sorted(numbers - _numbers(evidence or premise.text)),
                     "missing_names": sorted(_names(claim) - _names(premise.text))}
         named: list[str] = []
         for _, k in sorted((v, k) for k, v in parts.items() if v < 0)[:2]:

@@ -228,7 +228,7 @@ class LearnedChecker:
         w = self.model.weights
         verdict = (Verdict.SUPPORTED if probability >= w.threshold
                    else Verdict.UNCERTAIN if probability >= w.uncertain else Verdict.UNSUPPORTED)
-        return verdict, self.model.reason(probability, premise, parts, claim)
+        return verdict, self.model.reason(probability, premise, parts, claim, evidence)
 
     def grounds(self, claim: str, evidence: str) -> tuple[str, ...]:
         """The evidence's statements the verdict on a claim rests on (none for no premise)."""
