@@ -413,8 +413,9 @@ def run(args: argparse.Namespace) -> dict:
         shutil.rmtree(run_dir)
     print(f"running {len(queries)} questions into {run_dir} ...", file=sys.stderr, flush=True)
     # the result cache off: each run measures the pipeline, never answers an earlier run kept
+    oracle = [] if args.no_oracle else ["--oracle", "context"]
     _, run_timing = ragdx(["run", "--store", str(store), "--queries", str(queries_path), "--out", str(run_dir),
-                           "--oracle", "context", *sets, "--set", "cache.enabled=false"], "ragdx run")
+                           *oracle, *sets, "--set", "cache.enabled=false"], "ragdx run")
     metrics = json.loads((run_dir / "metrics.json").read_text())
     diagnoses = {d["id"]: d for d in read_jsonl(run_dir / "diagnosis.jsonl")}
     traces = read_jsonl(run_dir / "traces.jsonl")
@@ -457,7 +458,7 @@ def run(args: argparse.Namespace) -> dict:
         "machine": machine(),
         "half": args.half, "queries": len(queries),
         "devset": {"counts": info["counts"], "sources": info["sources"], "seed": info["seed"]},
-        "settings": {"encoder": encoder, "overrides": overrides, "oracle": "context"},
+        "settings": {"encoder": encoder, "overrides": overrides, "oracle": None if args.no_oracle else "context"},
         "store": {"path": str(store), "chunks": chunks, "versions": versions},
         "ingest": ingest,
         "run": {"folder": str(run_dir), "timing": run_timing},
@@ -499,6 +500,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fp32", action="store_true", help="ragdx's default fp32 sentence-transformers encoder")
     ap.add_argument("--label", default="", help="a name for this measurement (e.g. 'before')")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the JSON results (default bench/results/quality.json)")
+    ap.add_argument("--no-oracle", action="store_true",
+                    help="no second answer from the gold context (a local model's answers cost seconds each)")
     ap.add_argument("--compare", type=Path, default=None,
                     help="earlier results to print as 'before' (default: --out when it exists)")
     args = ap.parse_args(argv)

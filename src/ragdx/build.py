@@ -221,18 +221,28 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
     stages.append(ContextAssembler(store, counter, budget_tokens=c.budget_tokens, expand=c.expand,
                                    min_tokens=c.min_tokens))
     reader, weights = None, None
-    if g.method == "extractive" and g.reader == "cross-encoder":
+    reads = g.method in ("extractive", "local")  # the local generator starts from the extractive one
+    if reads and g.reader == "cross-encoder":
         from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER, CrossEncoder
         reader = CrossEncoder(g.reader_model or DEFAULT_CROSS_ENCODER, max_tokens=g.reader_max_tokens)
-    elif g.method == "extractive" and g.reader == "learned":
+    elif reads and g.reader == "learned":
         reader, weights = learned_reader(g)
-    stages.append(ChatGenerator(client) if g.method == "chat" and client else
-                  ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
-                                      max_sentences=g.max_sentences, encoder=encoder,
-                                      semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
-                                      tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
-                                      reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
-                                      reader_same_unit=g.reader_same_unit, store=store if g.check_names else None))
+    extractive = ExtractiveGenerator(min_coverage=g.min_coverage, keep_ratio=g.keep_ratio,
+                                     max_sentences=g.max_sentences, encoder=encoder,
+                                     semantic_weight=g.semantic_weight, rank_weight=g.rank_weight,
+                                     tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
+                                     reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
+                                     reader_same_unit=g.reader_same_unit, store=store if g.check_names else None)
+    if g.method == "local":
+        from ragdx.stages.local import LocalChatClient, LocalGenerator
+        if not g.model:
+            raise ConfigError("generation.method 'local' needs generation.model: a .gguf chat model file",
+                              key="generation.model")
+        local = LocalChatClient(g.model, threads=g.threads, context=g.context_tokens, max_tokens=g.max_tokens,
+                                setting="generation.model")
+        stages.append(LocalGenerator(local, extractive, feed=g.feed))
+    else:
+        stages.append(ChatGenerator(client) if g.method == "chat" and client else extractive)
     stages.append(ClaimVerifier(store, support_checker(settings, client)))
     return stages
 

@@ -166,9 +166,13 @@ class ContextSettings:
 
 @dataclass(frozen=True, slots=True)
 class GenerationSettings:
-    """The generator: extractive (offline) or an OpenAI-compatible chat endpoint."""
+    """The generator: extractive (offline), an OpenAI-compatible chat endpoint (``chat``), or a
+    GGUF chat model run here (``local``: ``model`` the ``.gguf`` file, extra ``local``; it answers
+    what the extractive generator would answer, from ``feed``: the reader's chosen
+    ``statements`` or the whole ``context``; ``threads``, ``context_tokens`` and ``max_tokens``
+    bound it)."""
 
-    method: str = _choice("extractive", "extractive", "chat")
+    method: str = _choice("extractive", "extractive", "chat", "local")
     min_coverage: float = _at_least(0.51, 0.0, 1.0)  # fitted on the dev set (docs/benchmarks.md; the refit to 0.654: "Answerability")
     keep_ratio: float = _at_least(0.5, 0.0, 1.0)
     max_sentences: int = _at_least(3, 1)  # fitted with the learned reader (bench/train_reader.py)
@@ -194,6 +198,9 @@ class GenerationSettings:
     timeout: float = _at_least(60.0, 0.001, 86_400.0)
     max_retries: int = _at_least(3, 0)
     max_tokens: int = _at_least(512, 1)
+    feed: str = _choice("statements", "statements", "context")
+    threads: int = _at_least(2, 1)
+    context_tokens: int = _at_least(4096, 256)
     price_prompt_per_1k: float = _at_least(0.0, 0.0, 1_000_000.0)
     price_completion_per_1k: float = _at_least(0.0, 0.0, 1_000_000.0)
 
