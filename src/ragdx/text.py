@@ -10,7 +10,7 @@ import re
 from typing import NamedTuple
 
 __all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like",
-           "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "unreplied", "is_reply"]
+           "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "unreplied", "is_reply", "LIST_ITEM"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -122,7 +122,8 @@ def sentences(text: str) -> list[str]:
     return [text[s:e] for s, e in sentence_spans(text)]
 
 
-_LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
+#: a list item's bullet: "- ", "* ", "+ ", "3. ", "3) "
+LIST_ITEM = re.compile(r"^\s*([-*+]|\d+[.)])\s+")
 
 #: an API signature that states defaults: ``isoformat(sep='T', timespec='auto')``
 SIGNATURE = re.compile(r"\w\((?:[^()]*,\s*)?\w+\s*=\s*[^()]+\)")
@@ -178,9 +179,9 @@ def statement_spans(text: str, header: str = "") -> list[Statement]:
                 lines = lines[1:]
             out += [Statement(start, start + len(row), "; ".join(
                 f"{col}: {val.strip()}" for col, val in zip(head, row.split(" | "))), where) for start, row in lines]
-        elif all(_LIST_ITEM.match(line) for line in texts):
+        elif all(LIST_ITEM.match(line) for line in texts):
             for start, line in lines:
-                bullet = _LIST_ITEM.match(line).end()  # type: ignore[union-attr]
+                bullet = LIST_ITEM.match(line).end()  # type: ignore[union-attr]
                 out.append(Statement(start + bullet, start + len(line), line[bullet:]))
         elif heading_like(texts):
             continue  # a heading states nothing

@@ -130,6 +130,23 @@ def test_conflict_heuristic_by_hand():
                                                        (("S4", "S5"), ("24 month", "36 month"))]
 
 
+def test_a_conflicts_statement_is_the_sentence_without_the_heading_above_it():
+    units = [unit("S1", "a", "How long you have\n\nRefunds are accepted within 30 days of delivery."),
+             unit("S2", "b", "How long you have\n\nRefunds are accepted within 14 days of delivery.")]
+    [conflict] = find_conflicts(units)
+    assert conflict.statements == ("Refunds are accepted within 30 days of delivery.",
+                                   "Refunds are accepted within 14 days of delivery.")
+
+
+def test_a_conflict_the_answer_does_not_touch_is_no_note(example):
+    _, pipeline = example
+    # the gift-card unit holds the store-credit conflict; whether gift cards are refunded is
+    # another matter: no "The sources disagree." and none of the conflict's statements
+    trace = pipeline.run(Query("q", "Can I get a refund for a gift card I bought?", PUBLIC))
+    assert trace.context.conflicts and not trace.answer.abstained
+    assert "disagree" not in trace.answer.text and "months" not in trace.answer.text
+
+
 def test_budget_cut_is_recorded_with_rank(example):
     store, _ = example
     docs = ["policies/refund.md", "policies/quality.md", "policies/warranty.txt", "help/refund-timing.md"]

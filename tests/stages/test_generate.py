@@ -452,3 +452,14 @@ def test_the_generator_answers_a_question_for_a_default_with_its_entrys_default(
                                                "The maximum is four megabytes (4MB) by default."]
     plain = gen.run(Query("q", "What is the maximum query memory?", Principal("a", ("public",))), context(entry, other))
     assert [c.text for c in plain.claims] == ["Sets the base maximum amount of query memory."]
+
+
+def test_a_title_is_no_answer():
+    warranty = ("NORTHWIND OUTFITTERS - WARRANTY TERMS\nVersion of 1 February 2026\n\n"
+                "All products come with a 2-year warranty from the date of delivery.\n\n"
+                "5. Your statutory rights\n\nReturns within Germany are free.")
+    gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=3)
+    answer = gen.run(Query("q", "How long is the warranty on Northwind Outfitters products?"),
+                     context(unit("S1", warranty)))
+    # the title block (short lines, no stop) and the numbered heading are no statements to quote
+    assert [c.text for c in answer.claims] == ["All products come with a 2-year warranty from the date of delivery."]

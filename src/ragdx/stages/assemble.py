@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from ragdx.ingest.chunk import TokenCounter
 from ragdx.protocols import Store
 from ragdx.stages.injection import INSTRUCTION_LIKE, blank, clip, flagged_passages, quote
-from ragdx.text import content_terms, quantities, sentences, statements, stem
+from ragdx.text import content_terms, quantities, statements, stem
 from ragdx.types import (
     Candidate, Chunk, Conflict, Context, ContextUnit, DropCode, Dropped, Flagged, Query, Ranked, StageKind,
 )
@@ -304,7 +304,9 @@ def find_conflicts(units: list[ContextUnit], min_overlap: float = 0.4) -> list[C
     """
     facts = []
     for unit in units:
-        for sentence in sentences(blank(unit.text, unit.start, unit.flagged)):  # a flagged passage states nothing
+        # a flagged passage states nothing, nor a heading ("How long you have" is no part of the
+        # sentence under it)
+        for sentence in statements(blank(unit.text, unit.start, unit.flagged)):
             found = [(n, u) for n, u in quantities(sentence) if u]
             if found:
                 terms = {stem(w) for w in content_terms(sentence) if not any(ch.isdigit() for ch in w)}

@@ -37,8 +37,9 @@ from ragdx.stages.answerable import ABSTAINED_BY_NAME, Answerability, NameCovera
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
-from ragdx.text import (SIGNATURE, api_names, asked_quantity, asks_default, content_terms, documents_name, sentences,
-                        split_question, statement_spans, statements, states_default, states_quantity, stem)
+from ragdx.text import (LIST_ITEM, SIGNATURE, STOPWORDS, api_names, asked_quantity, asks_default, content_terms,
+                        documents_name, sentences, split_question, statement_spans, statements, states_default,
+                        states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -236,10 +237,11 @@ class ExtractiveGenerator:
             for index, said in enumerate(statement_spans(unit.text, unit.header_text)):
                 text = said.text
                 if _untrusted(text) or text in barred or text.endswith("?") \
-                        or (len(text.split()) < MIN_WORDS and not SIGNATURE.search(text)):
-                    continue  # a document's instructions have no authority; a question or a bare
-                    # name (a list of functions: "sqlite3session_create") is no answer, unless it
-                    # is a signature stating defaults
+                        or (len(text.split()) < MIN_WORDS and not SIGNATURE.search(text)) \
+                        or (said.head is None and _title(unit.text, said.start, text)):
+                    continue  # a document's instructions have no authority; a question, a bare
+                    # name (a list of functions: "sqlite3session_create") or a title is no
+                    # answer, unless it is a signature stating defaults
                 at = bisect.bisect_right(marks, said.start, key=lambda m: m[0])
                 heading = marks[at - 1][1] if at else unit.heading_path
                 if at and heading and " ".join(text.split()) in " ".join(heading[-1].split()):
@@ -420,8 +422,15 @@ class ExtractiveGenerator:
             units_used.add(stating.unit.id)
             claims = _with_exceptions(chosen)
         prefix = ""
+        asked_terms = set(question_weights(query.question))
+        chosen_texts = {" ".join(c.text.split()) for c in claims}
         for conflict in context.conflicts:
-            if conflict.units[0] in units_used or conflict.units[1] in units_used:
+            # a conflict the answer touches: of a unit it cites, and about what the question asks
+            # or what a claim says (a store-credit conflict in the gift-card unit is no note on
+            # whether gift cards are refunded)
+            if (conflict.units[0] in units_used or conflict.units[1] in units_used) and (
+                    any(asked_terms & {stem(t) for t in content_terms(s)} for s in conflict.statements)
+                    or chosen_texts & set(conflict.statements)):
                 for unit_id, statement in zip(conflict.units, conflict.statements):
                     if all(c.text != statement for c in claims) and not _untrusted(statement):
                         claims.append(Claim(statement, (unit_id,)))
@@ -558,6 +567,28 @@ def _next_statement(chosen: _Candidate) -> str | None:
     following = statements(chosen.unit.text, chosen.unit.header_text)[chosen.index + 1:chosen.index + 2]
     return following[0] if following and not _untrusted(following[0]) \
         and following[0] not in barred_statements(chosen.unit) else None
+
+
+#: what ends a statement a sentence can be (a title has none of them)
+_STOPS = (".", "!", "?", ":", ";", ")", '"', "'", "\u201d", "\u2019", "\u2026")
+
+
+def _title(text: str, start: int, said: str) -> bool:
+    """Whether a statement standing at ``start`` of ``text`` is a title, not a sentence: it has no
+    final stop, does not end in a function word ("... executable, e.g. with" runs on into the
+    code below it), and its paragraph is one line ("5. Your statutory rights", a numbered heading
+    read as a list item) or short lines none of which ends with a stop ("NORTHWIND OUTFITTERS -
+    WARRANTY TERMS" over "Version of 1 February 2026")."""
+    words = said.split()
+    if said.rstrip().endswith(_STOPS) or SIGNATURE.search(said) or not words or words[-1].lower() in STOPWORDS:
+        return False  # a line that ends in "with" or "the" runs on into the block below it
+    head = text.rfind("\n\n", 0, start)
+    tail = text.find("\n\n", start)
+    lines = [line.strip() for line in text[head + 2 if head >= 0 else 0:tail if tail >= 0 else len(text)].split("\n")
+             if line.strip()]
+    if len(lines) == 1:  # the statement is the whole line (a bullet aside), not the tail of a sentence before it
+        return " ".join(LIST_ITEM.sub("", lines[0]).split()) == " ".join(said.split())
+    return all(len(line) < 80 and not line.endswith(_STOPS) and not LIST_ITEM.match(line) for line in lines)
 
 
 def _untrusted(sentence: str) -> bool:
