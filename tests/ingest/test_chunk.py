@@ -101,6 +101,26 @@ def test_code_block_is_split_only_between_lines():
     assert out.chunks[0].kind is ChunkKind.TEXT and out.chunks[0].text == "API\n\nCall it like this:"
 
 
+FUNCTION = "# API\n\n```python\ndef refund_all(orders):\n" + "\n".join(
+    f"    client.refund(order_id={i}, amount={i * 100})" for i in range(12)) + "\n```\n"
+
+
+def test_the_pieces_of_a_long_code_block_carry_its_first_line():
+    parsed, out = chunk(FUNCTION, max_tokens=40)
+    code = [c for c in out.chunks if c.kind is ChunkKind.CODE]
+    # "def refund_all(orders):" is 7 tokens, at most a quarter of 40: every piece carries it
+    assert len(code) > 2
+    for c in code:
+        assert parsed.text[c.header[0]:c.header[1]] == "def refund_all(orders):" and c.token_count <= 40
+    assert code[0].text.startswith("def refund_all(orders):")     # the first piece holds the line itself
+    for c in code[1:]:
+        assert c.text.startswith("    client.refund(")           # later pieces: lines only ...
+        assert c.prefix == "API\ndef refund_all(orders):"           # ... with the line as retrieval prefix
+    lines = [line for c in code for line in c.text.split("\n")]
+    assert lines == ["def refund_all(orders):"] + [f"    client.refund(order_id={i}, amount={i * 100})"
+                                                   for i in range(12)]
+
+
 def test_code_line_longer_than_the_limit_stays_whole_and_is_flagged():
     line = "x = [" + ", ".join(str(i) for i in range(40)) + "]"
     parsed, out = chunk(f"```\n{line}\nshort = 1\n```", max_tokens=20)

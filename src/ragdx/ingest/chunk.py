@@ -4,7 +4,9 @@ Every chunk is an exact span of the parsed text (``text == parsed_text[start:end
 never cross a heading; a paragraph is kept whole when it fits and is split at sentences (then
 words) when it does not; a code block is split only between lines; a table that does not fit
 is split into row groups, each carrying its header row (the header's span on the chunk, and
-its words in the retrieval-only ``prefix``). Every chunk knows its parent section and its
+its words in the retrieval-only ``prefix``); a code block that does not fit is split between lines
+into pieces that each carry its first line the same way (a function's ``def`` line, a statement's
+``CREATE TABLE``), when that line is short. Every chunk knows its parent section and its
 neighbours, so a retrieved chunk can be expanded (small-to-big).
 
 The packing is greedy, in reading order, in the manner of the structure-aware splitters of
@@ -45,7 +47,10 @@ class RegexTokenCounter:
 #: the chunking algorithm's version, part of every config id: a store chunked by an older
 #: algorithm is re-chunked at its next ingest (vectors are reused where a chunk's text is unchanged).
 #: 2: a code block that fits joins the text that introduces it.
-ALGORITHM = 2
+#: 3: the pieces of a code block that does not fit carry its first line as their header.
+ALGORITHM = 3
+#: the largest share of ``max_tokens`` a code block's first line may take to be its pieces' header
+CODE_HEADER_SHARE = 0.25
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,11 +151,13 @@ class StructureChunker:
             if section is not run_section or block.kind is BlockKind.HEADING:
                 spans += self._pack(run, run_section, text) if run_section else []
                 run, run_section = [], section
-            if block.kind is BlockKind.TABLE and block.header is not None and \
-                    self._tokens(text, block.start, block.end) > self.config.max_tokens:
+            header = self._header(block, text)
+            if header is not None and self._tokens(text, block.start, block.end) > self.config.max_tokens:
                 spans += self._pack(run, run_section, text)
                 run = []
-                spans += self._table(block, text, section)
+                kind = "table" if block.kind is BlockKind.TABLE else "code"
+                spans += self._rows(header, [p for p in block.parts if p != header and p[1] > p[0]], kind, text,
+                                    section)
                 continue
             for unit_group in self._units(block, text):
                 group += 1
@@ -326,26 +333,38 @@ class StructureChunker:
             emit()
         return out
 
-    def _table(self, block: Block, text: str, section: Section):
-        """Row groups under the token limit, each carrying the header row."""
-        assert block.header is not None
+    def _header(self, block: Block, text: str) -> tuple[int, int] | None:
+        """What every piece of a block carries when it is split: a table's header row, or a code
+        block's first line when it takes at most :data:`CODE_HEADER_SHARE` of a chunk."""
+        if block.kind is BlockKind.TABLE:
+            return block.header
+        if block.kind is BlockKind.CODE:
+            lines = [p for p in block.parts if p[1] > p[0]]
+            if len(lines) > 1 and self._tokens(text, *lines[0]) <= CODE_HEADER_SHARE * self.config.max_tokens:
+                return lines[0]
+        return None
+
+    def _rows(self, header: tuple[int, int], parts: list[tuple[int, int]], kind: str, text: str,
+              section: Section):
+        """Groups of a block's parts (table rows, code lines) under the token limit, each
+        carrying the header (the first group holds it). A table row over the limit is cut at
+        words; a code line never is (its group is flagged ``over_limit``)."""
         limit = self.config.max_tokens
-        header_tokens = self._tokens(text, *block.header)
-        rows = self._fitting(text, [p for p in block.parts if p != block.header],
-                             max(1, limit - header_tokens))
+        header_tokens = self._tokens(text, *header)
+        rows = self._fitting(text, parts, max(1, limit - header_tokens)) if kind == "table" else parts
         out, group, used = [], [], header_tokens
         first = True
         for s, e in rows:
             n = self._tokens(text, s, e)
             if group and used + n > limit:
-                start = block.header[0] if first else group[0][0]
-                out.append((start, group[-1][1], "table", block.header, used > limit, section))
+                start = header[0] if first else group[0][0]
+                out.append((start, group[-1][1], kind, header, used > limit, section))
                 group, used, first = [], header_tokens, False
             group.append((s, e))
             used += n
         if group:
-            start = block.header[0] if first else group[0][0]
-            out.append((start, group[-1][1], "table", block.header, used > limit, section))
+            start = header[0] if first else group[0][0]
+            out.append((start, group[-1][1], kind, header, used > limit, section))
         return out
 
     # -- chunks -----------------------------------------------------------------------------
