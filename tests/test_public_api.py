@@ -44,7 +44,7 @@ def test_every_error_ragdx_defines_is_in_the_one_tree():
                     outside.append(f"{path.relative_to(SRC)}:{node.name}")
     assert outside == []
     errors = [getattr(ragdx.errors, n) for n in ragdx.errors.__all__]
-    assert len(errors) == 8
+    assert len(errors) == 9
     for error in errors:
         assert issubclass(error, ragdx.RagdxError), error
 

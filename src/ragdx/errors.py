@@ -7,7 +7,8 @@ which decides the CLI's exit code:
   file that cannot be read or decoded, a quote that cannot be found. The message names the file,
   the line, the field and the bad value.
 - :class:`ConfigError` (exit 2): a setting is unknown or has a value outside its valid choices;
-  the message lists the valid ones.
+  the message lists the valid ones. :class:`PromptTooLong`, one of them: a prompt longer than a
+  local model's window (``generation.context_tokens``).
 - :class:`MissingExtraError` (exit 2): an optional backend is not installed; the message names
   the ``pip install 'ragdx[EXTRA]'`` to run.
 - :class:`SpaceMismatchError` (exit 2): a query encoded in one embedding space was about to be
@@ -38,7 +39,7 @@ The CLI's exit codes, all of them (the constants below):
 
 from __future__ import annotations
 
-__all__ = ["RagdxError", "InputError", "ConfigError", "MissingExtraError", "SpaceMismatchError",
+__all__ = ["RagdxError", "InputError", "ConfigError", "PromptTooLong", "MissingExtraError", "SpaceMismatchError",
            "StoreError", "ChatError", "BrowserError"]
 
 # the exit codes of the table above (module constants; ``__all__`` is the exception tree)
@@ -112,6 +113,21 @@ class ConfigError(RagdxError):
 
 def _config_error(cls: type, message: str, key: str | None) -> "ConfigError":
     return cls(message, key=key)
+
+
+class PromptTooLong(ConfigError):
+    """A prompt longer than a local model's window: how many tokens it had, and the window."""
+
+    def __init__(self, message: str, *, key: str | None = None, tokens: int = 0, window: int = 0) -> None:
+        super().__init__(message, key=key)
+        self.tokens, self.window = tokens, window
+
+    def __reduce__(self) -> tuple:
+        return (_prompt_too_long, (str(self), self.key, self.tokens, self.window))
+
+
+def _prompt_too_long(message: str, key: str | None, tokens: int, window: int) -> "PromptTooLong":
+    return PromptTooLong(message, key=key, tokens=tokens, window=window)
 
 
 class MissingExtraError(RagdxError):

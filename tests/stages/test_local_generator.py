@@ -4,9 +4,9 @@ runtime on SmolLM2-135M-Instruct through the whole pipeline."""
 
 import pytest
 
-from ragdx.errors import ConfigError
+from ragdx.errors import ConfigError, PromptTooLong
 from ragdx.stages.generate import ExtractiveGenerator
-from ragdx.stages.local import LocalChatClient, LocalGenerator, PromptTooLong
+from ragdx.stages.local import LocalChatClient, LocalGenerator
 from ragdx.types import Context, ContextUnit, Query, Usage
 from tests.conftest import smollm2
 

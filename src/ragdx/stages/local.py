@@ -23,24 +23,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.errors import ConfigError, MissingExtraError, PromptTooLong
 from ragdx.stages.generate import ExtractiveGenerator
 from ragdx.stages.injection import quote
 from ragdx.stages.support import SupportModel, premises
 from ragdx.text import content_terms, is_reply, sentences, unreplied
 from ragdx.types import Answer, Claim, Context, Query, StageKind, Usage, Verdict
 
-__all__ = ["FEEDS", "LocalChatClient", "LocalGenerator", "LocalJudge", "PromptTooLong"]
+__all__ = ["FEEDS", "LocalChatClient", "LocalGenerator", "LocalJudge"]
 
 _EXTRA = "local"
-
-
-class PromptTooLong(ConfigError):
-    """A prompt longer than the local model's window: how many tokens it had, and the window."""
-
-    def __init__(self, message: str, *, key: str | None = None, tokens: int = 0, window: int = 0) -> None:
-        super().__init__(message, key=key)
-        self.tokens, self.window = tokens, window
 
 
 class LocalChatClient:
@@ -201,12 +193,11 @@ class LocalGenerator:
     answer (a small model cannot both answer and abstain from one prompt). Otherwise the model is
     given the question and what ``feed`` names (:data:`FEEDS`), each unit's text quoted as data
     under its id, and asked to answer in a few sentences, each ending with the id it comes from.
-    Each sentence is a claim with the ids it cites (those of the context's units). A sentence
-    that cites nothing is cited to the fed unit the support judgement finds closest to it (the
-    count is in the answer's config: ``cited_by_ragdx``), and so does one whose ids name no unit
-    the model was shown; the claim verifier then checks every
-    claim as it checks any answer's. A model that says nothing leaves the extractive answer,
-    said in the config (``fallback``).
+    Each sentence is a claim with the ids it cites among those the model was shown. A sentence
+    that cites none of them is cited to the shown unit the support judgement finds closest to it
+    (the count is in the answer's config: ``cited_by_ragdx``); the claim verifier then checks
+    every claim as it checks any answer's. A model that says nothing leaves the extractive
+    answer, said in the config (``fallback``).
 
     Args:
         client: the model.
