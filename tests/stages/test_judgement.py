@@ -95,6 +95,13 @@ def test_a_clause_negated_against_its_premise_clause():
     assert r["polarity_flips"] == 0 and r["negation_flip"] == 1.0
 
 
+def test_a_table_cell_ends_a_clause():
+    # a row cut from its table (a splitter's word window) reads as one run of text: the fee
+    # cell's "none" negates nothing of the cell before it
+    rows = Premise("Payment method | Refund processing time | Fee PayPal | 3-5 business days | none Klarna | 1-2 days")
+    assert row("PayPal refunds take 3-5 business days.", rows, rows.text)["polarity_flips"] == 0
+
+
 def test_a_scope_widened_and_one_traded_for_its_like():
     some = Premise("On some systems, reading the clock slows queries down.")
     assert row("On every system, reading the clock slows queries down.", some, some.text)["widened"] == 1.0

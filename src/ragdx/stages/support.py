@@ -147,9 +147,10 @@ def _evidence_facts(evidence: str) -> tuple[frozenset[str], str, frozenset[str]]
 
 
 # a clause's words: a word (with its clitic), a number, or a mark that ends a clause
-_TOKEN = re.compile(r"[A-Za-z_]\w*(?:['\u2019][a-z]+)?|\d[\d.,]*\d|\d|[,;:()!?\u2014\u2013]|\.(?=\s|$)")
+_TOKEN = re.compile(r"[A-Za-z_]\w*(?:['\u2019][a-z]+)?|\d[\d.,]*\d|\d|[,;:()!?|\u2014\u2013]|\.(?=\s|$)")
 # what ends a clause: a mark, or a word that joins two
-_CLAUSE_END = frozenset({",", ";", ":", "(", ")", "!", "?", ".", "\u2014", "\u2013", "but", "whereas", "while",
+# (a table's cell separator too: a row cut from its table is read as one run of text)
+_CLAUSE_END = frozenset({",", ";", ":", "(", ")", "!", "?", ".", "|", "\u2014", "\u2013", "but", "whereas", "while",
                          "although", "though", "however", "unless", "except", "instead", "so", "because", "since",
                          "and", "or", "which", "if", "when", "then", "therefore"})
 _NEGATORS = frozenset({"not", "no", "never", "cannot", "nothing", "neither", "nor", "without", "unable", "nobody",
