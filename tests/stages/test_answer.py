@@ -304,6 +304,24 @@ def test_lexical_checker(claim, evidence, verdict, reason):
     assert LexicalChecker().judge(claim, evidence) == (verdict, reason)
 
 
+def test_a_claims_version_is_its_cited_units_label_not_its_text():
+    from ragdx.stages.verify import _unversioned
+    labels = ["3.40.1", "3.34.1", "3.11.2"]
+
+    def cites(*versions):
+        return [ContextUnit(f"S{i}", "d", v, 0, 1, "x", "t", (), ("c",), 1, 1) for i, v in enumerate(versions)]
+    # judged without the version its cited unit is of ...
+    assert _unversioned("In SQLite 3.40, ALTER TABLE can drop a column.", cites("3.40.1"), labels) == \
+        "ALTER TABLE can drop a column."
+    assert _unversioned("Yes, ALTER TABLE can drop a column in SQLite 3.40.", cites("3.40.1"), labels) == \
+        "Yes, ALTER TABLE can drop a column in SQLite ."
+    # ... but with one it cites another version for, one of two units is not of, or no label is
+    for claim, units in (("In SQLite 3.40, ALTER TABLE can drop a column.", cites("3.34.1")),
+                         ("In SQLite 3.40, ALTER TABLE can drop a column.", cites("3.40.1", "3.34.1")),
+                         ("The threshold defaults to 0.6.", cites("3.11.2"))):
+        assert _unversioned(claim, units, labels) == claim
+
+
 def test_verifier_checks_citations_against_context_and_store(example):
     store, pipeline = example
     trace = pipeline.run(Query("q", "What does error RFD-4021 mean?", PUBLIC))

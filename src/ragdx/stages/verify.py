@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.ingest.quotes import find_quote
@@ -316,6 +316,18 @@ class LlmJudge:
         return verdict, reason
 
 
+def _unversioned(claim: str, units: Sequence[ContextUnit], labels: Iterable[str]) -> str:
+    """The claim as its evidence's text must state it: without the version it names, when every
+    unit it cites is of that version ("In SQLite 3.40, ALTER TABLE can drop a column." citing a
+    unit of 3.40.1): the unit's version label states that, not its text (the extractive generator
+    says it as "Version 3.40.1: ..."). A version no cited unit is of stays in the claim; so does a
+    number no stored label starts with ("defaults to 0.6")."""
+    named = VersionFilter.for_question(claim, current_only=False, known=labels)
+    if named.named and units and all(named.names(u.version) for u in units):
+        return VersionFilter.topic(claim, known=labels)
+    return claim
+
+
 class ClaimVerifier:
     """Checks every claim of an answer against the context and the store.
 
@@ -357,7 +369,7 @@ class ClaimVerifier:
         usable = "\n\n".join(without_instructions(
             f"{u.header_text}\n{blank(u.text, u.start, u.flagged)}" if u.header_text
             else blank(u.text, u.start, u.flagged)) for u in units)
-        verdict, reason = self.checker.judge(claim.text, usable)
+        verdict, reason = self.checker.judge(_unversioned(claim.text, units, self.store.version_labels()), usable)
         return ClaimCheck(claim, verdict, reason, evidence, support_spans(claim.text, units))
 
     def run(self, query: Query, context: Context, answer: Answer) -> Verification:
