@@ -157,3 +157,37 @@ def module_at(rev: str, path: str):
     spec.loader.exec_module(module)
     copy.unlink()
     return module
+
+
+def st_embedding(folder: str, batch: int):
+    """A LlamaIndex ``BaseEmbedding`` calling sentence-transformers on a local folder, as
+    ``HuggingFaceEmbedding`` does (for a venv without llama-index-embeddings-huggingface);
+    ``batch`` texts a call. llama-index-core is imported here, not at this module's import."""
+    from typing import Any
+
+    from llama_index.core.embeddings import BaseEmbedding
+    from pydantic import PrivateAttr
+
+    class STEmbedding(BaseEmbedding):
+        _model: Any = PrivateAttr()
+
+        def __init__(self, path: str, **kwargs: Any) -> None:
+            super().__init__(model_name=path, **kwargs)
+            from sentence_transformers import SentenceTransformer
+            self._model = SentenceTransformer(path, device="cpu")
+
+        def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
+            return self._model.encode(texts, batch_size=self.embed_batch_size, normalize_embeddings=True).tolist()
+
+        def _get_text_embedding(self, text: str) -> list[float]:
+            return self._get_text_embeddings([text])[0]
+
+        def _get_query_embedding(self, query: str) -> list[float]:
+            return self._get_text_embedding(query)
+
+        async def _aget_query_embedding(self, query: str) -> list[float]:
+            return self._get_query_embedding(query)
+
+        async def _aget_text_embedding(self, text: str) -> list[float]:
+            return self._get_text_embedding(text)
+    return STEmbedding(folder, embed_batch_size=batch)

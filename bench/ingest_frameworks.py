@@ -78,7 +78,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, html_pages, label_table, machine, write_result  # noqa: E402
+from _common import REPO, code_version, html_pages, label_table, machine, st_embedding, write_result  # noqa: E402
 
 DEFAULT_HTML = Path("/usr/share/doc/postgresql-doc-15/html")
 DEFAULT_OUT = REPO / "bench" / "results" / "ingest-frameworks.json"
@@ -353,35 +353,9 @@ def child_llamaindex(work: Path, pages: list[Path]) -> dict[str, Any]:
         with phases("model load"):
             model = HuggingFaceEmbedding(model_name=path, device="cpu", embed_batch_size=BATCH)
     except ImportError:
-        from typing import List
-
-        from llama_index.core.embeddings import BaseEmbedding
-        from pydantic import PrivateAttr
-
-        class STEmbedding(BaseEmbedding):
-            """sentence-transformers on a local folder, as HuggingFaceEmbedding does."""
-            _model: Any = PrivateAttr()
-
-            def __init__(self, folder: str, **kwargs: Any) -> None:
-                super().__init__(model_name=folder, **kwargs)
-                from sentence_transformers import SentenceTransformer
-                self._model = SentenceTransformer(folder, device="cpu")
-
-            def _get_text_embeddings(self, texts: List[str]) -> List[List[float]]:
-                return self._model.encode(texts, batch_size=self.embed_batch_size,
-                                          normalize_embeddings=True).tolist()
-
-            def _get_text_embedding(self, text: str) -> List[float]:
-                return self._get_text_embeddings([text])[0]
-
-            def _get_query_embedding(self, query: str) -> List[float]:
-                return self._get_text_embedding(query)
-
-            async def _aget_query_embedding(self, query: str) -> List[float]:
-                return self._get_query_embedding(query)
-        embed_cls, embed_from = STEmbedding, "a BaseEmbedding subclass calling sentence-transformers"
         with phases("model load"):
-            model = STEmbedding(path, embed_batch_size=BATCH)
+            model = st_embedding(path, BATCH)
+        embed_cls, embed_from = type(model), "a BaseEmbedding subclass calling sentence-transformers"
     Settings.embed_model = model
     phases.wrap(embed_cls, "_get_text_embeddings", "3 embed")
     splitter = SentenceSplitter(chunk_size=LLAMA_TOKENS, chunk_overlap=0)

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import REPO, code_version, html_pages, label_table, machine, write_result  # noqa: E402
+from _common import REPO, code_version, html_pages, label_table, machine, st_embedding, write_result  # noqa: E402
 
 DEFAULT_HTML = Path("/usr/share/doc/postgresql-doc-15/html")
 DEFAULT_QUERIES = [REPO / "bench" / "devset" / f"pg-general.{half}.jsonl" for half in ("fit", "test")]
@@ -164,45 +164,20 @@ def child_haystack(work: Path, pages: list[Path], questions: list[str], warm: in
 
 def child_llamaindex(work: Path, pages: list[Path], questions: list[str], warm: int) -> dict[str, Any]:
     from llama_index.core import Document, Settings, VectorStoreIndex
-    from llama_index.core.embeddings import BaseEmbedding
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.core.retrievers import QueryFusionRetriever
     from llama_index.retrievers.bm25 import BM25Retriever
-    from pydantic import PrivateAttr
 
     from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
     tokenizer = SentenceTransformerEncoder()._counter()  # tiktoken would download its vocabulary
     Settings.tokenizer = lambda text: tokenizer.encode(text, add_special_tokens=False).ids
     Settings.llm = None
 
-    class STEmbedding(BaseEmbedding):
-        """sentence-transformers on a local folder, as HuggingFaceEmbedding does."""
-        _model: Any = PrivateAttr()
-
-        def __init__(self, folder: str, **kwargs: Any) -> None:
-            super().__init__(model_name=folder, **kwargs)
-            from sentence_transformers import SentenceTransformer
-            self._model = SentenceTransformer(folder, device="cpu")
-
-        def _get_text_embeddings(self, texts: list[str]) -> list[list[float]]:
-            return self._model.encode(texts, batch_size=self.embed_batch_size, normalize_embeddings=True).tolist()
-
-        def _get_text_embedding(self, text: str) -> list[float]:
-            return self._get_text_embeddings([text])[0]
-
-        def _get_query_embedding(self, query: str) -> list[float]:
-            return self._get_text_embedding(query)
-
-        async def _aget_query_embedding(self, query: str) -> list[float]:
-            return self._get_query_embedding(query)
-
-        async def _aget_text_embedding(self, text: str) -> list[float]:
-            return self._get_text_embedding(text)
     try:
         from llama_index.embeddings.huggingface import HuggingFaceEmbedding
         model: Any = HuggingFaceEmbedding(model_name=_model_path(), device="cpu", embed_batch_size=16)
     except ImportError:
-        model = STEmbedding(_model_path(), embed_batch_size=16)
+        model = st_embedding(_model_path(), 16)
     Settings.embed_model = model
     docs = [Document(text=text, metadata={"file_name": name}, id_=name) for name, text in _texts(pages)]
     nodes = SentenceSplitter(chunk_size=LLAMA_TOKENS, chunk_overlap=0)(docs)
