@@ -527,7 +527,7 @@ def tree_rss(pid: int) -> int:
         try:
             total += p.memory_info().rss
         except psutil.Error:
-            pass
+            continue  # it ended between the listing and the reading
     return total
 
 

@@ -57,7 +57,7 @@ class LocalChatClient:
             if not isinstance(value, int) or value < least:
                 raise ConfigError(f"the local model: {name} must be an integer >= {least}, not {value!r}")
         self.threads, self.context, self.max_tokens = threads, context, max_tokens
-        self.model = self.path.name
+        self.model, self.bytes = self.path.name, self.path.stat().st_size
         self._server: Any = None
         self._lock = threading.Lock()
 
@@ -85,7 +85,7 @@ class LocalChatClient:
     @property
     def config(self) -> dict[str, object]:
         """What a trace records of the model: its file's name and size, and how it runs."""
-        return {"model": self.model, "bytes": self.path.stat().st_size, "threads": self.threads,
+        return {"model": self.model, "bytes": self.bytes, "threads": self.threads,
                 "context": self.context, "max_tokens": self.max_tokens}
 
     def _chat(self, messages: list[dict[str, str]], **extra: Any) -> dict[str, Any]:

@@ -56,10 +56,12 @@ TOP = 3
 #: how many (claim, evidence) answers a model keeps
 REMEMBERED = 64
 
-# a word that negates, or a contraction that does ("doesn't", "needn't"); "None" is Python's value
-# unless it opens "None of ..."
-_NEGATION = re.compile(r"\b(?:not|no|never|cannot|nothing|neither|nor|without|unable|impossible|"
-                       r"(?-i:none|None(?= of\b)))\b|n't\b", re.IGNORECASE)
+#: the words that negate (with a contraction that does: "doesn't", "needn't"; and "none", but
+#: not Python's value "None" unless it opens "None of ...")
+_NEGATORS = frozenset({"not", "no", "never", "cannot", "nothing", "neither", "nor", "without", "unable",
+                       "impossible", "nobody", "nowhere"})
+_NEGATION = re.compile(r"\b(?:" + "|".join(sorted(_NEGATORS)) + r"|(?-i:none|None(?= of\b)))\b|n't\b",
+                       re.IGNORECASE)
 # pairs of words a swap turns into each other; read by their stems
 _OPPOSITES = (
     ("before", "after"), ("lower", "upper"), ("lower", "higher"), ("minimum", "maximum"), ("min", "max"),
@@ -153,8 +155,6 @@ _TOKEN = re.compile(r"[A-Za-z_]\w*(?:['\u2019][a-z]+)?|\d[\d.,]*\d|\d|[,;:()!?|\
 _CLAUSE_END = frozenset({",", ";", ":", "(", ")", "!", "?", ".", "|", "\u2014", "\u2013", "but", "whereas", "while",
                          "although", "though", "however", "unless", "except", "instead", "so", "because", "since",
                          "and", "or", "which", "if", "when", "then", "therefore"})
-_NEGATORS = frozenset({"not", "no", "never", "cannot", "nothing", "neither", "nor", "without", "unable", "nobody",
-                       "nowhere"})
 # words that state a whole scope; a paraphrase trades one for another ("every" for "all")
 _UNIVERSAL = frozenset({"all", "every", "each", "any", "anything", "everything", "entire", "entirely", "whole",
                         "always", "whatever", "whichever", "whenever", "everyone", "anyone", "everywhere",

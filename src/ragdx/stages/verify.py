@@ -341,7 +341,11 @@ class ClaimVerifier:
     def __init__(self, store: Store, checker: SupportChecker | None = None, name: str = "verify") -> None:
         self.store, self.checker, self.name = store, checker or LexicalChecker(), name
 
-    def check(self, query: Query, context: Context, claim: Claim) -> ClaimCheck:
+    def check(self, query: Query, context: Context, claim: Claim,
+              labels: frozenset[str] | None = None) -> ClaimCheck:
+        """One claim's verdict; ``labels``, the store's version labels when read already (once an
+        answer: :meth:`run`)."""
+        labels = self.store.version_labels() if labels is None else labels
         if not claim.citations:
             return ClaimCheck(claim, Verdict.UNSUPPORTED, "the claim cites nothing")
         if instruction_like(claim.text) or citation_like(claim.text):
@@ -359,7 +363,7 @@ class ClaimVerifier:
             if not query.principal.may_read(stored.document.acl):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
             if stored.document.status is not DocStatus.CURRENT and not VersionFilter.for_question(
-                    query.question, known=self.store.version_labels()).names(unit.version):
+                    query.question, known=labels).names(unit.version):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
                                   f"{unit.doc_id} is {stored.document.status.value}")
             units.append(unit)
@@ -369,12 +373,13 @@ class ClaimVerifier:
         usable = "\n\n".join(without_instructions(
             f"{u.header_text}\n{blank(u.text, u.start, u.flagged)}" if u.header_text
             else blank(u.text, u.start, u.flagged)) for u in units)
-        verdict, reason = self.checker.judge(_unversioned(claim.text, units, self.store.version_labels()), usable)
+        verdict, reason = self.checker.judge(_unversioned(claim.text, units, labels), usable)
         return ClaimCheck(claim, verdict, reason, evidence, support_spans(claim.text, units))
 
     def run(self, query: Query, context: Context, answer: Answer) -> Verification:
         started = time.perf_counter()
-        checks = tuple(self.check(query, context, claim) for claim in answer.claims)
+        labels = self.store.version_labels() if answer.claims else frozenset()
+        checks = tuple(self.check(query, context, claim, labels) for claim in answer.claims)
         config: dict[str, Any] = {"checker": self.checker.name}
         if isinstance(self.checker, LlmJudge):
             config |= {"judge_calls": self.checker.calls, "judge_cache_hits": self.checker.hits}
