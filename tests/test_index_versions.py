@@ -585,15 +585,21 @@ def schema_1(path: Path) -> None:
     con.close()
 
 
-def test_the_cli_reports_a_refused_write_as_such_not_as_a_damaged_store(store, monkeypatch, capsys):
+@pytest.mark.parametrize("error, said", [
+    ("IntegrityError: FOREIGN KEY constraint failed", "SQLite refused a write (FOREIGN KEY constraint failed)"),
+    ("OperationalError: database is locked", "database is locked: another process held a lock on {store}"),
+])
+def test_the_cli_reports_a_refused_write_or_a_lock_as_such_not_as_a_damaged_store(store, monkeypatch, capsys,
+                                                                                  error, said):
     import sqlite3 as sql
+    kind, message = error.split(": ")
 
     def refused(*args, **kwargs):
-        raise sql.IntegrityError("FOREIGN KEY constraint failed")
+        raise getattr(sql, kind)(message)
     monkeypatch.setattr(indexing, "build_index", refused)
     assert main(["index", "build", "--chunks", "--store", str(store.path), "--set", "retrieval.dense.enabled=false"]) == 2
     err = capsys.readouterr().err
-    assert "SQLite refused a write (FOREIGN KEY constraint failed)" in err and "integrity check" not in err
+    assert said.format(store=store.path) in err and "integrity check" not in err
 
 
 def _staged_rows(store: SQLiteStore) -> dict[str, int]:

@@ -86,8 +86,14 @@ def main(argv: Sequence[str] | None = None) -> int:
               "store while this command ran, or this is a bug in ragdx; the refused write was not made "
               "and the store is intact: run the command again", file=sys.stderr)
         return 2
-    except sqlite3.DatabaseError as exc:  # a page found damaged while reading
+    except sqlite3.DatabaseError as exc:  # a lock another process held too long, or a page found damaged
         store = getattr(args, "store", None) or "the store"
+        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+            print(f"ragdx {args.command}: error: {exc}: another process held a lock on {store} (or on a "
+                  "file beside it: its result cache, a run folder's run.db) for longer than this command "
+                  "waits; nothing is damaged and nothing was half-written: run the command again when "
+                  "the other process has finished", file=sys.stderr)
+            return 2
         print(f"ragdx {args.command}: error: {store}: cannot read the store: {exc} (it fails "
               "SQLite's integrity check; restore a copy or ingest into a new store)", file=sys.stderr)
         return 2

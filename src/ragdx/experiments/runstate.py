@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ragdx.errors import StoreError
+from ragdx.store._common import use_wal
 from ragdx.types import ChoiceEnum
 
 __all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "damaged", "worker_id"]
@@ -236,7 +237,7 @@ class RunState:
         try:
             raw = sqlite3.connect(str(path), isolation_level=None, timeout=wait)
             self._db = _Guarded(raw, path)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._db, wait)
             # NORMAL: a commit may be lost with the machine, never half-kept; the published files are then
             # cut back to the last commit kept, or written again from the drafts held here (append_published)
             self._db.execute("PRAGMA synchronous=NORMAL")

@@ -21,6 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from ragdx.traces.openinference import SpanRecord
 from ragdx.errors import StoreError
+from ragdx.store._common import use_wal
 
 __all__ = ["Spool", "RESULT_COLUMNS"]
 
@@ -77,7 +78,7 @@ class Spool:
     def _connect(self, **kwargs: Any) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(self.path, timeout=60, isolation_level=None, **kwargs)
-        conn.execute("PRAGMA journal_mode=WAL")
+        use_wal(conn, 60.0)
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA cache_size=-1024")  # 1 MiB a connection: the web threads each hold one
         return conn

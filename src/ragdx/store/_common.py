@@ -12,6 +12,8 @@ first parameter is ``self``, the store, and they reach the connection through it
 from __future__ import annotations
 
 import functools
+import sqlite3
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -37,6 +39,32 @@ class OpenMode(ChoiceEnum):
 def now() -> str:
     """The time a row records: UTC, to the second, ISO 8601."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def use_wal(db: Any, wait: float) -> None:
+    """Put the SQLite file ``db`` (a connection, or a wrapper with its ``execute``) is open on in WAL mode, waiting up to ``wait`` seconds for
+    another connection doing the same.
+
+    SQLite answers ``PRAGMA journal_mode=WAL`` with "database is locked" at once, without its busy
+    timeout, while another connection holds the file's lock; two processes opening one new file
+    together (two ``ragdx run`` workers on one run folder, their shared result cache) meet this
+    about every other time. So the pragma is tried again, with a growing pause, until ``wait``
+    has passed; then the last error is raised.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``wait`` seconds, or any other failure.
+    """
+    deadline = time.monotonic() + max(0.0, wait)
+    pause = 0.002
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL").fetchall()
+            return
+        except sqlite3.OperationalError as exc:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 def decoding(table: str) -> Callable[[Callable], Callable]:

@@ -46,6 +46,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ragdx.errors import StoreError
+from ragdx.store._common import use_wal
 from ragdx.protocols import Store
 from ragdx.store.keyword import fts5_idf, fts5_tokenized
 from ragdx.store.lexical import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, _tokenizer
@@ -119,7 +120,7 @@ class SQLiteCache:
         try:
             self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False,
                                        timeout=10.0)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            use_wal(self._db, 10.0)
             self._db.execute("PRAGMA synchronous=NORMAL")
             found = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if found and "entries" not in found:

@@ -23,7 +23,7 @@ from typing import Iterator
 
 from ragdx._faults import fault_point
 from ragdx.errors import InputError, StoreError
-from ragdx.store._common import OpenMode
+from ragdx.store._common import OpenMode, use_wal
 from ragdx.store.keyword import KeywordIndex
 from ragdx.store import acl, checks, documents, embeddings, lexical, schema, staging
 from ragdx.store.lexical import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, match_expression
@@ -91,7 +91,7 @@ class SQLiteStore:
             self._db.execute("PRAGMA foreign_keys=ON")
             self._check_schema()
             if self.mode is not OpenMode.READ:
-                self._db.execute("PRAGMA journal_mode=WAL")
+                use_wal(self._db, self.wait)
                 self._db.execute("PRAGMA synchronous=NORMAL")
                 self._init_schema()
         except sqlite3.DatabaseError as exc:
