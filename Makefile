@@ -48,6 +48,7 @@ test-full: $(VENV)/.installed
 
 test: test-core test-full
 
+# every product benchmark, area by area (bench/README.md); not bench/research/
 bench: $(VENV)/.installed
 	$(VENV)/bin/python bench/run_all.py
 

@@ -1,5 +1,8 @@
 """What the benchmark scripts share: the Python docs corpus, the machine and code being
-measured, timing, and writing results. Not a benchmark itself (run_all.py skips ``_`` files)."""
+measured, timing, and writing results. Not a benchmark itself (run_all.py runs the area folders).
+
+A script puts bench/ first on ``sys.path`` to import this module; another benchmark it imports by
+its area, as a namespace package (``from retrieval.bm25_vs_bm25s import Rows``)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from pathlib import Path
 import ragdx
 
 REPO = Path(__file__).resolve().parent.parent
-#: the dev set built by bench/quality.py, and the int8 encoder its store was embedded with
+#: the dev set built by bench/quality/quality.py, and the int8 encoder its store was embedded with
 DEVSET = REPO / "bench" / ".cache" / "devset"
 INT8 = REPO / "bench" / ".cache" / "int8" / "all-MiniLM-L6-v2-int8.onnx"
 DEFAULT_HTML = Path("/usr/share/doc/python3-doc/html")

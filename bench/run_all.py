@@ -1,5 +1,6 @@
-"""Run every benchmark: each ``bench/*.py`` script except this one (and ``_private.py`` helper
-modules), in sorted order, stopping at the first that fails.
+"""Run every product benchmark: the scripts of each area folder of ``AREAS`` in turn (sorted by
+name within a folder, without ``_private.py`` helper modules), stopping at the first that fails.
+``bench/research/`` holds rounds that decided something once: never run here.
 
     .venv/bin/python bench/run_all.py      (or: make bench)
 
@@ -20,12 +21,13 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
+#: the folders of product benchmarks, in the order they run
+AREAS = ("ingest", "retrieval", "quality", "diagnosis", "scale", "serve")
 
 
 def scripts(folder: Path = BENCH) -> list[Path]:
-    """The benchmark scripts, in sorted order, without this runner."""
-    me = Path(__file__).resolve()
-    return sorted(p for p in folder.glob("*.py") if p.resolve() != me and not p.name.startswith("_"))
+    """The product benchmarks: each area's scripts in turn, sorted by name within it."""
+    return [p for area in AREAS for p in sorted((folder / area).glob("*.py")) if not p.name.startswith("_")]
 
 
 def needs(script: Path) -> str | None:

@@ -1,11 +1,13 @@
-"""``make bench`` (bench/run_all.py): every script run with its defaults, in order, stopping at the
-first that fails; a script that says what it ``NEEDS`` beyond its defaults is skipped, saying so."""
+"""``make bench`` (bench/run_all.py): every product benchmark (the scripts of bench/'s area folders,
+area by area) run with its defaults, stopping at the first that fails; a script that says what it
+``NEEDS`` beyond its defaults is skipped, saying so; bench/research/ is never run."""
 
 import importlib.util
 import re
 from pathlib import Path
 
-RUNNER = Path(__file__).resolve().parents[1] / "bench" / "run_all.py"
+ROOT = Path(__file__).resolve().parents[1]
+RUNNER = ROOT / "bench" / "run_all.py"
 
 
 def _runner():
@@ -17,36 +19,64 @@ def _runner():
 
 def _script(folder: Path, name: str, body: str) -> Path:
     path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(body, encoding="utf-8")
     return path
 
 
-def test_a_script_that_needs_a_server_is_skipped_and_the_rest_run_in_order(tmp_path, capsys):
+def _writes(out: Path, mark: str) -> str:
+    return f"open({str(out)!r}, 'a').write({mark + chr(10)!r})\n"
+
+
+def test_areas_run_in_their_order_and_a_script_that_needs_a_server_is_skipped(tmp_path, capsys):
     run_all = _runner()
     bench = tmp_path / "bench"
-    bench.mkdir()
     out = tmp_path / "ran.txt"
-    _script(bench, "a_first.py", f"open({str(out)!r}, 'a').write('a\\n')\n")
-    _script(bench, "b_server.py", f"NEEDS = 'a PostgreSQL server: --dsn'\nopen({str(out)!r}, 'a').write('b\\n')\n")
-    _script(bench, "c_last.py", f"open({str(out)!r}, 'a').write('c\\n')\n")
-    _script(bench, "_helper.py", "raise SystemExit(9)\n")  # a helper module, never run
+    # by path, quality/ would come before retrieval/ and serve/: the areas' order decides
+    _script(bench, "serve/a_last.py", _writes(out, "serve"))
+    _script(bench, "retrieval/b_first.py", _writes(out, "retrieval"))
+    _script(bench, "quality/a_server.py", "NEEDS = 'a PostgreSQL server: --dsn'\n" + _writes(out, "server"))
+    _script(bench, "quality/b_after.py", _writes(out, "quality"))
+    _script(bench, "quality/_helper.py", "raise SystemExit(9)\n")  # a helper module, never run
+    _script(bench, "research/a_round.py", "raise SystemExit(8)\n")  # a research round, never run
+    _script(bench, "devset/build.py", "raise SystemExit(7)\n")
+    _script(bench, "_common.py", "raise SystemExit(6)\n")
     assert run_all.main(bench, tmp_path) == 0
-    assert out.read_text().splitlines() == ["a", "c"]
+    assert out.read_text().splitlines() == ["retrieval", "quality", "serve"]
     err = capsys.readouterr().err
-    assert "== bench/b_server.py skipped: it needs a PostgreSQL server: --dsn" in err
-    assert "== all 2 benchmarks run passed; 1 skipped" in err
+    assert "== bench/quality/a_server.py skipped: it needs a PostgreSQL server: --dsn" in err
+    assert "== all 3 benchmarks run passed; 1 skipped" in err
 
 
 def test_the_first_failing_script_stops_the_run_with_its_exit_code(tmp_path, capsys):
     run_all = _runner()
     bench = tmp_path / "bench"
-    bench.mkdir()
     out = tmp_path / "ran.txt"
-    _script(bench, "a_fails.py", "raise SystemExit(3)\n")
-    _script(bench, "b_after.py", f"open({str(out)!r}, 'a').write('b\\n')\n")
+    _script(bench, "ingest/a_fails.py", "raise SystemExit(3)\n")
+    _script(bench, "ingest/b_after.py", _writes(out, "b"))
+    _script(bench, "serve/a_later.py", _writes(out, "c"))
     assert run_all.main(bench, tmp_path) == 3
     assert not out.exists()
-    assert "== bench/a_fails.py failed with exit code 3" in capsys.readouterr().err
+    assert "== bench/ingest/a_fails.py failed with exit code 3" in capsys.readouterr().err
+
+
+def test_every_script_of_bench_is_a_product_benchmark_or_a_research_round():
+    run_all = _runner()
+    product = {p.relative_to(ROOT / "bench").as_posix() for p in run_all.scripts()}
+    research = {p.relative_to(ROOT / "bench").as_posix() for p in (ROOT / "bench" / "research").glob("*.py")}
+    found = {p.relative_to(ROOT / "bench").as_posix() for p in (ROOT / "bench").rglob("*.py")
+             if not p.relative_to(ROOT / "bench").parts[0].startswith(".")}
+    assert len(product) >= 30 and research
+    assert found - product - research == {"_common.py", "run_all.py", "devset/build.py"}
+    # each product benchmark has its line in bench/README.md and in the figures table of
+    # docs/benchmarks.md; each research round its line in bench/research/README.md
+    readme = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    doc = (ROOT / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    figures = doc.split("\n## Today's figures\n", 1)[1].split("\n## ", 1)[0]
+    assert sorted(s for s in product if f"`{s}`" not in readme) == []
+    assert sorted(s for s in product if f"bench/{s}" not in figures) == []
+    rounds = (ROOT / "bench" / "research" / "README.md").read_text(encoding="utf-8")
+    assert sorted(s for s in research if f"`{Path(s).name}`" not in rounds) == []
 
 
 def _demands_arguments(source: str) -> bool:
@@ -60,7 +90,6 @@ def test_every_script_that_cannot_run_with_its_defaults_says_what_it_needs():
     found = run_all.scripts()
     demanding = {p.name for p in found if _demands_arguments(p.read_text(encoding="utf-8"))}
     skipped = {p.name for p in found if run_all.needs(p) is not None}
-    assert {"pg_backends.py", "pg_shard_dense.py", "rediagnose.py", "context_replay.py"} <= demanding
-    # pg_alternate reads pg_backends' stores, reader_window and reader_variants train_reader's
-    # cached rows: each needs them without demanding an argument
-    assert skipped == demanding | {"pg_alternate.py", "reader_window.py", "reader_variants.py"}
+    assert {"pg_backends.py", "pg_shard_dense.py", "rediagnose.py"} <= demanding
+    # pg_alternate reads pg_backends' stores: it needs them without demanding an argument
+    assert skipped == demanding | {"pg_alternate.py"}

@@ -175,7 +175,7 @@ class GenerationSettings:
     method: str = _choice("extractive", "extractive", "chat", "local")
     min_coverage: float = _at_least(0.51, 0.0, 1.0)  # fitted on the dev set (docs/benchmarks.md; the refit to 0.654: "Answerability")
     keep_ratio: float = _at_least(0.5, 0.0, 1.0)
-    max_sentences: int = _at_least(3, 1)  # fitted with the learned reader (bench/train_reader.py)
+    max_sentences: int = _at_least(3, 1)  # fitted with the learned reader (bench/quality/train_reader.py)
     semantic_weight: float = _at_least(0.8, 0.0, 1.0)
     rank_weight: float = _at_least(0.3, 0.0, 10.0)
     tie_ratio: float = _at_least(0.0, 0.0, 1.0)

@@ -5,7 +5,7 @@ An :class:`Executor` maps a picklable function over items and returns the result
 :class:`LocalExecutor` is a process pool on this machine (the default); :class:`DaskExecutor`
 runs on a Dask cluster (extra ``dask``): a local one of ``n`` worker processes, or an existing
 scheduler's address. Dask was chosen over Ray after measuring both here (docs/benchmarks.md,
-``bench/pg_executors.py``): a two-worker local cluster starts in 2.3 s against Ray's 8.3 s, the
+``bench/scale/pg_executors.py``): a two-worker local cluster starts in 2.3 s against Ray's 8.3 s, the
 per-task overhead is alike, and the install is a tenth of Ray's size.
 
 Workers rebuild what they need from cheap, picklable descriptions and keep it for the life of

@@ -14,7 +14,7 @@ from ragdx.encoders.onnx import VOCAB_PATH, OnnxEncoder
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.protocols import Encoder
 
-# fp32-vs-int8 cosines measured here. bench/encoder_throughput.py, 2,000 chunks of the Python
+# fp32-vs-int8 cosines measured here. bench/ingest/encoder_throughput.py, 2,000 chunks of the Python
 # docs: min 0.9985, 1st percentile 0.9992, mean 0.9995 (50 heading queries: min 0.9990). This
 # file's odd texts: min 0.9963 (the empty text, [CLS] [SEP] alone), mean 0.9992. Mistakes,
 # measured on the same texts: token_type_ids of 1 give min 0.909 (mean 0.982); no [CLS]/[SEP]

@@ -431,7 +431,7 @@ def test_the_trace_and_the_report_show_a_flagged_passage_with_its_reason(tmp_pat
 
 
 # legitimate documentation the detector of before flagged (found on the Python docs,
-# bench/injection_false_positives.py): a flagged passage is never an answer, so it must not be flagged
+# bench/quality/injection_false_positives.py): a flagged passage is never an answer, so it must not be flagged
 DOCUMENTATION = [
     ("codecs.html", "<h1>Error handlers</h1><table><tr><th>Value</th><th>Meaning</th></tr><tr><td>'ignore'</td>"
      "<td>Ignore the malformed data and continue without further notice.</td></tr></table>",

@@ -1,6 +1,6 @@
 """The PostgreSQL question sets under bench/devset/ (written and labelled blind to ragdx's output;
 docs/benchmarks.md) are valid query sets whose halves never share a question, and every question
-carries the reference answer ``bench/label.py`` gives ``ragdx label``. That each quote resolves in
+carries the reference answer ``bench/quality/label.py`` gives ``ragdx label``. That each quote resolves in
 the PostgreSQL store is checked by the benchmarks (``ragdx evidence --strict``), which build it."""
 
 from __future__ import annotations

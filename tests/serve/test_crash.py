@@ -1,5 +1,5 @@
 """A ``kill -9`` of ``ragdx serve`` under load loses no acknowledged trace: every trace answered
-200 is stored, and diagnosed once the server is started again (bench/serve_load.py runs the
+200 is stored, and diagnosed once the server is started again (bench/serve/serve_load.py runs the
 full-size version: 200 traces/s for 60 s)."""
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ def test_equals_exact_search_where_the_hamming_shortlist_holds_every_row(tmp_pat
     """600 random vectors of 384 dimensions (the default encoder's): for k = 10 the Hamming
     shortlist (16 x 42 rows) holds all 600, the int8 estimates keep 42 candidates, and the true
     top 10 are among them for each of 20 queries, with their exact scores. (Where the shortlist
-    cuts, what it costs is measured: bench/million_chunks.py.)"""
+    cuts, what it costs is measured: bench/scale/million_chunks.py.)"""
     rng = np.random.default_rng(0)
     store = SQLiteStore(tmp_path / "store.db")
     space = EmbeddingSpace("random", "w0", 384)

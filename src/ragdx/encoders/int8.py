@@ -25,7 +25,7 @@ Three steps, each on the local weights (nothing is downloaded):
 
 The result is another embedding space (other weights): ragdx's :class:`~ragdx.encoders.onnx.OnnxEncoder`
 loads it as ``model_path`` and hashes its bytes into the space, so its vectors never meet the
-fp32 ones. Speed and parity are measured in ``bench/encoder_throughput.py`` (docs/benchmarks.md).
+fp32 ones. Speed and parity are measured in ``bench/ingest/encoder_throughput.py`` (docs/benchmarks.md).
 
 References: Jacob et al., "Quantization and Training of Neural Networks for Efficient
 Integer-Arithmetic-Only Inference", CVPR 2018 (affine uint8 quantisation, zero-point

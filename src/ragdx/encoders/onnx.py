@@ -116,7 +116,7 @@ class OnnxEncoder:
         vocab_path: the WordPiece ``vocab.txt``; default ragdx's copy of all-MiniLM-L6-v2's.
         batch_size: texts per forward pass. Texts are sorted by length first, so each batch
             is padded only to its own longest text. The default, 16, took 23-27% less CPU per
-            chunk than 64 and about 40% less than 128 on real chunks (bench/encoder_throughput.py):
+            chunk than 64 and about 40% less than 128 on real chunks (bench/ingest/encoder_throughput.py):
             smaller batches pad less and keep the attention tensors in cache.
         threads: CPU threads to use; ``None`` for one per CPU this process may run on. A call
             with at least two batches per session runs them side by side on single-threaded

@@ -77,7 +77,7 @@ class SentenceTransformerEncoder:
         passage_prefix: text put before every passage.
         batch_size: texts per forward pass. sentence-transformers sorts texts by length, so a
             small batch pads little: on ragdx's chunks 16 embedded 23% more per second than 64
-            (bench/encoder_throughput.py).
+            (bench/ingest/encoder_throughput.py).
         normalize: L2-normalise the vectors.
     """
 
@@ -218,7 +218,7 @@ class SentenceTransformerEncoder:
         if not inputs:
             return Encoding(self.space, np.zeros((0, self.space.dim), np.float32), ())
         # batches of texts of about as many word pieces: sentence-transformers sorts by characters,
-        # which padded the manual's chunks by 32% and its statements by 55% (bench/ingest_frameworks.py)
+        # which padded the manual's chunks by 32% and its statements by 55% (bench/ingest/ingest_frameworks.py)
         order = sorted(range(len(inputs)), key=lambda i: len(offsets[i]))
         vectors = np.zeros((len(inputs), self.space.dim), np.float32)
         for start in range(0, len(order), self.batch_size):

@@ -7,7 +7,7 @@ default for a space of up to :data:`EXACT_UP_TO` vectors; above it (``search = "
 bounded index holds sign bits and int8 codes and rescores its candidates exactly from the store
 (:class:`~ragdx.store.vectors.QuantizedIndex`), under a third of float32's memory. Approximate search
 (hnswlib) is optional. What the bounded and approximate indexes cost in recall is measured
-(bench/million_chunks.py, bench/ann_recall.py), not assumed.
+(bench/scale/million_chunks.py, bench/retrieval/ann_recall.py), not assumed.
 
 A store that searches its own vectors (:class:`~ragdx.protocols.VectorSearchStore`, such as
 the PostgreSQL store) is asked directly; the vectors of any other store are loaded into an

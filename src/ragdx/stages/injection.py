@@ -28,7 +28,7 @@ which everything a document contributes to a prompt is quoted.
 
 A heuristic. Since a flagged passage is never quoted, a false positive costs answers: the
 patterns are held to what an instruction to a model says (on the Python documentation, 1
-passage of 29,504 chunks is flagged; ``bench/injection_false_positives.py``), and the suite of
+passage of 29,504 chunks is flagged; ``bench/quality/injection_false_positives.py``), and the suite of
 injections in ``tests/hardening/test_injection.py`` holds them to what attackers write.
 """
 

@@ -9,7 +9,7 @@ token's "Yes" against its "No", from the model's own log-probabilities (greedy, 
 :class:`LocalJudge` is ``verify.method = "llm"`` with ``verify.model`` naming a ``.gguf`` file:
 each claim is put to the model with its evidence, quoted as data apart from the instruction
 (:func:`ragdx.stages.injection.quote`), and the claim is ``supported`` when the probability of
-"Yes" reaches ``verify.threshold`` (calibrate it on your own judged answers: ``bench/verdicts.py
+"Yes" reaches ``verify.threshold`` (calibrate it on your own judged answers: ``bench/quality/verdicts.py
 --checker llm``). Its verdicts are kept in memory, keyed by the model, the claim and the evidence.
 """
 

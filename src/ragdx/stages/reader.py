@@ -11,7 +11,7 @@ them (Cox, "The regression analysis of binary sequences", JRSS B 1958) gives eac
 probability that it states required evidence; the generator puts the most probable first.
 
 The weights are a few dozen floats fitted on the dev set's fit half by
-``bench/train_reader.py`` and shipped as ``reader.json`` beside this module: one set with the
+``bench/quality/train_reader.py`` and shipped as ``reader.json`` beside this module: one set with the
 cross-encoder (extra ``models``), one without; a machine without the extra reads with the second.
 Fitting is numpy only (:func:`fit_logistic`, Newton's method with an L2 penalty), so a test
 refits the shipped weights from the shipped feature table and compares.

@@ -18,7 +18,7 @@ How a claim is read (:meth:`SupportModel.probability`):
 3. Each premise gives one row of :data:`FEATURES`; the fitted weights give it a probability that
    the premise supports the claim. The claim's probability is the best premise's.
 
-The weights (``support.json`` beside this module) are fitted by ``bench/verdicts.py fit`` on
+The weights (``support.json`` beside this module) are fitted by ``bench/quality/verdicts.py fit`` on
 claims written apart from ragdx's verdict benchmark and claims corrupted from them by rule; the
 threshold is set on the benchmark's fit half; its test half is never fitted on
 (docs/benchmarks.md, "Verdicts on answers in people's own words"). The packaged cross-encoder's

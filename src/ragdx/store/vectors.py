@@ -95,7 +95,7 @@ class HnswIndex:
     Malkov & Yashunin, "Efficient and robust approximate nearest neighbor search using
     Hierarchical Navigable Small World graphs", IEEE TPAMI 2020. Access groups filter *inside*
     the graph search (hnswlib's filter callback), so the top ``k`` are the best readable rows
-    the graph finds. Its recall against exact search is measured (bench/ann_recall.py), never
+    the graph finds. Its recall against exact search is measured (bench/retrieval/ann_recall.py), never
     assumed.
 
     Args:
@@ -230,7 +230,7 @@ class QuantizedIndex:
 
     The scores returned are exact, and a result differs from exact search only when a true
     top-``k`` row falls out of a shortlist. What that costs in recall is measured
-    (bench/million_chunks.py), never assumed; :meth:`scan` is the exact search, streamed.
+    (bench/scale/million_chunks.py), never assumed; :meth:`scan` is the exact search, streamed.
 
     The index is bound to the store's ``index_version``: when the store changed, the documents
     its update log names since the last refresh are dropped and read again, access groups and

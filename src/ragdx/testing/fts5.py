@@ -1,6 +1,6 @@
 """FTS5's tokens for questions, and bm25s configured as FTS5's ``bm25()``: the reference that
 ragdx's BM25 channel is checked against (tests/parity) and benchmarked against
-(bench/bm25_vs_bm25s.py). Needs the ``parity`` extra (PyStemmer, bm25s). The tokenizer itself,
+(bench/retrieval/bm25_vs_bm25s.py). Needs the ``parity`` extra (PyStemmer, bm25s). The tokenizer itself,
 FTS5's ``porter unicode61 remove_diacritics 2`` in Python, is :mod:`ragdx.store.tokens`
 (re-exported here).
 """
