@@ -55,6 +55,24 @@ def test_a_few_steps_on_hand_made_pairs_teach_the_tiny_model_their_order(trained
     assert result.losses[-1] < result.losses[0]
 
 
+def test_the_pointwise_loss_puts_every_positive_above_every_negative_of_any_group(tiny):
+    """Pointwise: one scale across groups (a logit above 0 is a probability above one half), which
+    the listwise loss does not ask for: each positive above its own negatives only."""
+    from ragdx.train.cross import fine_tune, score_pairs, tokenizer_for
+    from ragdx.train.pairs import Group
+    model = _model(tiny)
+    tokenizer = tokenizer_for(tiny / "tokenizer.json", 64)
+    groups = [Group(q, p, ns, "support", (), f"s{i}") for i, (q, p, ns) in enumerate(TINY_PAIRS)]
+    before = score_pairs(model, tokenizer, _pairs()).reshape(len(TINY_PAIRS), 2)
+    assert not ((before[:, 0] > 0).all() and (before[:, 1] < 0).all())  # not so already
+    result = fine_tune(model, tokenizer, groups, epochs=20, batch_groups=3, lr=3e-2, seed=0, threads=1,
+                       loss="pointwise")
+    after = score_pairs(model, tokenizer, _pairs()).reshape(len(TINY_PAIRS), 2)
+    assert (after[:, 0] > 0).all() and (after[:, 1] < 0).all()
+    assert after[:, 0].min() > after[:, 1].max()
+    assert result.losses[-1] < result.losses[0]
+
+
 def test_the_dequantised_model_gives_the_onnx_files_logits(tiny, trained, tmp_path):
     from ragdx.encoders.cross import CrossEncoder
     from ragdx.train.cross import dequantise, export, score_pairs, tokenizer_for
@@ -112,6 +130,9 @@ def test_bad_inputs_are_named(tiny, tmp_path):
         fine_tune(_model(tiny), tokenizer_for(tiny / "tokenizer.json", 64),
                   [Group("approval", "the team lead", ("delivery",), "heading", ("bm25",), "s0"),
                    Group("refund", "refunds accepted", (), "heading", (), "s1")])
+    with pytest.raises(ConfigError, match="loss must be 'listwise' or 'pointwise', not 'hinge'"):
+        fine_tune(_model(tiny), tokenizer_for(tiny / "tokenizer.json", 64),
+                  [Group("approval", "the team lead", ("delivery",), "heading", ("bm25",), "s0")], loss="hinge")
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="/toy/MatMul")], "toy",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],

@@ -12,8 +12,9 @@ Two starting points, both offline:
 
 :func:`fine_tune` trains with a listwise loss: each group's positive against its negatives,
 softmax cross-entropy over the group's logits (the "localised contrastive estimation" of Gao et
-al., "Rethink Training of BERT Rerankers in Multi-Stage Retrieval Pipeline", ECIR 2021), each
-pair tokenised by the model's own ``tokenizer.json`` exactly as the reader will read it.
+al., "Rethink Training of BERT Rerankers in Multi-Stage Retrieval Pipeline", ECIR 2021), or a
+pointwise one (binary cross-entropy of each text against its label: a classifier whose logit has
+one scale across groups, as a support judgement needs), each pair tokenised by the model's own ``tokenizer.json`` exactly as the reader will read it.
 :func:`export` writes ``model.onnx`` (opset 17, dynamic batch and sequence axes, output
 ``logits``) quantised by ``onnxruntime.quantization.quantize_dynamic`` (int8 weights), with the
 ``tokenizer.json`` beside it.
@@ -266,11 +267,13 @@ class TrainResult:
 
 def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: float = 1.0, batch_groups: int = 8,
               lr: float = 2e-5, seconds: float | None = None, seed: int = 0, threads: int = 2,
-              freeze_below: int = 0, frozen_outputs: dict | None = None,
+              freeze_below: int = 0, frozen_outputs: dict | None = None, loss: str = "listwise",
               log: Callable[[str], None] | None = None) -> TrainResult:
     """Train ``model`` in place on ``groups`` (:class:`ragdx.train.pairs.Group`): each step reads
     ``batch_groups`` groups, and each group's loss is the cross-entropy of its positive under a
-    softmax over its texts' logits. AdamW with a linear warm-up over the first 10% of the steps
+    softmax over its texts' logits (``loss="listwise"``), or the mean binary cross-entropy of each
+    text's logit against its label, 1 for the positive and 0 for a negative (``"pointwise"``: the
+    logit then has one scale across groups, a probability after a sigmoid). AdamW with a linear warm-up over the first 10% of the steps
     and a linear decay; stops after ``epochs`` passes or ``seconds`` of training, whichever
     comes first. Deterministic for a seed (one thread count).
 
@@ -283,10 +286,12 @@ def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: floa
     folds).
 
     Raises:
-        ConfigError: no groups, a group without negatives, or ``freeze_below`` beyond the
-            model's layers.
+        ConfigError: no groups, a group without negatives, ``freeze_below`` beyond the model's
+            layers, or a ``loss`` that is neither ``listwise`` nor ``pointwise``.
     """
     torch, transformers = _imports()
+    if loss not in ("listwise", "pointwise"):
+        raise ConfigError(f"{_WHAT}: loss must be 'listwise' or 'pointwise', not {loss!r}")
     if not groups:
         raise ConfigError(f"{_WHAT}: no training groups")
     bare = next((g for g in groups if not g.negatives), None)
@@ -320,13 +325,17 @@ def fine_tune(model: Any, tokenizer: Any, groups: Sequence[Any], *, epochs: floa
             pairs.extend((g.query, t) for t in texts)
             sizes.append(len(texts))
         logits = split.logits(pairs) if split else model(**_batch(tokenizer, pairs, torch)).logits[:, 0]
-        loss = torch.stack([-torch.log_softmax(part, 0)[0] for part in torch.split(logits, sizes)]).mean()
-        loss.backward()
+        if loss == "pointwise":
+            labels = torch.tensor([float(i == 0) for n in sizes for i in range(n)])
+            value = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        else:
+            value = torch.stack([-torch.log_softmax(part, 0)[0] for part in torch.split(logits, sizes)]).mean()
+        value.backward()
         torch.nn.utils.clip_grad_norm_(trained, 1.0)
         optimiser.step()
         schedule.step()
         optimiser.zero_grad()
-        losses.append(loss.item())
+        losses.append(value.item())
         steps = step + 1
         if log and steps % 10 == 0:
             log(f"  step {steps}/{total}, loss {np.mean(losses[-10:]):.3f}, {time.perf_counter() - started:.0f} s")
