@@ -92,13 +92,21 @@ def build(written: Path) -> None:
 
 # --- the checkers ----------------------------------------------------------------------------
 
-def checkers(names: list[str], llm: Path | None = None, threshold: float = 0.5) -> dict[str, object]:
-    """The checkers by name: ``lexical``, ``learned`` (the default), ``llm`` (a local GGUF model,
+def checkers(names: list[str], llm: Path | None = None, threshold: float = 0.5,
+             classifier: Path | None = None) -> dict[str, object]:
+    """The checkers by name: ``lexical``, ``learned`` (the default), ``classifier`` (a support
+    classifier's folder, ``classifier``, at its calibrated threshold), ``llm`` (a local GGUF model,
     ``llm``, judging at ``threshold``)."""
     from ragdx.stages.verify import LearnedChecker, LexicalChecker
     out: dict[str, object] = {}
     for name in names:
-        if name == "llm":
+        if name == "classifier":
+            from ragdx.stages.support import SupportClassifier
+            from ragdx.stages.verify import ClassifierChecker
+            if classifier is None:
+                raise SystemExit("--checker classifier needs --support-model DIR (bench/research/train_support.py)")
+            out[name] = ClassifierChecker(SupportClassifier(classifier))
+        elif name == "llm":
             from ragdx.stages.local import LocalChatClient, LocalJudge
             if llm is None:
                 raise SystemExit("--checker llm needs --llm-model FILE.gguf")
@@ -148,12 +156,13 @@ def figures(results: list[dict]) -> dict[str, object]:
     }
 
 
-def measure(half: str, names: list[str], llm: Path | None = None, threshold: float = 0.5) -> None:
+def measure(half: str, names: list[str], llm: Path | None = None, threshold: float = 0.5,
+            classifier: Path | None = None) -> None:
     rows = _rows(HALVES[half])
     result: dict[str, object] = {"half": half, "machine": machine(), "code": code_version(), "checkers": {}}
     lines = [f"{'checker':<14} {'agree':>6} {'sup->sup':>8} {'uns->sup':>8} {'prec':>6} "
              + " ".join(f"{k:>8}" for k in KINDS) + f" {'ms p50':>7}"]
-    for name, checker in checkers(names, llm, threshold).items():
+    for name, checker in checkers(names, llm, threshold, classifier).items():
         judge_answers(rows[:1], checker)  # loads the model
         checker_results = judge_answers(rows, checker)
         if name == "llm":
@@ -169,6 +178,8 @@ def measure(half: str, names: list[str], llm: Path | None = None, threshold: flo
                 checker.threshold = max(sweep)[2]
                 checker_results = [r | {"seconds": seconds[r["id"]]} for r in judge_answers(rows, checker)]
             result["llm_threshold"] = round(float(checker.threshold), 3)
+        if name == "classifier":
+            result["classifier"] = {"folder": str(classifier), "threshold": checker.model.threshold}
         f = figures(checker_results)
         result["checkers"][name] = f | {"missed": [
             {"id": r["id"], "judged": r["judged"], "reasons": r["reasons"]}
@@ -176,7 +187,7 @@ def measure(half: str, names: list[str], llm: Path | None = None, threshold: flo
         lines.append(f"{name:<14} {f['agreement']:>6.1%} {f['supported_called_supported']:>8.1%} "
                      f"{f['unsupported_called_supported']:>8.1%} {f['precision_supported']:>6.1%} "
                      + " ".join(f"{f['caught'][k]:>8.1%}" for k in KINDS) + f" {f['claim_ms_p50']:>7.1f}")
-    parts = ["verdicts"] + ([half] if half != "test" else []) + (["llm"] if names == ["llm"] else [])
+    parts = ["verdicts"] + ([half] if half != "test" else []) + ([names[0]] if names in (["llm"], ["classifier"]) else [])
     out = OUT.with_name("-".join(parts) + ".json")
     write_result(out, result, "\n".join(lines))
 
@@ -320,7 +331,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", nargs="?", default="measure", choices=["measure", "fit", "build"])
     parser.add_argument("--half", default="test", choices=sorted(HALVES))
-    parser.add_argument("--checker", action="append", choices=["lexical", "learned", "llm"])
+    parser.add_argument("--checker", action="append", choices=["lexical", "learned", "classifier", "llm"])
+    parser.add_argument("--support-model", type=Path, help="--checker classifier: the classifier's folder")
     parser.add_argument("--llm-model", type=Path, help="--checker llm: a GGUF chat model file")
     parser.add_argument("--llm-threshold", type=float, default=0.5,
                         help="--checker llm on the test half: the P(yes) the fit half calibrated")
@@ -334,7 +346,8 @@ def main() -> None:
     elif args.command == "fit":
         fit(args.l2, sources=tuple(args.sources.split(",")), only=tuple(f for f in args.features.split(",") if f))
     else:
-        measure(args.half, args.checker or ["lexical", "learned"], args.llm_model, args.llm_threshold)
+        measure(args.half, args.checker or ["lexical", "learned"], args.llm_model, args.llm_threshold,
+                args.support_model)
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from ragdx.stages.rerank import CrossEncoderReranker, FeatureReranker, SentenceR
 from ragdx.stages.rewrite import LlmRewriter, OfflineRewriter
 from ragdx.stages.routed import RoutedRewrite
 from ragdx.stages.verify import (
-    ClaimVerifier, LearnedChecker, LexicalChecker, LlmJudge, NliChecker, SupportChecker,
+    ClaimVerifier, ClassifierChecker, LearnedChecker, LexicalChecker, LlmJudge, NliChecker, SupportChecker,
 )
 from ragdx.types import StageKind
 
@@ -248,12 +248,18 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
 
 
 def support_checker(settings: Settings, client: ChatClient | None = None) -> SupportChecker:
-    """The support checker ``verify.method`` names: ``learned`` (the default), ``lexical``, ``nli``
-    (``verify.model``) or ``llm`` (a ``.gguf`` file in ``verify.model``, run here; else the chat
+    """The support checker ``verify.method`` names: ``learned`` (the default), ``lexical``,
+    ``classifier`` or ``nli`` (a model folder in ``verify.model``) or ``llm`` (a ``.gguf`` file in ``verify.model``, run here; else the chat
     endpoint; without one, the default)."""
     v = settings.verify
     if v.method == "lexical":
         return LexicalChecker()
+    if v.method == "classifier":
+        if not v.model:
+            raise ConfigError("verify.model must name a support classifier's folder when verify.method is "
+                              "'classifier' (bench/research/train_support.py makes one)", key="verify.model")
+        from ragdx.stages.support import SupportClassifier
+        return ClassifierChecker(SupportClassifier(v.model))
     if v.method == "nli":
         return NliChecker(v.model)
     if v.method == "llm" and v.model.lower().endswith(".gguf"):

@@ -209,8 +209,8 @@ class GenerationSettings:
 class VerifySettings:
     """How claims are checked against their cited evidence."""
 
-    method: str = _choice("learned", "learned", "lexical", "nli", "llm")
-    model: str = ""          # nli: a model folder; llm: a .gguf file run here (else the chat endpoint)
+    method: str = _choice("learned", "learned", "lexical", "classifier", "nli", "llm")
+    model: str = ""          # classifier, nli: a model folder; llm: a .gguf file run here (else the chat endpoint)
     threshold: float = _at_least(0.5, 0.0, 1.0)  # llm with a .gguf file: the least P("Yes") for supported
 
 

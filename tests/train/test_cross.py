@@ -16,6 +16,14 @@ TINY_PAIRS = [("can i get a refund", "refunds accepted within 30 days", ("paymen
                ("refunds accepted within 90 days",)),
               ("approval for 500 eur", "the team lead approval for 500 eur", ("delivery defect quality",))]
 
+#: (premise, a claim it states, a claim it does not): the support classifier's pairs
+SUPPORT_PAIRS = [("refunds accepted within 30 days of delivery", "refunds accepted within 30 days",
+                  ("approval for 500 eur",)),
+                 ("error code timeout of the payment provider", "the payment provider timeout error code",
+                  ("delivery defect quality",)),
+                 ("the team lead approval for 500 eur", "approval for 500 eur by the team lead",
+                  ("refunds accepted within 90 days",))]
+
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
@@ -55,22 +63,61 @@ def test_a_few_steps_on_hand_made_pairs_teach_the_tiny_model_their_order(trained
     assert result.losses[-1] < result.losses[0]
 
 
-def test_the_pointwise_loss_puts_every_positive_above_every_negative_of_any_group(tiny):
-    """Pointwise: one scale across groups (a logit above 0 is a probability above one half), which
-    the listwise loss does not ask for: each positive above its own negatives only."""
+@pytest.fixture(scope="module")
+def pointwise(tiny):
+    """The tiny model's logits before and after twenty pointwise steps, and the model."""
     from ragdx.train.cross import fine_tune, score_pairs, tokenizer_for
     from ragdx.train.pairs import Group
     model = _model(tiny)
     tokenizer = tokenizer_for(tiny / "tokenizer.json", 64)
-    groups = [Group(q, p, ns, "support", (), f"s{i}") for i, (q, p, ns) in enumerate(TINY_PAIRS)]
-    before = score_pairs(model, tokenizer, _pairs()).reshape(len(TINY_PAIRS), 2)
-    assert not ((before[:, 0] > 0).all() and (before[:, 1] < 0).all())  # not so already
+    groups = [Group(q, p, ns, "support", (), f"s{i}") for i, (q, p, ns) in enumerate(SUPPORT_PAIRS)]
+    pairs = [(q, t) for q, p, ns in SUPPORT_PAIRS for t in (p, *ns)]
+    before = score_pairs(model, tokenizer, pairs).reshape(len(SUPPORT_PAIRS), 2)
     result = fine_tune(model, tokenizer, groups, epochs=20, batch_groups=3, lr=3e-2, seed=0, threads=1,
                        loss="pointwise")
-    after = score_pairs(model, tokenizer, _pairs()).reshape(len(TINY_PAIRS), 2)
+    return model, result, before, score_pairs(model, tokenizer, pairs).reshape(len(SUPPORT_PAIRS), 2)
+
+
+def test_the_pointwise_loss_puts_every_positive_above_every_negative_of_any_group(pointwise):
+    """Pointwise: one scale across groups (a logit above 0 is a probability above one half), which
+    the listwise loss does not ask for: each positive above its own negatives only."""
+    _, result, before, after = pointwise
+    assert not ((before[:, 0] > 0).all() and (before[:, 1] < 0).all())  # not so already
     assert (after[:, 0] > 0).all() and (after[:, 1] < 0).all()
     assert after[:, 0].min() > after[:, 1].max()
     assert result.losses[-1] < result.losses[0]
+
+
+def test_a_pointwise_model_exported_is_a_support_classifier_at_its_calibrated_threshold(tiny, pointwise, tmp_path):
+    """verify.method = "classifier": the exported folder judges a claim (second) against the
+    evidence's statements (first), supported from the threshold its training.json holds."""
+    import json
+
+    from ragdx.build import support_checker
+    from ragdx.config import load_settings
+    from ragdx.errors import ConfigError
+    from ragdx.stages.support import SupportClassifier
+    from ragdx.stages.verify import ClassifierChecker
+    from ragdx.train.cross import export
+    from ragdx.types import Verdict
+    model, _, _, after = pointwise
+    folder = export(model, tiny / "tokenizer.json", tmp_path / "support")
+    with pytest.raises(ConfigError, match="has no calibrated threshold in training.json"):
+        SupportClassifier(folder)
+    (folder / "training.json").write_text(json.dumps({"threshold": 0.5}))
+    checker = support_checker(load_settings(overrides=["verify.method=classifier", f"verify.model={folder}"]))
+    assert isinstance(checker, ClassifierChecker) and checker.model.threshold == 0.5
+    query, positive, (negative,) = SUPPORT_PAIRS[0]
+    p, premise, parts = checker.model.probability(positive, query)
+    assert premise.text == query and p == pytest.approx(1 / (1 + np.exp(-parts["logit"])))
+    assert parts["logit"] == pytest.approx(float(after[0, 0]), abs=0.35)  # int8 against the torch model
+    assert checker.judge(positive, query)[0] is Verdict.SUPPORTED
+    verdict, reason = checker.judge(negative, query)
+    assert verdict is not Verdict.SUPPORTED and reason.startswith("support 0.") and f"closest: {query!r}" in reason
+    with pytest.raises(ConfigError, match="is not a support classifier's folder"):
+        SupportClassifier(tmp_path)
+    with pytest.raises(ConfigError, match="verify.model must name a support classifier's folder"):
+        support_checker(load_settings(overrides=["verify.method=classifier"]))
 
 
 def test_the_dequantised_model_gives_the_onnx_files_logits(tiny, trained, tmp_path):

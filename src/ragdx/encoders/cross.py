@@ -188,10 +188,15 @@ class CrossEncoder:
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """The model's relevance logit of each text for the query (higher is more relevant), as
         a float32 array in the texts' order; an empty array for no texts."""
+        return self.score_pairs([(query, t) for t in texts])
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> np.ndarray:
+        """The model's logit of each ``(first, second)`` pair, as :meth:`score` gives it for one
+        query: a float32 array in the pairs' order; an empty array for no pairs."""
         model = self._model.load()
-        if not texts:
+        if not pairs:
             return np.zeros(0, np.float32)
-        found = model.tokenizer.encode_batch([(query, t) for t in texts])
+        found = model.tokenizer.encode_batch(list(pairs))
         order = sorted(range(len(found)), key=lambda i: len(found[i].ids), reverse=True)
         scores = np.empty(len(found), np.float32)
 

@@ -36,7 +36,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -394,6 +394,19 @@ def load_support_weights(path: str | Path = SUPPORT_FILE) -> SupportWeights:
         raise ConfigError(f"verify: cannot read the support weights {str(path)!r} ({exc})") from None
 
 
+Judged = tuple[float, "Premise | None", dict[str, float]]
+
+
+def _remembered(recent: dict[tuple[str, str], Judged], key: tuple[str, str], judge: Callable[[], Judged]) -> Judged:
+    """A judgement kept among the last :data:`REMEMBERED` ones (the diagnosis asks where a
+    verdict rests after it), else made and kept."""
+    if key not in recent:
+        if len(recent) >= REMEMBERED:
+            recent.pop(next(iter(recent)))
+        recent[key] = judge()
+    return recent[key]
+
+
 #: what a feature that weighs against a claim says of it
 _REASONS = {
     "missing_numbers": "a number the closest statement does not state",
@@ -418,6 +431,16 @@ class SupportModel:
         self.weights = weights or load_support_weights()
         self._recent: dict[tuple[str, str], tuple[float, Premise | None, dict[str, float]]] = {}
 
+    @property
+    def threshold(self) -> float:
+        """The least probability called supported."""
+        return self.weights.threshold
+
+    @property
+    def uncertain(self) -> float:
+        """The least probability called uncertain (below: unsupported)."""
+        return self.weights.uncertain
+
     def rows(self, claim: str, evidence: str) -> tuple[list[Premise], np.ndarray]:
         """The premises of a claim (its reply word set aside) and their feature rows."""
         claim = unreplied(claim)
@@ -428,19 +451,15 @@ class SupportModel:
         """The claim's probability of being supported, the premise that gives it, and each
         feature's part of that premise's log-odds; ``(0.0, None, {})`` for no premise. The last
         :data:`REMEMBERED` answers are kept: the diagnosis asks where a verdict rests after it."""
-        key = (claim, evidence)
-        if key in self._recent:
-            return self._recent[key]
+        return _remembered(self._recent, (claim, evidence), lambda: self._judged(claim, evidence))
+
+    def _judged(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
         found, rows = self.rows(claim, evidence)
-        result: tuple[float, Premise | None, dict[str, float]] = (0.0, None, {})
-        if found:
-            p = self.weights.probabilities(rows)
-            best = int(np.argmax(p))
-            result = float(p[best]), found[best], self.weights.contributions(rows[best])
-        if len(self._recent) >= REMEMBERED:
-            self._recent.pop(next(iter(self._recent)))
-        self._recent[key] = result
-        return result
+        if not found:
+            return 0.0, None, {}
+        p = self.weights.probabilities(rows)
+        best = int(np.argmax(p))
+        return float(p[best]), found[best], self.weights.contributions(rows[best])
 
     def reason(self, probability: float, premise: Premise | None, parts: dict[str, float], claim: str = "",
                evidence: str = "") -> str:
@@ -462,3 +481,63 @@ class SupportModel:
             if text is not None and not any(n.startswith(text) for n in named):
                 named.append(text + (f" ({', '.join(at_fault[k])})" if at_fault.get(k) else ""))
         return head + (f": {'; '.join(named)}" if named else "") + f" (closest: {premise.text[:160]!r})"
+
+
+class SupportClassifier:
+    """A support judgement by a fine-tuned cross-encoder: the probability that a premise states
+    a claim is the sigmoid of the model's logit for the pair (premise, claim), read against the
+    same premises as :class:`SupportModel` (:func:`premises`), the best one kept.
+
+    The model is an int8 ONNX folder (``model.onnx``, ``tokenizer.json``) fine-tuned with
+    ``loss="pointwise"`` (:func:`ragdx.train.cross.fine_tune`), as ``bench/research/train_support.py``
+    makes it; its ``training.json`` holds the threshold calibrated for it.
+
+    Args:
+        folder: the model folder.
+        threshold: the least probability called supported (default the folder's calibrated one).
+
+    Raises:
+        ConfigError: no such folder, or no threshold given nor calibrated.
+    """
+
+    def __init__(self, folder: str | Path, threshold: float | None = None) -> None:
+        self.folder = Path(folder)
+        if not (self.folder / "model.onnx").is_file():
+            raise ConfigError(f"verify.model: {str(self.folder)!r} is not a support classifier's folder (it has "
+                              "no model.onnx): make one with bench/research/train_support.py", key="verify.model")
+        if threshold is None:
+            try:
+                threshold = float(json.loads((self.folder / "training.json").read_text(encoding="utf-8"))["threshold"])
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"verify.model: {str(self.folder)!r} has no calibrated threshold in training.json "
+                                  f"({exc})", key="verify.model") from None
+        self.threshold, self.uncertain = threshold, threshold / 2
+        from ragdx.encoders.cross import CrossEncoder
+        self._model = CrossEncoder(str(self.folder), max_tokens=256)
+        self._recent: dict[tuple[str, str], tuple[float, Premise | None, dict[str, float]]] = {}
+
+    def logit(self, claim: str, premise: str) -> float:
+        """The model's logit for one (premise, claim) pair."""
+        return float(self._model.score_pairs([(premise, claim)])[0])
+
+    def probability(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+        """As :meth:`SupportModel.probability`; the parts name the model's logit only."""
+        return _remembered(self._recent, (claim, evidence), lambda: self._judged(unreplied(claim), evidence))
+
+    def _judged(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+        found = premises(claim, evidence)
+        if not found:
+            return 0.0, None, {}
+        logits = self._model.score_pairs([(p.text, claim) for p in found])
+        best = int(np.argmax(logits))
+        return 1.0 / (1.0 + math.exp(-float(logits[best]))), found[best], {"logit": float(logits[best])}
+
+    def reason(self, probability: float, premise: Premise | None, parts: dict[str, float], claim: str = "",
+               evidence: str = "") -> str:
+        """The verdict's reason in words: the probability, what it rests on and, below the
+        threshold, the closest statement."""
+        if premise is None:
+            return "the evidence states nothing"
+        head = (f"support {probability:.2f} by the classifier "
+                f"({'two statements together' if premise.pair else 'one statement'})")
+        return head if probability >= self.threshold else head + f" (closest: {premise.text[:160]!r})"

@@ -35,7 +35,7 @@ from ragdx.ingest.quotes import find_quote
 from ragdx.stages.generate import ChatClient
 from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
-from ragdx.stages.support import SupportModel
+from ragdx.stages.support import SupportClassifier, SupportModel
 from ragdx.text import (
     content_terms, is_reply, quantities, sentence_spans, statement_spans, statements, stem, unreplied,
 )
@@ -225,15 +225,29 @@ class LearnedChecker:
         if is_reply(claim) or not content_terms(unreplied(claim)):
             return Verdict.UNCERTAIN, "the claim has no content words to check"
         probability, premise, parts = self.model.probability(claim, evidence)
-        w = self.model.weights
-        verdict = (Verdict.SUPPORTED if probability >= w.threshold
-                   else Verdict.UNCERTAIN if probability >= w.uncertain else Verdict.UNSUPPORTED)
+        verdict = (Verdict.SUPPORTED if probability >= self.model.threshold
+                   else Verdict.UNCERTAIN if probability >= self.model.uncertain else Verdict.UNSUPPORTED)
         return verdict, self.model.reason(probability, premise, parts, claim, evidence)
 
     def grounds(self, claim: str, evidence: str) -> tuple[str, ...]:
         """The evidence's statements the verdict on a claim rests on (none for no premise)."""
         _, premise, _ = self.model.probability(claim, evidence)
         return premise.statements if premise is not None else ()
+
+
+class ClassifierChecker(LearnedChecker):
+    """A fine-tuned support classifier judges each claim against the same premises as the
+    learned judgement (:class:`ragdx.stages.support.SupportClassifier`; ``verify.method =
+    "classifier"``, ``verify.model`` its folder).
+
+    Args:
+        model: the classifier.
+    """
+
+    name = "classifier"
+
+    def __init__(self, model: SupportClassifier) -> None:
+        super().__init__(model)  # type: ignore[arg-type]  # the same reading: probability, threshold, reason
 
 
 class NliChecker:
