@@ -145,6 +145,12 @@ def test_a_conflict_the_answer_does_not_touch_is_no_note(example):
     trace = pipeline.run(Query("q", "Can I get a refund for a gift card I bought?", PUBLIC))
     assert trace.context.conflicts and not trace.answer.abstained
     assert "disagree" not in trace.answer.text and "months" not in trace.answer.text
+    # one word of the question in a conflict's statements ("store", of "a partner store", in "Store
+    # credit ...") does not make the conflict what the question asks; the answer cites its unit
+    trace = pipeline.run(Query("q", "Can I return an item bought at a partner store?", PUBLIC))
+    [conflict] = trace.context.conflicts
+    assert set(conflict.units) & set(trace.answer.citations) and not trace.answer.abstained
+    assert "disagree" not in trace.answer.text and "months after it is issued" not in trace.answer.text
 
 
 def test_budget_cut_is_recorded_with_rank(example):

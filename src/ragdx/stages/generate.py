@@ -422,14 +422,20 @@ class ExtractiveGenerator:
             units_used.add(stating.unit.id)
             claims = _with_exceptions(chosen)
         prefix = ""
-        asked_terms = set(question_weights(query.question))
+        asked_weights = question_weights(query.question)
         chosen_texts = {" ".join(c.text.split()) for c in claims}
+
+        def about_the_question(statement: str) -> bool:
+            """Whether a statement holds half the question's terms, by weight ("store" alone, of
+            "... bought at a partner store?", does not make a store-credit statement one)."""
+            held = {stem(t) for t in content_terms(statement)}
+            return sum(w for t, w in asked_weights.items() if t in held) >= 0.5 * sum(asked_weights.values())
         for conflict in context.conflicts:
             # a conflict the answer touches: of a unit it cites, and about what the question asks
             # or what a claim says (a store-credit conflict in the gift-card unit is no note on
             # whether gift cards are refunded)
             if (conflict.units[0] in units_used or conflict.units[1] in units_used) and (
-                    any(asked_terms & {stem(t) for t in content_terms(s)} for s in conflict.statements)
+                    any(about_the_question(s) for s in conflict.statements)
                     or chosen_texts & set(conflict.statements)):
                 for unit_id, statement in zip(conflict.units, conflict.statements):
                     if all(c.text != statement for c in claims) and not _untrusted(statement):
