@@ -37,15 +37,16 @@ def test_areas_run_in_their_order_and_a_script_that_needs_a_server_is_skipped(tm
     _script(bench, "retrieval/b_first.py", _writes(out, "retrieval"))
     _script(bench, "quality/a_server.py", "NEEDS = 'a PostgreSQL server: --dsn'\n" + _writes(out, "server"))
     _script(bench, "quality/b_after.py", _writes(out, "quality"))
+    _script(bench, "quality/quality.py", _writes(out, "dev store"))  # builds what the others read: first
     _script(bench, "quality/_helper.py", "raise SystemExit(9)\n")  # a helper module, never run
     _script(bench, "research/a_round.py", "raise SystemExit(8)\n")  # a research round, never run
     _script(bench, "devset/build.py", "raise SystemExit(7)\n")
     _script(bench, "_common.py", "raise SystemExit(6)\n")
     assert run_all.main(bench, tmp_path) == 0
-    assert out.read_text().splitlines() == ["retrieval", "quality", "serve"]
+    assert out.read_text().splitlines() == ["dev store", "retrieval", "quality", "serve"]
     err = capsys.readouterr().err
     assert "== bench/quality/a_server.py skipped: it needs a PostgreSQL server: --dsn" in err
-    assert "== all 3 benchmarks run passed; 1 skipped" in err
+    assert "== all 4 benchmarks run passed; 1 skipped" in err
 
 
 def test_the_first_failing_script_stops_the_run_with_its_exit_code(tmp_path, capsys):
