@@ -104,6 +104,9 @@ def test_a_pointwise_model_exported_is_a_support_classifier_at_its_calibrated_th
     folder = export(model, tiny / "tokenizer.json", tmp_path / "support")
     with pytest.raises(ConfigError, match="has no calibrated threshold in training.json"):
         SupportClassifier(folder)
+    (folder / "training.json").write_text(json.dumps({"threshold": 1.5}))
+    with pytest.raises(ConfigError, match="the threshold of .* is 1.5, not a probability between 0 and 1"):
+        SupportClassifier(folder)
     (folder / "training.json").write_text(json.dumps({"threshold": 0.5}))
     checker = support_checker(load_settings(overrides=["verify.method=classifier", f"verify.model={folder}"]))
     assert isinstance(checker, ClassifierChecker) and checker.model.threshold == 0.5

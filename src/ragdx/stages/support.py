@@ -511,6 +511,9 @@ class SupportClassifier:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise ConfigError(f"verify.model: {str(self.folder)!r} has no calibrated threshold in training.json "
                                   f"({exc})", key="verify.model") from None
+        if not 0.0 <= threshold <= 1.0:
+            raise ConfigError(f"verify.model: the threshold of {str(self.folder)!r} is {threshold!r}, not a "
+                              "probability between 0 and 1", key="verify.model")
         self.threshold, self.uncertain = threshold, threshold / 2
         from ragdx.encoders.cross import CrossEncoder
         self._model = CrossEncoder(str(self.folder), max_tokens=256)
