@@ -69,6 +69,19 @@ def test_stages_import_protocols_not_the_sqlite_store():
     assert {"bm25.py", "dense.py", "govern.py", "assemble.py", "verify.py", "rerank.py"} <= set(uses_store)
 
 
+def test_the_index_versions_name_no_concrete_store_class(tmp_path):
+    """index/ works on the IndexBuildStore protocol; the SQLite store is one."""
+    from ragdx.protocols import IndexBuildStore
+    from ragdx.store.sqlite import SQLiteStore
+    files = sorted((SRC / "index").glob("*.py"))
+    assert {p.name for p in files} >= {"versions.py", "checks.py", "spaces.py"}
+    for path in files:
+        assert not {"ragdx.store.sqlite", "ragdx.store.postgres"} & _imports(path), path.name
+        assert "SQLiteStore" not in path.read_text() and "PostgresStore" not in path.read_text(), path.name
+    with SQLiteStore(tmp_path / "s.db") as store:
+        assert isinstance(store, IndexBuildStore)
+
+
 def test_lower_layers_never_import_upper_ones():
     upper = {"ragdx.diagnosis", "ragdx.traces", "ragdx.evaluation", "ragdx.experiments", "ragdx.report", "ragdx.cli",
              "ragdx.runfolder", "ragdx.build"}

@@ -24,17 +24,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ContextManager, Iterator, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
 from ragdx.types import (
-    Answer, CacheEntry, CacheKind, Chunk, Context, Dependencies, DocStatus, Document, EmbeddingSpace, Encoding, IndexVersion, LogEntry, ParsedDocument,
+    Answer, CacheEntry, CacheKind, Chunk, Context, Dependencies, DocStatus, Document, EmbeddingSpace, Encoding, IndexSettings,
+    IndexVersion, LogEntry, ParsedDocument,
     Query, Ranked, Rewrite, Rewritten, Section, SpaceState, StageKind, StoredVersion, VectorBatch, Verification,
     VersionFilter,
 )
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     import numpy as np
 
 __all__ = [
     "Encoder", "PairScorer", "TextKind", "TokenCounter", "Store", "VectorSearchStore", "VectorRowStore", "VersionedIndexStore",
-    "StatementVectorStore", "WritableStore",
+    "StatementVectorStore", "WritableStore", "IndexBuildStore",
     "Cache", "Stage", "Rewriter", "QueryRewriter", "Retriever", "DeepRetriever", "Fuser",
     "Reranker", "Governor", "Assembler", "Generator", "Verifier", "STAGE_PROTOCOLS",
 ]
@@ -321,6 +324,73 @@ class WritableStore(Store, Protocol):
 
     def audit(self) -> tuple[list[str], list[str]]:
         """Audit the live index (``ragdx index verify --live``): problems, then notes."""
+        ...
+
+
+@runtime_checkable
+class IndexBuildStore(WritableStore, VersionedIndexStore, Protocol):
+    """A store in which an index version is built beside the live one, verified, switched to and
+    rolled back (:mod:`ragdx.index.versions`; docs/ingest.md, "Index versions"): the SQLite store.
+    Every ``stage_*`` write holds its rows under the index version's id, apart from the live
+    index, inside the caller's :meth:`transaction`."""
+
+    def index_version_of(self, index_id: str, counted: bool = True) -> IndexVersion | None:
+        """One index version (None: no such id)."""
+        ...
+
+    def register_index(self, settings: IndexSettings) -> str:
+        """Record a new index version (state ``building``); its id."""
+        ...
+
+    def set_index_state(self, index_id: str, state: SpaceState, *, was: SpaceState | None = None) -> bool:
+        """Set an index version's state (only if it is ``was``, when given); whether it was set."""
+        ...
+
+    def drop_index(self, index_id: str) -> bool:
+        """Delete an index version that is not live, with all it holds; whether one was deleted."""
+        ...
+
+    def stage_version(self, index_id: str, doc_id: str, version: str, parsed: ParsedDocument,
+                      sections: Sequence[Section], chunks: Sequence[Chunk], chunker_config: str) -> None:
+        """Hold a version's parsed text, sections and chunks in an index version."""
+        ...
+
+    def stage_unindexed(self, index_id: str, doc_id: str, version: str) -> None:
+        """Hold a version in an index version without chunks (its retention leaves it out)."""
+        ...
+
+    def stage_from_live(self, index_id: str, chunker_config: str, parsers: Sequence[tuple[str, str]],
+                        versions: Sequence[tuple[str, str]]) -> int:
+        """Copy the live chunks of versions a rebuild would make again; how many were copied."""
+        ...
+
+    def stage_vectors(self, index_id: str, space_id: str, rows: Sequence[tuple[str, str, bytes, int | None]]) -> None:
+        """Hold vectors of an index version's chunks: ``(chunk_id, input_hash, bytes, window_end)``."""
+        ...
+
+    def staged_chunks(self, index_id: str, without_vector_in: str | None = None) -> list[Chunk]:
+        """An index version's chunks that are not duplicates (those without a vector in a space)."""
+        ...
+
+    def unstaged_versions(self, index_id: str) -> list[StoredVersion]:
+        """Stored versions an index version lacks."""
+        ...
+
+    def parse_configs(self, index_id: str | None = None) -> list[tuple[str, str, str, int]]:
+        """How the live index's (or an index version's) versions were parsed and chunked:
+        ``(chunker_config, format, parser, versions)``, most versions first."""
+        ...
+
+    def switch_index(self, index_id: str) -> str:
+        """Make an index version live, in the caller's transaction; the id the old live index keeps."""
+        ...
+
+    def materialize(self, index_id: str, path: Path) -> IndexBuildStore:
+        """A new store at ``path`` holding an index version as its live index (what verify checks)."""
+        ...
+
+    def verify(self) -> list[str]:
+        """The store's own invariants: its problems."""
         ...
 
 

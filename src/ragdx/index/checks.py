@@ -12,13 +12,13 @@ from typing import Sequence
 from ragdx.diagnosis.evidence import RESOLVED, EvidenceResolver
 from ragdx.ingest.quotes import CoverageStatus
 from ragdx.stages.bm25 import query_terms
-from ragdx.store.sqlite import SQLiteStore
+from ragdx.protocols import IndexBuildStore
 from ragdx.types import DocStatus, Query
 
 __all__ = ["latency", "permission_probes", "spans"]
 
 
-def _median_ms(store: SQLiteStore, questions: Sequence[tuple[str, tuple[str, ...]]]) -> float:
+def _median_ms(store: IndexBuildStore, questions: Sequence[tuple[str, tuple[str, ...]]]) -> float:
     for question, groups in questions[:2]:  # warm: the keyword mirror is built at the first query
         store.bm25(query_terms(question), groups, 10)
     times = []
@@ -29,7 +29,7 @@ def _median_ms(store: SQLiteStore, questions: Sequence[tuple[str, tuple[str, ...
     return statistics.median(times) if times else 0.0
 
 
-def latency(live: SQLiteStore, new: SQLiteStore, queries: Sequence[Query], slowdown: float,
+def latency(live: IndexBuildStore, new: IndexBuildStore, queries: Sequence[Query], slowdown: float,
             notes: list[str]) -> list[str]:
     """BM25's median time per question on the new index against the live one's: a problem when
     slower than ``slowdown`` times the live median plus 10 ms."""
@@ -48,7 +48,7 @@ def latency(live: SQLiteStore, new: SQLiteStore, queries: Sequence[Query], slowd
     return []
 
 
-def permission_probes(live: SQLiteStore, new: SQLiteStore, probes: int, notes: list[str]) -> list[str]:
+def permission_probes(live: IndexBuildStore, new: IndexBuildStore, probes: int, notes: list[str]) -> list[str]:
     """Ask the text of restricted versions (cut as the live index cuts them) as ``public``: no
     chunk may come back that is of a restricted version, or that holds the words asked while
     its own version's text (in the live store) does not (restricted text under another name)."""
@@ -75,7 +75,7 @@ def permission_probes(live: SQLiteStore, new: SQLiteStore, probes: int, notes: l
     return problems
 
 
-def spans(live: SQLiteStore, new: SQLiteStore, queries: Sequence[Query], notes: list[str]) -> list[str]:
+def spans(live: IndexBuildStore, new: IndexBuildStore, queries: Sequence[Query], notes: list[str]) -> list[str]:
     """Required spans that some chunk of the live index holds must be held in the new one."""
     problems, cut, checked = [], 0, 0
     for query in queries:

@@ -37,7 +37,8 @@ from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter, StructureChunke
 from ragdx.ingest.embed import EmbedStats, Embedder
 from ragdx.ingest.parsers import parse, parser_id
 from ragdx.index import checks
-from ragdx.store.sqlite import SQLiteStore, index_settings
+from ragdx.protocols import IndexBuildStore
+from ragdx.store.staging import index_settings
 from ragdx.store.vectors import check_space
 from ragdx.types import DocStatus, IndexSettings, IndexVersion, Query, SpaceState, StoredVersion
 
@@ -76,14 +77,15 @@ class IndexCheck:
     state: SpaceState
 
 
-def _sqlite(store: object) -> SQLiteStore:
-    if not isinstance(store, SQLiteStore):
+def _building(store: object) -> IndexBuildStore:
+    """The store, when index versions can be built in it (:class:`ragdx.protocols.IndexBuildStore`)."""
+    if not isinstance(store, IndexBuildStore):
         raise StoreError(f"index versions are built in the SQLite store only; {type(store).__name__} "
                          "re-chunks in place at ingest (docs/postgres.md): build a new store beside it")
     return store
 
 
-def build_index(store: SQLiteStore, config: ChunkerConfig, counter: TokenCounter, *,
+def build_index(store: IndexBuildStore, config: ChunkerConfig, counter: TokenCounter, *,
                 embedder: Embedder | None = None, retain_superseded: int | None = None,
                 retain_all: bool = False, batch: int = BATCH) -> IndexBuild:
     """Build an index version beside the live one: every stored version parsed by today's parsers
@@ -108,7 +110,7 @@ def build_index(store: SQLiteStore, config: ChunkerConfig, counter: TokenCounter
         StoreError: the store is not an SQLite store, or the version was dropped while it was built.
     """
     started = time.perf_counter()
-    store = _sqlite(store)
+    store = _building(store)
     if retain_all:
         retain_superseded = None
     elif retain_superseded is None:
@@ -150,7 +152,7 @@ def build_index(store: SQLiteStore, config: ChunkerConfig, counter: TokenCounter
                       time.perf_counter() - started, built.state)
 
 
-def verify_index(store: SQLiteStore, index_id: str, queries: Sequence[Query] = (), *,
+def verify_index(store: IndexBuildStore, index_id: str, queries: Sequence[Query] = (), *,
                  probes: int = 32, slowdown: float = 2.0) -> IndexCheck:
     """Check an index version built beside the live one, and mark it ``verified`` when nothing
     is wrong:
@@ -169,7 +171,7 @@ def verify_index(store: SQLiteStore, index_id: str, queries: Sequence[Query] = (
     Raises:
         InputError: no such index version, or it is the live one (audit that with ``--live``).
     """
-    store = _sqlite(store)
+    store = _building(store)
     target = _version(store, index_id)
     if target.state is SpaceState.ACTIVE:
         raise InputError(f"{index_id} is the live index: audit it with 'ragdx index verify --live'")
@@ -202,7 +204,7 @@ def verify_index(store: SQLiteStore, index_id: str, queries: Sequence[Query] = (
     return IndexCheck(index_id, tuple(problems), tuple(notes), _version(store, index_id).state)
 
 
-def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
+def switch_index(store: IndexBuildStore, index_id: str, *, force: bool = False,
                  counter: TokenCounter | None = None, embedder: Embedder | None = None) -> str:
     """Make an index version live in one transaction; the live one is retired (kept for a
     rollback) and every other version is dropped, except one being built. Versions ingested since the version was built
@@ -218,7 +220,7 @@ def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
         InputError: no such version, or it is not verified (without ``force``).
         ConfigError: chunks need vectors in the active space and no embedder is given.
     """
-    store = _sqlite(store)
+    store = _building(store)
     with store.transaction():  # checks, versions added since, the swap and the retention: all or nothing
         target = _version(store, index_id, counted=False)
         if target.state is SpaceState.ACTIVE:
@@ -242,7 +244,7 @@ def switch_index(store: SQLiteStore, index_id: str, *, force: bool = False,
     return old
 
 
-def drop_index(store: SQLiteStore, index_id: str) -> IndexVersion:
+def drop_index(store: IndexBuildStore, index_id: str) -> IndexVersion:
     """Delete an index version that is not live: a build stopped half-way, a version that failed
     its verify, or the retired one (then there is no rollback). A build of it still running in
     another process stops at its next step, saying so.
@@ -253,7 +255,7 @@ def drop_index(store: SQLiteStore, index_id: str) -> IndexVersion:
     Raises:
         InputError: no such version, or it is the live one.
     """
-    store = _sqlite(store)
+    store = _building(store)
     with store.transaction():
         target = _version(store, index_id)
         if target.state is SpaceState.ACTIVE:
@@ -264,7 +266,7 @@ def drop_index(store: SQLiteStore, index_id: str) -> IndexVersion:
     return target
 
 
-def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
+def rollback_index(store: IndexBuildStore, *, counter: TokenCounter | None = None,
                    embedder: Embedder | None = None) -> str:
     """Return to the index version the live one replaced (see :func:`switch_index`): deletions,
     access and status changes made since are the store's own, so they hold after it.
@@ -277,19 +279,19 @@ def rollback_index(store: SQLiteStore, *, counter: TokenCounter | None = None,
     return target
 
 
-def rollback_target(store: SQLiteStore) -> str:
+def rollback_target(store: IndexBuildStore) -> str:
     """The index version a rollback returns to (the retired one)."""
-    retired = [v for v in _sqlite(store).index_versions(counted=False) if v.state is SpaceState.RETIRED]
+    retired = [v for v in _building(store).index_versions(counted=False) if v.state is SpaceState.RETIRED]
     if not retired:
         raise InputError("no retired index version to roll back to ('ragdx index status' lists them)")
     return retired[-1].id
 
 
-def needs_embedder(store: SQLiteStore, index_id: str | None = None) -> bool:
+def needs_embedder(store: IndexBuildStore, index_id: str | None = None) -> bool:
     """Whether a build (``index_id`` None) or a switch to ``index_id`` makes chunks that need
     vectors in the store's active space: a build whenever there is one, a switch when versions
     were ingested since the build or chunks lack a vector. Only then need the encoder be loaded."""
-    store = _sqlite(store)
+    store = _building(store)
     active = store.active_space()
     if active is None or index_id is None:
         return active is not None
@@ -297,7 +299,7 @@ def needs_embedder(store: SQLiteStore, index_id: str | None = None) -> bool:
 
 
 # -- building blocks ------------------------------------------------------------------------
-def _version(store: SQLiteStore, index_id: str, counted: bool = True) -> IndexVersion:
+def _version(store: IndexBuildStore, index_id: str, counted: bool = True) -> IndexVersion:
     found = store.index_version_of(index_id, counted=counted)
     if found is None:
         raise InputError(f"no index version {index_id!r}; versions: "
@@ -305,14 +307,14 @@ def _version(store: SQLiteStore, index_id: str, counted: bool = True) -> IndexVe
     return found
 
 
-def _still_there(store: SQLiteStore, index_id: str) -> None:
+def _still_there(store: IndexBuildStore, index_id: str) -> None:
     """Inside a build's transaction: the version being built is still there."""
     if store.index_version_of(index_id, counted=False) is None:
         raise StoreError(f"index version {index_id} was dropped while it was being built (by another process): "
                          "nothing of it is left; build it again")
 
 
-def _demote_spaces(store: SQLiteStore, index_id: str) -> None:
+def _demote_spaces(store: IndexBuildStore, index_id: str) -> None:
     """After a switch: a verified space that is not active and lacks vectors of the new live
     chunks is no longer what was verified."""
     for space, _, state, _ in store.spaces():
@@ -323,12 +325,12 @@ def _demote_spaces(store: SQLiteStore, index_id: str) -> None:
                                       "chunks have no vector here; build and verify the space again")
 
 
-def _parsers(store: SQLiteStore) -> dict[str, str]:
+def _parsers(store: IndexBuildStore) -> dict[str, str]:
     """Today's parser of each format the store holds."""
     return {fmt: parser_id(fmt) for fmt in sorted({v.document.format for v in store.versions()})}
 
 
-def _as_ingested(store: SQLiteStore, live: IndexVersion) -> IndexSettings | None:
+def _as_ingested(store: IndexBuildStore, live: IndexVersion) -> IndexSettings | None:
     """The settings the live index as ingested would have, if every version was chunked with one
     config and parsed by today's parsers (else None)."""
     rows = store.parse_configs()
@@ -338,7 +340,7 @@ def _as_ingested(store: SQLiteStore, live: IndexVersion) -> IndexSettings | None
     return index_settings(configs.pop(), {fmt: parser for _, fmt, parser, _ in rows}, live.retain_superseded)
 
 
-def _indexed(store: SQLiteStore, retain: int | None) -> set[tuple[str, str]]:
+def _indexed(store: IndexBuildStore, retain: int | None) -> set[tuple[str, str]]:
     """The versions an index with this retention indexes: every current one, and the newest
     ``retain`` others of each document (all when None)."""
     out, others = set(), Counter()
@@ -352,7 +354,7 @@ def _indexed(store: SQLiteStore, retain: int | None) -> set[tuple[str, str]]:
     return out
 
 
-def _config_of(store: SQLiteStore, target: IndexVersion) -> ChunkerConfig:
+def _config_of(store: IndexBuildStore, target: IndexVersion) -> ChunkerConfig:
     """The chunker config of an index version: its own, or (the first version, as ingested) the
     one most of its versions were chunked with."""
     recorded = target.settings.chunker
@@ -377,7 +379,7 @@ def _counter(config: ChunkerConfig, counter: TokenCounter | None) -> TokenCounte
     return counter
 
 
-def _check_embedder(store: SQLiteStore, embedder: Embedder | None, stage: str) -> Embedder | None:
+def _check_embedder(store: IndexBuildStore, embedder: Embedder | None, stage: str) -> Embedder | None:
     """The embedder of the store's active space, checked against it; None when the store has no
     active space."""
     active = store.active_space()
@@ -391,7 +393,7 @@ def _check_embedder(store: SQLiteStore, embedder: Embedder | None, stage: str) -
     return embedder
 
 
-def _reparse(store: SQLiteStore, stored: StoredVersion):
+def _reparse(store: IndexBuildStore, stored: StoredVersion):
     """A stored version parsed again by today's parser: from its stored raw text, or (a PDF,
     whose raw text is extracted, not the file) from its file, which must still hold its bytes."""
     doc = stored.document
@@ -406,7 +408,7 @@ def _reparse(store: SQLiteStore, stored: StoredVersion):
     return parse(data, doc.format, doc.path)[1]
 
 
-def _stage(store: SQLiteStore, index_id: str, todo: Sequence[StoredVersion], config: ChunkerConfig,
+def _stage(store: IndexBuildStore, index_id: str, todo: Sequence[StoredVersion], config: ChunkerConfig,
            counter: TokenCounter, indexed: set[tuple[str, str]], batch: int) -> tuple[int, int]:
     """Parse and chunk ``todo`` into an index version (those ``indexed`` leaves out are held
     without chunks), committed every ``batch`` versions (joined to the caller's transaction
@@ -440,7 +442,7 @@ def _stage(store: SQLiteStore, index_id: str, todo: Sequence[StoredVersion], con
     return chunked, unindexed
 
 
-def _embed(store: SQLiteStore, index_id: str, embedder: Embedder | None, batch: int) -> EmbedStats | None:
+def _embed(store: IndexBuildStore, index_id: str, embedder: Embedder | None, batch: int) -> EmbedStats | None:
     """Vectors in the active space for the version's chunks that have none (reused by input),
     committed every ``batch`` chunks (joined to the caller's transaction when there is one)."""
     active = store.active_space()
