@@ -94,25 +94,20 @@ def build(written: Path) -> None:
 
 def checkers(names: list[str], llm: Path | None = None, threshold: float = 0.5,
              classifier: Path | None = None) -> dict[str, object]:
-    """The checkers by name: ``lexical``, ``learned`` (the default), ``classifier`` (a support
-    classifier's folder, ``classifier``, at its calibrated threshold), ``llm`` (a local GGUF model,
-    ``llm``, judging at ``threshold``)."""
-    from ragdx.stages.verify import LearnedChecker, LexicalChecker
+    """The checkers by name, as ``verify.method`` builds them (:func:`ragdx.build.support_checker`):
+    ``lexical``, ``learned`` (the default), ``classifier`` (a support classifier's folder,
+    ``classifier``, at its calibrated threshold), ``llm`` (a local GGUF model, ``llm``, judging at
+    ``threshold``)."""
+    from ragdx.build import support_checker
+    from ragdx.config import load_settings
+    model = {"classifier": classifier, "llm": llm}
     out: dict[str, object] = {}
     for name in names:
-        if name == "classifier":
-            from ragdx.stages.support import SupportClassifier
-            from ragdx.stages.verify import ClassifierChecker
-            if classifier is None:
-                raise SystemExit("--checker classifier needs --support-model DIR (bench/research/train_support.py)")
-            out[name] = ClassifierChecker(SupportClassifier(classifier))
-        elif name == "llm":
-            from ragdx.stages.local import LocalChatClient, LocalJudge
-            if llm is None:
-                raise SystemExit("--checker llm needs --llm-model FILE.gguf")
-            out[name] = LocalJudge(LocalChatClient(llm), threshold)
-        else:
-            out[name] = LearnedChecker() if name == "learned" else LexicalChecker()
+        if name in model and model[name] is None:
+            raise SystemExit(f"--checker {name} needs {'--support-model DIR' if name == 'classifier' else '--llm-model FILE.gguf'}")
+        settings = [f"verify.method={name}", f"verify.threshold={threshold}"]
+        out[name] = support_checker(load_settings(overrides=settings + ([f"verify.model={model[name]}"]
+                                                                           if model.get(name) else [])))
     return out
 
 
@@ -282,6 +277,26 @@ def rule_claims(train: list[dict], seed: int = 48) -> list[tuple[str, str, int]]
     return out
 
 
+def lowest_probabilities(judge, half: str) -> list[tuple[float, str]]:
+    """Each answer of a half: its lowest claim probability by ``judge`` (a claim's: its best
+    premise's; an answer is called supported from it on), and the reader's judgement."""
+    from ragdx.diagnosis.locate import answer_claims
+    out = []
+    for row in _rows(HALVES[half]):
+        evidence = "\n\n".join(row["retrieved_contexts"])
+        probabilities = [judge.probability(c, evidence)[0] for c in answer_claims(row["response"])]
+        out.append((min(probabilities) if probabilities else 0.0, row["judged"]))
+    return out
+
+
+def calibrate(scored: list[tuple[float, str]], most_unsupported: float = 0.10) -> float:
+    """The threshold calling the most supported answers supported among those calling at most
+    ``most_unsupported`` of the unsupported ones so (the higher on a tie)."""
+    grid = sorted({round(p, 4) for p, _ in scored} | {0.5})
+    return max((t for t in grid if np.mean([p >= t for p, j in scored if j == "unsupported"]) <= most_unsupported),
+               key=lambda t: (np.mean([p >= t for p, j in scored if j == "supported"]), t))
+
+
 def fit(l2: float = 10.0, rounds: int = 4, sources: tuple[str, ...] = ("train", "rules"),
         most_unsupported: float = 0.10, only: tuple[str, ...] = ()) -> None:
     """Fit the judgement by multiple-instance logistic regression: each claim is one row, its
@@ -290,7 +305,6 @@ def fit(l2: float = 10.0, rounds: int = 4, sources: tuple[str, ...] = ("train", 
     the fit half's answers: the most supported answers called supported among thresholds that
     call at most ``most_unsupported`` of its unsupported answers supported; ``uncertain`` is half
     the threshold. ``only``: the features read (default every one of ``FEATURES``)."""
-    from ragdx.diagnosis.locate import answer_claims
     from ragdx.stages.reader import fit_standardised
     from ragdx.stages.support import FEATURES, SUPPORT_FILE, SupportModel, SupportWeights
     model = SupportModel(SupportWeights(FEATURES, (0.0,) * len(FEATURES), (1.0,) * len(FEATURES),
@@ -308,16 +322,7 @@ def fit(l2: float = 10.0, rounds: int = 4, sources: tuple[str, ...] = ("train", 
         weights = SupportWeights(read, tuple(map(float, mean)), tuple(map(float, scale)),
                                  tuple(map(float, w[1:])), float(w[0]))
         pick = [int(np.argmax(weights.probabilities(rows))) for rows, _ in table]
-    fitted = SupportModel(weights)
-    lowest = {}  # each answer's lowest claim probability: called supported from it on
-    for row in _rows(HALVES["fit"]):
-        evidence = "\n\n".join(row["retrieved_contexts"])
-        probabilities = [fitted.probability(c, evidence)[0] for c in answer_claims(row["response"])]
-        lowest[row["id"]] = (min(probabilities) if probabilities else 0.0, row["judged"])
-    grid = sorted({round(p, 4) for p, _ in lowest.values()} | {0.5})
-    best = max((t for t in grid if np.mean([p >= t for p, j in lowest.values() if j == "unsupported"])
-                <= most_unsupported),
-               key=lambda t: (np.mean([p >= t for p, j in lowest.values() if j == "supported"]), t))
+    best = calibrate(lowest_probabilities(SupportModel(weights), "fit"), most_unsupported)
     weights = SupportWeights(weights.features, weights.mean, weights.scale, weights.coef, weights.intercept,
                              float(best), float(best) / 2)
     SUPPORT_FILE.write_text(json.dumps({

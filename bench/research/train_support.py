@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, and the areas
 from _common import REPO, code_version, machine  # noqa: E402
-from quality.verdicts import DEVSET, HALVES, TRAIN, corruptions  # noqa: E402
+from quality.verdicts import DEVSET, HALVES, TRAIN, calibrate, corruptions, lowest_probabilities  # noqa: E402
 
 NEEDS = ("a subcommand: 'paraphrase' (a local GGUF instruct model, --model) or 'train' (the paraphrases it "
          "wrote, and the extras dense, onnx, quantize)")
@@ -166,29 +166,6 @@ def groups(rows: list[dict], seed: int = 48) -> list:
     return out
 
 
-def answer_scores(judge, half: str) -> list[tuple[float, str, str]]:
-    """Each answer of a half: its lowest claim probability (a claim's: its best premise's), the
-    reader's judgement and the corruption kind."""
-    from ragdx.diagnosis.locate import answer_claims
-    out = []
-    for row in _lines(HALVES[half]):
-        evidence = "\n\n".join(row["retrieved_contexts"])
-        probabilities = [judge.probability(claim, evidence)[0] for claim in answer_claims(row["response"])]
-        out.append((min(probabilities) if probabilities else 0.0, row["judged"], row["kind"]))
-    return out
-
-
-def calibrate(scored: list[tuple[float, str, str]], most_unsupported: float = 0.10) -> float:
-    """The threshold calling the most supported answers supported among those calling at most
-    ``most_unsupported`` of the unsupported ones so (the higher on a tie)."""
-    def share(t: float, judged: str) -> float:
-        part = [p >= t for p, j, _ in scored if j == judged]
-        return sum(part) / len(part)
-    grid = sorted({p for p, _, _ in scored} | {1.0})
-    return max((t for t in grid if share(t, "unsupported") <= most_unsupported),
-               key=lambda t: (share(t, "supported"), t))
-
-
 def train(args: argparse.Namespace) -> None:
     from ragdx.encoders.cross import DEFAULT_CROSS_ENCODER
     from ragdx.encoders.packaged import resolve
@@ -211,8 +188,7 @@ def train(args: argparse.Namespace) -> None:
     export(model, files.tokenizer, args.out)
     judge = SupportClassifier(args.out, threshold=0.5)
     held_right = [judge.logit(g.positive, g.query) > max(judge.logit(n, g.query) for n in g.negatives) for g in held]
-    fit = answer_scores(judge, "fit")
-    threshold = calibrate(fit)
+    threshold = calibrate(lowest_probabilities(judge, "fit"))
     card = {"start": f"{files.model_id}, int8 ONNX dequantised", "paraphrases": str(args.paraphrases),
             "paraphrases_kept": len(chosen), "groups": len(trained_on), "held_out_groups": len(held),
             "held_out_positive_first": round(sum(held_right) / max(1, len(held_right)), 4),

@@ -88,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except sqlite3.DatabaseError as exc:  # a lock another process held too long, or a page found damaged
         store = getattr(args, "store", None) or "the store"
-        if isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc)):
+        from ragdx.store._common import is_lock
+        if is_lock(exc):
             print(f"ragdx {args.command}: error: {exc}: another process held a lock on {store} (or on a "
                   "file beside it: its result cache, a run folder's run.db) for longer than this command "
                   "waits; nothing is damaged and nothing was half-written: run the command again when "

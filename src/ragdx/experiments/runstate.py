@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from ragdx.errors import StoreError
-from ragdx.store._common import use_wal
+from ragdx.store._common import is_lock, use_wal
 from ragdx.types import ChoiceEnum
 
 __all__ = ["ItemState", "Claim", "Draft", "ItemRecord", "RunState", "damaged", "worker_id"]
@@ -131,7 +131,7 @@ class _Guarded:
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            waiting = isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+            waiting = is_lock(exc)
             if waiting or isinstance(exc, sqlite3.IntegrityError):
                 raise
             raise damaged(self.path, str(exc)) from None

@@ -394,7 +394,8 @@ def load_support_weights(path: str | Path = SUPPORT_FILE) -> SupportWeights:
         raise ConfigError(f"verify: cannot read the support weights {str(path)!r} ({exc})") from None
 
 
-Judged = tuple[float, "Premise | None", dict[str, float]]
+#: a judgement: the probability, the premise it rests on (None: no premise), each part of its log-odds
+Judged = tuple[float, Premise | None, dict[str, float]]
 
 
 def _remembered(recent: dict[tuple[str, str], Judged], key: tuple[str, str], judge: Callable[[], Judged]) -> Judged:
@@ -429,7 +430,7 @@ class SupportModel:
 
     def __init__(self, weights: SupportWeights | None = None) -> None:
         self.weights = weights or load_support_weights()
-        self._recent: dict[tuple[str, str], tuple[float, Premise | None, dict[str, float]]] = {}
+        self._recent: dict[tuple[str, str], Judged] = {}
 
     @property
     def threshold(self) -> float:
@@ -447,13 +448,13 @@ class SupportModel:
         found = premises(claim, evidence)
         return found, np.array([features(claim, p, evidence) for p in found], float).reshape(len(found), len(FEATURES))
 
-    def probability(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+    def probability(self, claim: str, evidence: str) -> Judged:
         """The claim's probability of being supported, the premise that gives it, and each
         feature's part of that premise's log-odds; ``(0.0, None, {})`` for no premise. The last
         :data:`REMEMBERED` answers are kept: the diagnosis asks where a verdict rests after it."""
         return _remembered(self._recent, (claim, evidence), lambda: self._judged(claim, evidence))
 
-    def _judged(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+    def _judged(self, claim: str, evidence: str) -> Judged:
         found, rows = self.rows(claim, evidence)
         if not found:
             return 0.0, None, {}
@@ -517,17 +518,17 @@ class SupportClassifier:
         self.threshold, self.uncertain = threshold, threshold / 2
         from ragdx.encoders.cross import CrossEncoder
         self._model = CrossEncoder(str(self.folder), max_tokens=256)
-        self._recent: dict[tuple[str, str], tuple[float, Premise | None, dict[str, float]]] = {}
+        self._recent: dict[tuple[str, str], Judged] = {}
 
     def logit(self, claim: str, premise: str) -> float:
         """The model's logit for one (premise, claim) pair."""
         return float(self._model.score_pairs([(premise, claim)])[0])
 
-    def probability(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+    def probability(self, claim: str, evidence: str) -> Judged:
         """As :meth:`SupportModel.probability`; the parts name the model's logit only."""
         return _remembered(self._recent, (claim, evidence), lambda: self._judged(unreplied(claim), evidence))
 
-    def _judged(self, claim: str, evidence: str) -> tuple[float, Premise | None, dict[str, float]]:
+    def _judged(self, claim: str, evidence: str) -> Judged:
         found = premises(claim, evidence)
         if not found:
             return 0.0, None, {}

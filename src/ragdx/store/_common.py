@@ -41,6 +41,12 @@ def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def is_lock(exc: BaseException) -> bool:
+    """Whether an SQLite error is another connection's lock ("database is locked", "... busy"):
+    a wait that ran out, not damage."""
+    return isinstance(exc, sqlite3.OperationalError) and ("locked" in str(exc) or "busy" in str(exc))
+
+
 def use_wal(db: Any, wait: float) -> None:
     """Put the SQLite file ``db`` (a connection, or a wrapper with its ``execute``) is open on in WAL mode, waiting up to ``wait`` seconds for
     another connection doing the same.
@@ -61,7 +67,7 @@ def use_wal(db: Any, wait: float) -> None:
             db.execute("PRAGMA journal_mode=WAL").fetchall()
             return
         except sqlite3.OperationalError as exc:
-            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() >= deadline:
+            if not is_lock(exc) or time.monotonic() >= deadline:
                 raise
         time.sleep(pause)
         pause = min(pause * 2, 0.1)

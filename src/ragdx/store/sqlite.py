@@ -23,7 +23,7 @@ from typing import Iterator
 
 from ragdx._faults import fault_point
 from ragdx.errors import InputError, StoreError
-from ragdx.store._common import OpenMode, use_wal
+from ragdx.store._common import OpenMode, is_lock, use_wal
 from ragdx.store.keyword import KeywordIndex
 from ragdx.store import acl, checks, documents, embeddings, lexical, schema, staging
 from ragdx.store.lexical import FTS_BM25_B, FTS_BM25_K1, FTS_TOKENIZER, match_expression
@@ -161,7 +161,7 @@ class SQLiteStore:
             self._db.execute("BEGIN IMMEDIATE")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if not is_lock(exc):
                 raise
         log.warning("%s: another process is writing to this store; waiting up to %g s for it "
                     "to finish", self.path, self.wait)
@@ -169,7 +169,7 @@ class SQLiteStore:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc):
+            if not is_lock(exc):
                 raise
             raise StoreError(f"{self.path}: another process is still writing to this store after "
                              f"{self.wait:g} s; nothing was written: try again when it has "
