@@ -54,8 +54,8 @@ from ragdx.ingest.ingestor import Ingestor
 from ragdx.stages.bm25 import BM25Retriever
 from ragdx.stages.dense import DenseRetriever
 from ragdx.stages.fuse import RRF
-from ragdx.store.pg_admin import drop_store
-from ragdx.store.postgres import PostgresStore, setup_shards
+from ragdx.store.pg_admin import drop_store, setup_shards
+from ragdx.store.postgres import PostgresStore
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.testing.encoders import HashingEncoder
 from ragdx.types import EmbeddingSpace, Encoding, Principal, Query

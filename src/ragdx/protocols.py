@@ -31,8 +31,6 @@ from ragdx.types import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import numpy as np
 
 __all__ = [
@@ -330,7 +328,8 @@ class WritableStore(Store, Protocol):
 @runtime_checkable
 class IndexBuildStore(WritableStore, VersionedIndexStore, Protocol):
     """A store in which an index version is built beside the live one, verified, switched to and
-    rolled back (:mod:`ragdx.index.versions`; docs/ingest.md, "Index versions"): the SQLite store.
+    rolled back (:mod:`ragdx.index.versions`; docs/ingest.md, "Index versions"): the SQLite and
+    PostgreSQL stores.
     Every ``stage_*`` write holds its rows under the index version's id, apart from the live
     index, inside the caller's :meth:`transaction`."""
 
@@ -385,8 +384,9 @@ class IndexBuildStore(WritableStore, VersionedIndexStore, Protocol):
         """Make an index version live, in the caller's transaction; the id the old live index keeps."""
         ...
 
-    def materialize(self, index_id: str, path: Path) -> IndexBuildStore:
-        """A new store at ``path`` holding an index version as its live index (what verify checks)."""
+    def materialized(self, index_id: str) -> ContextManager[IndexBuildStore]:
+        """A scratch store holding an index version as its live index (what verify checks),
+        removed when the block ends."""
         ...
 
     def verify(self) -> list[str]:

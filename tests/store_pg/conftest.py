@@ -18,7 +18,8 @@ import pytest
 
 psycopg = pytest.importorskip("psycopg", reason="the 'pg' extra is not installed")
 
-from ragdx.store.postgres import PostgresStore, drop_store, setup_shards  # noqa: E402
+from ragdx.store.pg_admin import drop_store, setup_shards  # noqa: E402
+from ragdx.store.postgres import PostgresStore  # noqa: E402
 
 pytestmark = pytest.mark.pg
 

@@ -55,7 +55,8 @@ def test_a_store_made_again_in_the_same_schema_is_another_store(tmp_path, pg_ser
     from ragdx.binding import SpanChange
     from ragdx.build import build_ingestor
     from ragdx.config import load_settings
-    from ragdx.store.postgres import PostgresStore, drop_store, setup_shards
+    from ragdx.store.pg_admin import drop_store, setup_shards
+    from ragdx.store.postgres import PostgresStore
     from tests.conftest import write
     from tests.test_binding import SETTINGS, corpus
     store = pg_store_factory(kind)

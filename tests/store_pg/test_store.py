@@ -19,7 +19,8 @@ from ragdx.ingest.embed import Embedder
 from ragdx.ingest.ingestor import Ingestor, delete_documents
 from ragdx.stages.bm25 import BM25Retriever, query_terms
 from ragdx.stages.dense import DenseRetriever
-from ragdx.store.postgres import FTS5_MIN_IDF, PostgresStore, drop_store
+from ragdx.store.pg_admin import drop_store
+from ragdx.store.postgres import FTS5_MIN_IDF, PostgresStore
 from ragdx.store.sqlite import SQLiteStore
 from ragdx.store.vectors import DenseIndex
 from ragdx.testing.encoders import HashingEncoder
@@ -141,7 +142,7 @@ def test_a_store_of_an_older_schema_is_refused_and_can_be_dropped(pg_servers):
     with store.transaction():
         store._write("UPDATE {s}.meta SET value = '1' WHERE key = 'schema_version'")
     store.close()
-    with pytest.raises(StoreError, match=r"store schema 1 predates this ragdx's \(3: BM25 postings.*pg_admin drop DSN"):
+    with pytest.raises(StoreError, match=r"store schema 1 predates the BM25 postings of schema 3, which this ragdx \(schema 4\).*pg_admin drop DSN"):
         PostgresStore(store.dsn, "read")
     drop_store(store.dsn)
     with pytest.raises(StoreError, match="no ragdx store in the schema"):

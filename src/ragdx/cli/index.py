@@ -44,8 +44,9 @@ def cmd_index(args: argparse.Namespace) -> int:
                 print(table(["index", "state", "versions", "chunks", "chunker", "parsers", "retain"],
                             [_index_row(v) for v in store.index_versions()]))
             counts = store.counts()
+            keyword = "FTS5" if hasattr(store, "fts5_bm25") else "FTS5's BM25 from postings"
             print(f"index version {store.index_version}; {counts['chunks']} chunks in "
-                  f"{counts['versions']} versions; BM25: FTS5, in step with the store")
+                  f"{counts['versions']} versions; BM25: {keyword}, in step with the store")
             return 0
         if args.chunks or args.index or args.action == "drop":
             if args.action == "drop" and args.space:

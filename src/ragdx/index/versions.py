@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -80,8 +79,8 @@ class IndexCheck:
 def _building(store: object) -> IndexBuildStore:
     """The store, when index versions can be built in it (:class:`ragdx.protocols.IndexBuildStore`)."""
     if not isinstance(store, IndexBuildStore):
-        raise StoreError(f"index versions are built in the SQLite store only; {type(store).__name__} "
-                         "re-chunks in place at ingest (docs/postgres.md): build a new store beside it")
+        raise StoreError(f"{type(store).__name__} keeps no index versions (ragdx.protocols.IndexBuildStore): "
+                         "build a new store beside it and move readers to it once it is checked")
     return store
 
 
@@ -107,7 +106,7 @@ def build_index(store: IndexBuildStore, config: ChunkerConfig, counter: TokenCou
         InputError: the live index already has these settings; a negative retention.
         ConfigError: the store has an active embedding space and no embedder is given, or the
             counter is not the one the config names.
-        StoreError: the store is not an SQLite store, or the version was dropped while it was built.
+        StoreError: the store keeps no index versions, or the version was dropped while it was built.
     """
     started = time.perf_counter()
     store = _building(store)
@@ -187,15 +186,11 @@ def verify_index(store: IndexBuildStore, index_id: str, queries: Sequence[Query]
         if lacking:
             problems.append(f"vectors: {len(lacking)} chunks have no vector in the active space {active.id} "
                             f"(first: {lacking[0].id})")
-    with tempfile.TemporaryDirectory(prefix="ragdx-verify-") as tmp:
-        shadow = store.materialize(index_id, Path(tmp) / "candidate.db")
-        try:
-            problems += [f"store check of {index_id}: {p}" for p in shadow.verify()]
-            problems += checks.latency(store, shadow, queries, slowdown, notes)
-            problems += checks.permission_probes(store, shadow, probes, notes)
-            problems += checks.spans(store, shadow, queries, notes)
-        finally:
-            shadow.close()
+    with store.materialized(index_id) as shadow:
+        problems += [f"store check of {index_id}: {p}" for p in shadow.verify()]
+        problems += checks.latency(store, shadow, queries, slowdown, notes)
+        problems += checks.permission_probes(store, shadow, probes, notes)
+        problems += checks.spans(store, shadow, queries, notes)
     with store.transaction():
         if not problems:  # only a version nobody rebuilt meanwhile: it is still 'built'
             store.set_index_state(index_id, SpaceState.VERIFIED, was=SpaceState.BUILT)

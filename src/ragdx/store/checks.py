@@ -129,10 +129,7 @@ def sqlite_audit(self: SQLiteStore) -> tuple[list[str], list[str]]:
     notes += [f"{n} vectors of space {sid}, which is not live ({state})" for sid, state, n in q(
         "SELECT s.id, s.state, COUNT(*) FROM vectors v JOIN spaces s ON s.id = v.space_id "
         "WHERE s.state != 'active' GROUP BY s.id ORDER BY s.id")]
-    notes += [f"index version {v.id} ({v.state}) held beside the live one: {v.chunks} chunks of "
-              f"{v.versions} versions, invisible to queries" for v in self.index_versions()
-              if v.state is not SpaceState.ACTIVE]
-    return problems, notes
+    return problems, notes + _held_index_versions(self)
 
 
 def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
@@ -142,8 +139,7 @@ def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
     Problems: documents deleted but still stored or searchable (a version, a chunk, a
     vector), chunks without a document version, vectors without a chunk, and the BM25
     statistics recounted (:meth:`fts_problems`). Notes: superseded and expired versions still
-    indexed, and vectors of spaces that are not live. A PostgreSQL store keeps no index
-    versions beside the live one (docs/postgres.md)."""
+    indexed, vectors of spaces that are not live, and index versions held beside the live one."""
     problems = _unreachable_rows(self)
     notes: list[str] = []
     for n, space_id, state in self._all("SELECT n, id, state FROM {s}.spaces ORDER BY n"):
@@ -157,8 +153,7 @@ def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
             if count:
                 notes.append(f"{count} vectors of space {space_id}, which is not live ({state})")
     problems += self.fts_problems()
-    notes = _old_versions_indexed(self) + notes
-    return problems, notes
+    return problems, _old_versions_indexed(self) + notes + _held_index_versions(self)
 
 
 # -- both --------------------------------------------------------------------------------------
@@ -175,6 +170,13 @@ def _unreachable_rows(self: SQLiteStore | PostgresStore) -> list[str]:
     if orphans[0]:
         problems.append(f"{orphans[0]} chunks without a document version (first: {orphans[1]})")
     return problems
+
+
+def _held_index_versions(self: SQLiteStore | PostgresStore) -> list[str]:
+    """A note per index version held beside the live one (built, verified, retired, or being built)."""
+    return [f"index version {v.id} ({v.state}) held beside the live one: {v.chunks} chunks of "
+            f"{v.versions} versions, invisible to queries" for v in self.index_versions()
+            if v.state is not SpaceState.ACTIVE]
 
 
 def _old_versions_indexed(self: SQLiteStore | PostgresStore) -> list[str]:

@@ -123,6 +123,13 @@ def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Se
             self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
+    self._buffer_chunks(sections, chunks, chunker_config)
+
+
+def _pg_buffer_chunks(self: PostgresStore, sections: Sequence[Section], chunks: Sequence[Chunk],
+                      chunker_config: str) -> None:
+    """Buffer sections and chunks of one version that has none stored: their rows, tokens,
+    row ids and postings (the one place a PostgreSQL chunk row is built)."""
     self._changed = True
     self._pending_sections += [
         {"id": s.id, "doc_id": s.doc_id, "version": s.version, "start_at": s.start, "end_at": s.end,
@@ -133,11 +140,7 @@ def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Se
     first = self._rowids(len(chunks))
     for i, c in enumerate(chunks):
         lexemes, tf, length = chunk_terms(c)
-        self._pending_chunks.append((
-            first + i, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
-            json.dumps(list(c.heading_path)), c.section_id, c.prefix, c.header[0] if c.header else None,
-            c.header[1] if c.header else None, c.token_count, c.prev_id, c.next_id, c.duplicate_of,
-            c.over_limit, c.config_id, lexemes, tf, length))
+        self._pending_chunks.append((first + i, *chunk_values(i, c), lexemes, tf, length))
         self._fresh[c.id] = (first + i, c.doc_id, c.version)
         if c.duplicate_of is None:  # a duplicate counts in the statistics, but is never returned
             self._pending_postings.append((first + i, tf, length))
@@ -149,6 +152,20 @@ def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Se
         self._flush()
 
 
+def section_values(s: Section) -> tuple:
+    """A section's stored columns, in the order of ``SQLITE_SECTION_COLUMNS`` (PostgreSQL's alike)."""
+    return (s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level, s.parent_id)
+
+
+def chunk_values(ord_: int, c: Chunk) -> tuple:
+    """A chunk's stored columns, in the order of ``SQLITE_STORED_CHUNK_COLUMNS`` (PostgreSQL's alike,
+    without the row id and the token columns)."""
+    return (c.id, c.doc_id, c.version, ord_, c.start, c.end, c.text, c.kind.value,
+            json.dumps(list(c.heading_path)), c.section_id, c.prefix, c.header[0] if c.header else None,
+            c.header[1] if c.header else None, c.token_count, c.prev_id, c.next_id, c.duplicate_of,
+            bool(c.over_limit), c.config_id)
+
+
 def _sqlite_insert_rows(self: SQLiteStore, table_prefix: str, key: tuple, sections: Sequence[Section],
                         chunks: Sequence[Chunk], chunker_config: str) -> None:
     """Insert sections and chunks into the live tables (``table_prefix`` "") or an index
@@ -156,17 +173,10 @@ def _sqlite_insert_rows(self: SQLiteStore, table_prefix: str, key: tuple, sectio
     lead = "index_id, " if key else ""
     self._db.executemany(
         f"INSERT INTO {table_prefix}sections ({lead}{SQLITE_SECTION_COLUMNS}) VALUES "
-        f"({','.join('?' * (len(key) + 8))})",
-        [(*key, s.id, s.doc_id, s.version, s.start, s.end, json.dumps(list(s.heading_path)), s.level,
-          s.parent_id) for s in sections])
+        f"({','.join('?' * (len(key) + 8))})", [(*key, *section_values(s)) for s in sections])
     self._db.executemany(
         f"INSERT INTO {table_prefix}chunks ({lead}{SQLITE_STORED_CHUNK_COLUMNS}) VALUES "
-        f"({','.join('?' * (len(key) + 19))})",
-        [(*key, c.id, c.doc_id, c.version, i, c.start, c.end, c.text, c.kind.value,
-          json.dumps(list(c.heading_path)), c.section_id, c.prefix,
-          c.header[0] if c.header else None, c.header[1] if c.header else None, c.token_count,
-          c.prev_id, c.next_id, c.duplicate_of, int(c.over_limit), c.config_id)
-         for i, c in enumerate(chunks)])
+        f"({','.join('?' * (len(key) + 19))})", [(*key, *chunk_values(i, c)) for i, c in enumerate(chunks)])
     if chunks:
         self._db.execute("INSERT OR IGNORE INTO configs VALUES (?, 'chunker', ?)",
                          (chunks[0].config_id, chunker_config))
@@ -205,7 +215,8 @@ def pg_delete_document(self: PostgresStore, doc_id: str) -> list[str]:
     if not versions:
         raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
     self._drop_pending(lambda doc, version: doc == doc_id)
-    for table in [*self._vec_tables(), "chunks", "sections", "acl", "documents"]:
+    # its rows in index versions beside the live one go with it (SQLite: by cascade)
+    for table in [*self._vec_tables(), "chunks", "sections", "acl", "documents", "staged_versions"]:
         self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s", (doc_id,))
     self._write("INSERT INTO {s}.tombstones VALUES (%s, %s, %s) ON CONFLICT (doc_id) DO UPDATE "
                 "SET deleted_at = EXCLUDED.deleted_at, versions = EXCLUDED.versions",

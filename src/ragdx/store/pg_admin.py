@@ -1,4 +1,5 @@
-"""Setting up and removing PostgreSQL stores from the shell (``make pg`` uses it)::
+"""Setting up and removing PostgreSQL stores: :func:`setup_shards` (a sharded store), :func:`drop_store`,
+and the same from the shell (``make pg`` uses it)::
 
     python -m ragdx.store.pg_admin init DSN [--shard DSN ...] [--parts-per-shard N] [--if-missing]
     python -m ragdx.store.pg_admin drop DSN
@@ -7,12 +8,181 @@
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+import uuid
+from contextlib import contextmanager
+from typing import Iterator, Sequence
 
-from ragdx.errors import StoreError
-from ragdx.store.postgres import PostgresStore, drop_store, setup_shards
-from ragdx.store.sqlite import OpenMode
+from ragdx.errors import InputError, StoreError
+from ragdx.store._common import OpenMode
+from ragdx.store.postgres import PostgresStore, _psycopg, _reason, _redact, _schema_of
+from ragdx.store.schema import local_part_ddl
+from ragdx.store.shards import _server_conninfo
 
+__all__ = ["setup_shards", "drop_store", "scratch_store", "drop_scratch_stores", "main"]
+
+#: the advisory lock a scratch store's maker holds while it lives (with the hash of its schema)
+_SCRATCH_LOCK = 0x72616763  # "ragc"
+_SCRATCH_PREFIX = "ragdx_check_"
+
+
+def _options(options: dict[str, str]) -> str:
+    """An OPTIONS list of quoted literals (DDL takes no parameters)."""
+    return ", ".join(f"{key} '{str(value).replace(chr(39), chr(39) * 2)}'" for key, value in options.items())
+
+
+def setup_shards(dsn: str, shards: Sequence[str], *, parts_per_shard: int = 2) -> PostgresStore:
+    """Create a sharded store: the coordinator at ``dsn`` records each shard as a
+    ``postgres_fdw`` server (``extensions 'vector'``, so pgvector's operators run on the shard)
+    and spreads ``parts_per_shard`` hash parts per shard over them, round robin.
+
+    Args:
+        dsn: the coordinator's DSN (its schema must not hold a store yet).
+        shards: each shard server's DSN (the same user must be able to log in on each).
+        parts_per_shard: hash parts per shard (more parts spread better when a shard is added).
+
+    Returns:
+        The store, open for writing.
+
+    Raises:
+        StoreError: a server is unreachable or lacks pgvector, or the schema already holds a store.
+    """
+    psycopg = _psycopg()
+    from psycopg.conninfo import conninfo_to_dict
+    if not shards:
+        raise InputError("a sharded store needs at least one shard DSN", field="shards")
+    schema = _schema_of(dsn)
+    probe = PostgresStore.__new__(PostgresStore)
+    probe.dsn, probe.where, probe.schema, probe.mode = dsn, _redact(dsn), schema, OpenMode.CREATE
+    try:
+        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"{_redact(dsn)}: cannot connect to PostgreSQL: {_reason(exc)}") from None
+    with coordinator:
+        if coordinator.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                               "table_name = 'meta'", (schema,)).fetchone():
+            raise StoreError(f"{_redact(dsn)}: the schema {schema!r} already holds a store; shards are "
+                             "set up when a store is created")
+        coordinator.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA public")
+        parts: dict[int, str] = {}
+        servers = []
+        for i, shard in enumerate(shards):
+            info = conninfo_to_dict(shard)
+            where = _redact(shard)
+            try:
+                with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn:
+                    probe.where = where
+                    PostgresStore._require_vector(probe, conn)
+                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                    conn.execute(f"CREATE SCHEMA {schema}")
+                    dbname = conn.info.dbname
+                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.iterative_scan = 'strict_order'")
+                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.ef_search = 200")
+            except psycopg.OperationalError as exc:
+                raise StoreError(f"{where}: cannot connect to the shard: {_reason(exc)}") from None
+            server = f"ragdx_{schema}_shard{i + 1}"
+            options = {"host": info.get("host") or "127.0.0.1", "port": str(info.get("port") or 5432),
+                       "dbname": info.get("dbname") or "postgres"}
+            coordinator.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
+            # fdw_tuple_cost 0.2: PostgreSQL 17's default (0.01 before), so the planner ships ORDER BY and
+            # LIMIT to the shard rather than fetch every row of a part to sort it here
+            options.update(extensions="vector", fetch_size="200", batch_size="200", fdw_tuple_cost="0.2")
+            coordinator.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
+                                f"OPTIONS ({_options(options)})")
+            mapping = {"user": info.get("user") or coordinator.info.user}
+            if info.get("password"):
+                mapping["password"] = info["password"]
+            coordinator.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} "
+                                f"OPTIONS ({_options(mapping)})")
+            servers.append((server, shard))
+        for part in range(len(shards) * parts_per_shard):
+            parts[part] = servers[part % len(servers)][0]
+        for server, shard in servers:
+            with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn, conn.transaction():
+                for part in (p for p, s in parts.items() if s == server):
+                    for statement in local_part_ddl(schema, part):
+                        conn.execute(statement)
+        probe._create(coordinator, parts)
+    return PostgresStore(dsn, OpenMode.WRITE)
+
+
+def drop_store(dsn: str) -> None:
+    """Remove a store: its schema on the coordinator and on every shard, and its shard servers.
+    Reads only the ``partitions`` table, so a store of an older schema version can be dropped.
+
+    Raises:
+        StoreError: the server is unreachable, or its schema holds no ragdx store.
+    """
+    psycopg = _psycopg()
+    schema, where = _schema_of(dsn), _redact(dsn)
+    try:
+        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        raise StoreError(f"{where}: cannot connect to PostgreSQL: {_reason(exc)}") from None
+    with coordinator as conn:
+        if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                            "table_name = 'partitions'", (schema,)).fetchone():
+            raise StoreError(f"{where}: no ragdx store in the schema {schema!r}")
+        servers = [r[0] for r in conn.execute(f"SELECT DISTINCT server FROM {schema}.partitions "
+                                              "WHERE server IS NOT NULL ORDER BY 1")]
+        shards = [_server_conninfo(conn, server, where) for server in servers]
+        for conninfo in shards:
+            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as shard:
+                shard.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        for server in servers:
+            conn.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
+
+
+
+@contextmanager
+def scratch_store(store: PostgresStore) -> Iterator[PostgresStore]:
+    """A new, empty store in a schema of its own (``ragdx_check_<random>``) on the same servers as
+    ``store`` and sharded as it is: what ``ragdx index verify`` fills and checks. Dropped (with its
+    shard schemas and foreign servers) when the block ends. While it lives, this process holds an
+    advisory lock on its name; scratch stores nobody holds (a verify killed before it could drop
+    its own) are dropped first."""
+    from psycopg.conninfo import make_conninfo
+    psycopg = _psycopg()
+    drop_scratch_stores(store.dsn)
+    name = f"{_SCRATCH_PREFIX}{uuid.uuid4().hex[:16]}"
+    dsn = make_conninfo(store.dsn, options=f"-csearch_path={name}")
+    servers = sorted({server for server in store.partitions().values() if server is not None})
+    with psycopg.connect(store.dsn, autocommit=True, connect_timeout=5) as holder:
+        holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_SCRATCH_LOCK, name))
+        shadow = None
+        try:
+            shadow = setup_shards(dsn, [store._shard_conninfo(s) for s in servers],
+                                  parts_per_shard=len(store.partitions()) // len(servers)) \
+                if servers else PostgresStore(dsn, OpenMode.CREATE)
+            yield shadow
+        finally:
+            if shadow is not None:
+                shadow.close()
+            _drop_scratch(holder, dsn, name)
+
+
+def drop_scratch_stores(dsn: str) -> list[str]:
+    """Drop the scratch stores on the server of ``dsn`` that no process holds (left by a verify that
+    was killed); returns their schemas."""
+    from psycopg.conninfo import make_conninfo
+    dropped = []
+    with _psycopg().connect(dsn, autocommit=True, connect_timeout=5) as conn:
+        for (name,) in conn.execute("SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) "
+                                    "ORDER BY 1", (_SCRATCH_PREFIX,)).fetchall():
+            if conn.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", (_SCRATCH_LOCK, name)).fetchone()[0]:
+                _drop_scratch(conn, make_conninfo(dsn, options=f"-csearch_path={name}"), name)
+                dropped.append(name)
+    return dropped
+
+
+def _drop_scratch(conn, dsn: str, name: str) -> None:
+    """Drop a scratch store (half made: its schema), and release its lock, held on ``conn``."""
+    try:
+        drop_store(dsn)
+    except StoreError:  # killed before its tables were made, or never made
+        conn.execute(f"DROP SCHEMA IF EXISTS {name} CASCADE")
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", (_SCRATCH_LOCK, name))
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m ragdx.store.pg_admin init DSN [--shard DSN ...]``: create a store (sharded

@@ -52,14 +52,14 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
 
+from ragdx._faults import fault_point
 from ragdx.errors import InputError, MissingExtraError, StoreError
-from ragdx.store import acl, checks, documents, embeddings, lexical, schema, shards
+from ragdx.store import acl, checks, documents, embeddings, lexical, schema, shards, staging
 from ragdx.store._common import OpenMode
 from ragdx.store.lexical import FTS5_MIN_IDF
-from ragdx.store.schema import PG_SCHEMA_VERSION as SCHEMA_VERSION, local_part_ddl
-from ragdx.store.shards import _server_conninfo
+from ragdx.store.schema import PG_SCHEMA_VERSION as SCHEMA_VERSION
 
-__all__ = ["PostgresStore", "is_dsn", "setup_shards", "drop_store", "FTS5_MIN_IDF", "SCHEMA_VERSION"]
+__all__ = ["PostgresStore", "is_dsn", "FTS5_MIN_IDF", "SCHEMA_VERSION"]  # and setup_shards, drop_store (pg_admin)
 
 log = logging.getLogger("ragdx.store")
 
@@ -263,7 +263,9 @@ class PostgresStore:
                     self._fold_statistics(conn)
                     conn.execute(f"UPDATE {self.schema}.meta SET value = (value::bigint + 1)::text "
                                  "WHERE key = 'index_version'")
+                fault_point("commit")
                 conn.execute("COMMIT")
+                fault_point("committed")
                 committed = self._changed
             except BaseException:
                 self._space_tables.clear()  # a space registered by this transaction is gone
@@ -363,10 +365,12 @@ class PostgresStore:
     _setup = schema._pg_setup
     _require_vector = schema._pg_require_vector
     _create = schema._pg_create
+    _migrate = schema._pg_migrate
 
     # -- documents: versions, sections, chunks, tombstones, the log (store/documents.py) ---------------
     insert_version = documents.pg_insert_version
     _write_chunks = documents._pg_write_chunks
+    _buffer_chunks = documents._pg_buffer_chunks
     _rowids = documents._pg_rowids
     _flush_chunks = documents._pg_flush_chunks
     _buffer = documents._pg_buffer
@@ -445,6 +449,37 @@ class PostgresStore:
     audit = checks.pg_audit
     verify = checks.pg_verify
 
+    # -- index versions beside the live one (store/staging.py) -----------------------------------------
+    _staging = staging._pg_staging
+    index_versions = staging.index_versions
+    _index_rows = staging._index_rows
+    _counted = staging._counted
+    index_version_of = staging.index_version_of
+    live_index = staging.live_index
+    register_index = staging.register_index
+    set_index_state = staging.set_index_state
+    drop_index = staging.drop_index
+    stage_version = staging.pg_stage_version
+    stage_unindexed = staging.pg_stage_unindexed
+    stage_from_live = staging.pg_stage_from_live
+    stage_vectors = staging.pg_stage_vectors
+    staged_chunks = staging.pg_staged_chunks
+    unstaged_versions = staging.pg_unstaged_versions
+    parse_configs = staging.parse_configs
+    switch_index = staging.pg_switch_index
+    apply_retention = staging.apply_retention
+    _unindex = staging._pg_unindex
+
+    @contextmanager
+    def materialized(self, index_id: str) -> Iterator["PostgresStore"]:
+        """A scratch store holding an index version as its live index, in a schema of its own on
+        the same servers and sharded as this one is (what ``ragdx index verify`` checks), dropped
+        when the block ends (:func:`ragdx.store.pg_admin.scratch_store`)."""
+        from ragdx.store.pg_admin import scratch_store
+        with scratch_store(self) as shadow:
+            staging.pg_fill(self, shadow, index_id)
+            yield shadow
+
     # -- shards: parts, fan-out (store/shards.py) ------------------------------------------------------
     _parts_of = shards._pg_parts_of
     partitions = shards.pg_partitions
@@ -462,109 +497,10 @@ def _reason(exc: Exception) -> str:
     return (lines[0] if lines else type(exc).__name__).removeprefix("connection failed: ")
 
 
-def _options(options: dict[str, str]) -> str:
-    """An OPTIONS list of quoted literals (DDL takes no parameters)."""
-    return ", ".join(f"{key} '{str(value).replace(chr(39), chr(39) * 2)}'" for key, value in options.items())
-
-
-def setup_shards(dsn: str, shards: Sequence[str], *, parts_per_shard: int = 2) -> PostgresStore:
-    """Create a sharded store: the coordinator at ``dsn`` records each shard as a
-    ``postgres_fdw`` server (``extensions 'vector'``, so pgvector's operators run on the shard)
-    and spreads ``parts_per_shard`` hash parts per shard over them, round robin.
-
-    Args:
-        dsn: the coordinator's DSN (its schema must not hold a store yet).
-        shards: each shard server's DSN (the same user must be able to log in on each).
-        parts_per_shard: hash parts per shard (more parts spread better when a shard is added).
-
-    Returns:
-        The store, open for writing.
-
-    Raises:
-        StoreError: a server is unreachable or lacks pgvector, or the schema already holds a store.
-    """
-    psycopg = _psycopg()
-    from psycopg.conninfo import conninfo_to_dict
-    if not shards:
-        raise InputError("a sharded store needs at least one shard DSN", field="shards")
-    schema = _schema_of(dsn)
-    probe = PostgresStore.__new__(PostgresStore)
-    probe.dsn, probe.where, probe.schema, probe.mode = dsn, _redact(dsn), schema, OpenMode.CREATE
-    try:
-        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        raise StoreError(f"{_redact(dsn)}: cannot connect to PostgreSQL: {_reason(exc)}") from None
-    with coordinator:
-        if coordinator.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
-                               "table_name = 'meta'", (schema,)).fetchone():
-            raise StoreError(f"{_redact(dsn)}: the schema {schema!r} already holds a store; shards are "
-                             "set up when a store is created")
-        coordinator.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA public")
-        parts: dict[int, str] = {}
-        servers = []
-        for i, shard in enumerate(shards):
-            info = conninfo_to_dict(shard)
-            where = _redact(shard)
-            try:
-                with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn:
-                    probe.where = where
-                    PostgresStore._require_vector(probe, conn)
-                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-                    conn.execute(f"CREATE SCHEMA {schema}")
-                    dbname = conn.info.dbname
-                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.iterative_scan = 'strict_order'")
-                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.ef_search = 200")
-            except psycopg.OperationalError as exc:
-                raise StoreError(f"{where}: cannot connect to the shard: {_reason(exc)}") from None
-            server = f"ragdx_{schema}_shard{i + 1}"
-            options = {"host": info.get("host") or "127.0.0.1", "port": str(info.get("port") or 5432),
-                       "dbname": info.get("dbname") or "postgres"}
-            coordinator.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
-            # fdw_tuple_cost 0.2: PostgreSQL 17's default (0.01 before), so the planner ships ORDER BY and
-            # LIMIT to the shard rather than fetch every row of a part to sort it here
-            options.update(extensions="vector", fetch_size="200", batch_size="200", fdw_tuple_cost="0.2")
-            coordinator.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
-                                f"OPTIONS ({_options(options)})")
-            mapping = {"user": info.get("user") or coordinator.info.user}
-            if info.get("password"):
-                mapping["password"] = info["password"]
-            coordinator.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} "
-                                f"OPTIONS ({_options(mapping)})")
-            servers.append((server, shard))
-        for part in range(len(shards) * parts_per_shard):
-            parts[part] = servers[part % len(servers)][0]
-        for server, shard in servers:
-            with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn, conn.transaction():
-                for part in (p for p, s in parts.items() if s == server):
-                    for statement in local_part_ddl(schema, part):
-                        conn.execute(statement)
-        probe._create(coordinator, parts)
-    return PostgresStore(dsn, OpenMode.WRITE)
-
-
-def drop_store(dsn: str) -> None:
-    """Remove a store: its schema on the coordinator and on every shard, and its shard servers.
-    Reads only the ``partitions`` table, so a store of an older schema version can be dropped.
-
-    Raises:
-        StoreError: the server is unreachable, or its schema holds no ragdx store.
-    """
-    psycopg = _psycopg()
-    schema, where = _schema_of(dsn), _redact(dsn)
-    try:
-        coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
-    except psycopg.OperationalError as exc:
-        raise StoreError(f"{where}: cannot connect to PostgreSQL: {_reason(exc)}") from None
-    with coordinator as conn:
-        if not conn.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
-                            "table_name = 'partitions'", (schema,)).fetchone():
-            raise StoreError(f"{where}: no ragdx store in the schema {schema!r}")
-        servers = [r[0] for r in conn.execute(f"SELECT DISTINCT server FROM {schema}.partitions "
-                                              "WHERE server IS NOT NULL ORDER BY 1")]
-        shards = [_server_conninfo(conn, server, where) for server in servers]
-        for conninfo in shards:
-            with psycopg.connect(conninfo, autocommit=True, connect_timeout=5) as shard:
-                shard.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-        for server in servers:
-            conn.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
+def __getattr__(name: str) -> Any:
+    """``setup_shards`` and ``drop_store`` live in :mod:`ragdx.store.pg_admin` (creating and removing
+    stores), and are still imported from here."""
+    if name in ("setup_shards", "drop_store"):
+        from ragdx.store import pg_admin
+        return getattr(pg_admin, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -8,7 +8,9 @@ how an existing one is checked (and, for SQLite, migrated) when it is opened.
 - PostgreSQL with pgvector (schema :data:`PG_SCHEMA_VERSION`): coordinator tables, per-document
   tables (hash-partitioned by ``doc_id`` when sharded, each part a ``postgres_fdw`` foreign table
   on its shard: :func:`sharded_table_ddl`) and per-part BM25 statistics kept by triggers
-  (:data:`_STATS_TRIGGER`). A store of an older schema is refused, never migrated.
+  (:data:`_STATS_TRIGGER`), and the coordinator's tables of index versions (:data:`_PG_STAGED`).
+  A store of schema 3 gets the index versions' tables when opened for writing (:func:`_pg_migrate`);
+  an older one is refused.
 """
 
 from __future__ import annotations
@@ -355,7 +357,8 @@ def _sqlite_add_initial_index(self: SQLiteStore) -> None:
 # -- PostgreSQL -------------------------------------------------------------------------------
 
 
-PG_SCHEMA_VERSION = 3  # 2: term deltas folded into term_df once per transaction; 3: BM25 postings
+PG_SCHEMA_VERSION = 4  # 2: term deltas folded into term_df once per transaction; 3: BM25 postings;
+# 4: index versions built beside the live one (index_versions, staged_*, on the coordinator)
 
 
 # per-document tables: (name, columns, indexes on a local copy); {s} is the schema, {t} the table
@@ -410,6 +413,52 @@ CREATE SEQUENCE {s}.chunk_rowid;
 CREATE SEQUENCE {s}.doc_seq;
 CREATE SEQUENCE {s}.postings_seg;
 """
+
+
+def _staged_columns(table: str) -> str:
+    """The columns of a live per-document table that an index version's copy of a row keeps
+    (a chunk's row id and its token columns are made again when it goes live)."""
+    derived = ("rowid ", "terms ", "tf ", "length ")
+    return ", ".join(c.strip() for c in _DOC_TABLES[table][0].split(",") if not c.strip().startswith(derived))
+
+
+# Index versions built beside the live one (docs/ingest.md, "Index versions"; store/staging.py):
+# on the coordinator, unpartitioned, whether or not the store is sharded. A version goes live
+# through the store's own write path, which sends each row to its shard.
+_PG_STAGED = """
+CREATE TABLE IF NOT EXISTS {s}.index_versions (id text PRIMARY KEY, body text NOT NULL,
+    state text NOT NULL CHECK (state IN ('building', 'built', 'verified', 'active', 'retired')),
+    created_at text NOT NULL, updated_at text NOT NULL);
+CREATE TABLE IF NOT EXISTS {s}.staged_versions (
+    index_id text NOT NULL REFERENCES {s}.index_versions (id) ON DELETE CASCADE,
+    doc_id text NOT NULL, version text NOT NULL, parser text NOT NULL, parse_warnings text NOT NULL,
+    chunker_config text NOT NULL, parsed_text text NOT NULL, PRIMARY KEY (index_id, doc_id, version));
+CREATE INDEX IF NOT EXISTS staged_versions_by_doc ON {s}.staged_versions (doc_id, version);
+CREATE TABLE IF NOT EXISTS {s}.staged_sections (index_id text NOT NULL, {sections},
+    PRIMARY KEY (index_id, id), FOREIGN KEY (index_id, doc_id, version)
+    REFERENCES {s}.staged_versions (index_id, doc_id, version) ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS staged_sections_by_doc ON {s}.staged_sections (index_id, doc_id, version);
+CREATE TABLE IF NOT EXISTS {s}.staged_chunks (index_id text NOT NULL, {chunks},
+    PRIMARY KEY (index_id, id), FOREIGN KEY (index_id, doc_id, version)
+    REFERENCES {s}.staged_versions (index_id, doc_id, version) ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS staged_chunks_by_doc ON {s}.staged_chunks (index_id, doc_id, version, ord);
+CREATE TABLE IF NOT EXISTS {s}.staged_vectors (index_id text NOT NULL, doc_id text NOT NULL,
+    version text NOT NULL, chunk_id text NOT NULL, space_id text NOT NULL, input_hash text NOT NULL,
+    vector real[] NOT NULL, window_end int, PRIMARY KEY (index_id, space_id, chunk_id),
+    FOREIGN KEY (index_id, doc_id, version) REFERENCES {s}.staged_versions (index_id, doc_id, version)
+    ON DELETE CASCADE);
+CREATE INDEX IF NOT EXISTS staged_vectors_by_doc ON {s}.staged_vectors (index_id, doc_id, version)
+"""
+
+
+def _pg_add_staged(conn: Any, schema: str) -> None:
+    """Create the tables of index versions, and record the live index as :data:`INITIAL_INDEX`
+    (idempotent), in the caller's transaction."""
+    ddl = _PG_STAGED.format(s=schema, sections=_staged_columns("sections"), chunks=_staged_columns("chunks"))
+    for statement in _pg_statements(ddl):
+        conn.execute(statement)
+    conn.execute(f"INSERT INTO {schema}.index_versions VALUES (%s, %s, 'active', %s, %s) ON CONFLICT (id) "
+                 "DO NOTHING", (INITIAL_INDEX, index_settings(None, None, None).to_json(), now(), now()))
 
 # The statistics follow the chunk rows in two steps. A statement trigger on the chunks appends
 # each statement's term counts to ``term_delta`` (insert-only: +1 per row inserted, -1 per row
@@ -525,13 +574,18 @@ def _pg_setup(self: PostgresStore, conn: Any) -> None:
     version = row[0] if row else None
     if not (isinstance(version, str) and version.isdigit()):
         raise StoreError(f"{self.where}: damaged store: schema_version is {version!r}, not a number")
-    if int(version) < PG_SCHEMA_VERSION:
-        raise StoreError(f"{self.where}: store schema {version} predates this ragdx's "
-                         f"({PG_SCHEMA_VERSION}: BM25 postings); re-create it "
+    if int(version) < 3:
+        raise StoreError(f"{self.where}: store schema {version} predates the BM25 postings of schema 3, "
+                         f"which this ragdx (schema {PG_SCHEMA_VERSION}) reads; re-create it "
                          "('python -m ragdx.store.pg_admin drop DSN', then ingest again)")
     if int(version) > PG_SCHEMA_VERSION:
         raise StoreError(f"{self.where}: store schema {version} is newer than this ragdx "
                          f"({PG_SCHEMA_VERSION}); upgrade ragdx")
+    if int(version) < PG_SCHEMA_VERSION:
+        if self.mode is OpenMode.READ:
+            raise StoreError(f"{self.where}: store schema {version} is older than this ragdx's "
+                             f"({PG_SCHEMA_VERSION}: index versions); open it once for writing to migrate it")
+        self._migrate(conn)
     if self.mode is not OpenMode.READ and conn.execute(
             f"SELECT 1 FROM {s}.meta WHERE key = 'store_id'").fetchone() is None:
         with conn.transaction():  # a store made before ids gets one, once, under the writers' lock
@@ -579,5 +633,21 @@ def _pg_create(self: PostgresStore, conn: Any, parts: dict[int, str] | None) -> 
                 for statement in sharded_table_ddl(s, name, columns, parts, by_doc=name in _DOC_TABLES):
                     conn.execute(statement)
             conn.cursor().executemany(f"INSERT INTO {s}.partitions VALUES (%s, %s)", list(parts.items()))
+        _pg_add_staged(conn, s)
         conn.execute(f"INSERT INTO {s}.meta VALUES ('schema_version', %s), ('index_version', '0'), "
                      "('store_id', %s)", (str(PG_SCHEMA_VERSION), uuid.uuid4().hex))
+
+
+def _pg_migrate(self: PostgresStore, conn: Any) -> None:
+    """Schema 3 -> 4 in one transaction under the writers' lock (a killed process leaves schema
+    3, migrated again at the next open for writing): the tables of index versions, and the live
+    index recorded as :data:`INITIAL_INDEX`. Nothing a query reads changes."""
+    s = self.schema
+    with conn.transaction():
+        self._take_write_lock(conn)
+        row = conn.execute(f"SELECT value FROM {s}.meta WHERE key = 'schema_version'").fetchone()
+        if int(row[0]) >= PG_SCHEMA_VERSION:  # another writer migrated it meanwhile
+            return
+        log.info("%s: migrating the store from schema %s to %d", self.where, row[0], PG_SCHEMA_VERSION)
+        _pg_add_staged(conn, s)
+        conn.execute(f"UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'", (str(PG_SCHEMA_VERSION),))

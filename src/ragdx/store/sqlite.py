@@ -299,14 +299,14 @@ class SQLiteStore:
 
     # -- index versions beside the live one (store/staging.py) -----------------------------------------
     _staging = staging._sqlite_staging
-    index_versions = staging.sqlite_index_versions
+    index_versions = staging.index_versions
     _index_rows = staging._sqlite_index_rows
-    _counted = staging._sqlite_counted
-    index_version_of = staging.sqlite_index_version_of
-    live_index = staging.sqlite_live_index
-    register_index = staging.sqlite_register_index
-    set_index_state = staging.sqlite_set_index_state
-    drop_index = staging.sqlite_drop_index
+    _counted = staging._counted
+    index_version_of = staging.index_version_of
+    live_index = staging.live_index
+    register_index = staging.register_index
+    set_index_state = staging.set_index_state
+    drop_index = staging.drop_index
     stage_version = staging.sqlite_stage_version
     stage_unindexed = staging.sqlite_stage_unindexed
     stage_from_live = staging.sqlite_stage_from_live
@@ -314,8 +314,8 @@ class SQLiteStore:
     stage_vectors = staging.sqlite_stage_vectors
     staged_chunks = staging.sqlite_staged_chunks
     unstaged_versions = staging.sqlite_unstaged_versions
-    parse_configs = staging.sqlite_parse_configs
+    parse_configs = staging.parse_configs
     switch_index = staging.sqlite_switch_index
-    apply_retention = staging.sqlite_apply_retention
-    materialize = staging.sqlite_materialize
-
+    apply_retention = staging.apply_retention
+    _unindex = staging._sqlite_unindex
+    materialized = staging.sqlite_materialized
