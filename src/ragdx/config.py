@@ -62,7 +62,7 @@ class DenseSettings:
     """The dense channel: exact (numpy) or approximate (hnsw) nearest neighbours.
     ``statement_vectors``: ingest and ``ragdx index build`` also store each chunk's statement
     vectors, which the sentence reranker and the extractive generator read instead of encoding
-    (a store that keeps none, PostgreSQL, is encoded at query time)."""
+    (a store that keeps none, a custom one, is encoded at query time)."""
 
     enabled: bool = True
     model: str = "all-MiniLM-L6-v2"

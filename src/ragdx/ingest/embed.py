@@ -139,8 +139,8 @@ def fill_statements(store: WritableStore, embedder: Embedder, batch: int = 2048)
     encoded when a question reads them, and the next fill writes them).
 
     Returns:
-        What was encoded; None when the store keeps no statement vectors (PostgreSQL) or the
-        embedder computes none.
+        What was encoded; None when the store keeps no statement vectors (a custom store without
+        :class:`~ragdx.protocols.StatementVectorStore`) or the embedder computes none.
     """
     if not embedder.statements or not isinstance(store, StatementVectorStore):
         return None

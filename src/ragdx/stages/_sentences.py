@@ -3,7 +3,7 @@ reranker scores the candidates' statements and the extractive generator the cont
 context's are mostly the candidates' own. One cache per encoder, so a sentence is encoded once
 a run, whichever stage reads it first; and none whose chunk's statement vectors the store keeps
 in the encoder's space (computed at ingest, :func:`ragdx.ingest.embed.fill_statements`): those
-are read (:meth:`SentenceVectors.read`). A store that keeps none (PostgreSQL) is encoded."""
+are read (:meth:`SentenceVectors.read`). A store that keeps none (a custom one) is encoded."""
 
 from __future__ import annotations
 

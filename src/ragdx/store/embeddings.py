@@ -1,6 +1,6 @@
 """Embedding spaces and their vectors in the stores: which spaces are registered and in what
 state, each chunk's vector in a space (keyed by its input's hash, so unchanged text is never
-encoded twice), each chunk's statement vectors (SQLite only: the sentence reranker and the
+encoded twice), each chunk's statement vectors (the sentence reranker and the
 extractive generator read them instead of encoding; a PostgreSQL store has none, and they
 encode), and the dense search.
 
@@ -288,6 +288,61 @@ def sqlite_statement_vectors_by_hash(self: SQLiteStore, space_id: str, hashes: S
 def sqlite_chunks_without_statement_vectors(self: SQLiteStore, space_id: str) -> list[Chunk]:
     """The searchable chunks with no statement vectors in a space, in chunk order."""
     return _sqlite_chunks_without(self, "statement_vectors", space_id)
+
+
+def pg_write_statement_vectors(self: PostgresStore, space_id: str, rows: Sequence[tuple[str, str, bytes]]) -> None:
+    """Store each chunk's statement vectors in a space, as :func:`sqlite_write_statement_vectors`
+    does (on the chunk's shard, sharded). The index version stays."""
+    if not rows:
+        return
+    if not self._writing():
+        raise StoreError("store writes must happen inside store.transaction()")
+    self._flush()  # the chunks written by this transaction, and their row ids
+    missing = [cid for cid, _, _ in rows if cid not in self._fresh]
+    for cid, rowid, doc_id, version in self._all(
+            "SELECT id, rowid, doc_id, version FROM {s}.chunks WHERE id = ANY(%s)", (missing,)) if missing else ():
+        self._fresh[cid] = (rowid, doc_id, version)
+    known = [(self._fresh[cid], h, blob) for cid, h, blob in rows if cid in self._fresh]
+    s = self.schema
+    self._tx.execute(f"DELETE FROM {s}.statement_vectors WHERE space_id = %s AND chunk_rowid = ANY(%s)",
+                     (space_id, [rowid for (rowid, _, _), _, _ in known]))
+    with self._tx.cursor().copy(f"COPY {s}.statement_vectors (chunk_rowid, doc_id, version, space_id, "
+                                "statements_hash, vectors) FROM STDIN") as copy:
+        for (rowid, doc_id, version), h, blob in known:
+            copy.write_row((rowid, doc_id, version, space_id, h, blob))
+
+
+def pg_statement_vectors(self: PostgresStore, space_id: str, chunk_ids: Sequence[str]) -> dict[str, tuple[str, bytes]]:
+    """The stored statement vectors of these chunks in a space: chunk id -> (statements hash,
+    float32 bytes), for the chunks that have them."""
+    ids = list(dict.fromkeys(chunk_ids))
+    if not ids:
+        return {}
+    if self._writing():
+        self._flush()
+    return {cid: (h, bytes(blob)) for cid, h, blob in self._all(
+        "SELECT c.id, v.statements_hash, v.vectors FROM {s}.chunks c JOIN {s}.statement_vectors v ON "
+        "v.chunk_rowid = c.rowid AND v.doc_id = c.doc_id WHERE v.space_id = %s AND c.id = ANY(%s)", (space_id, ids))}
+
+
+def pg_statement_vectors_by_hash(self: PostgresStore, space_id: str, hashes: Sequence[str]) -> dict[str, bytes]:
+    """Stored statement vectors of a space under these statements hashes (another version's
+    chunk of the same text: reused, not encoded again)."""
+    if not hashes:
+        return {}
+    return {h: bytes(blob) for h, blob in self._all(
+        "SELECT DISTINCT ON (statements_hash) statements_hash, vectors FROM {s}.statement_vectors "
+        "WHERE space_id = %s AND statements_hash = ANY(%s)", (space_id, list(hashes)))}
+
+
+def pg_chunks_without_statement_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:
+    """The searchable chunks with no statement vectors in a space, in chunk order."""
+    if self._writing():
+        self._flush()
+    return [self._chunk_row(r) for r in self._all(
+        f"SELECT {documents.PG_CHUNK_COLUMNS} FROM {{s}}.chunks c WHERE c.duplicate_of IS NULL AND NOT EXISTS ("
+        "SELECT 1 FROM {s}.statement_vectors v WHERE v.space_id = %s AND v.chunk_rowid = c.rowid AND "
+        "v.doc_id = c.doc_id) ORDER BY c.rowid", (space_id,))]
 
 
 def pg_chunks_without_vectors(self: PostgresStore, space_id: str) -> list[Chunk]:

@@ -439,6 +439,10 @@ class PostgresStore:
     vectors_by_input = embeddings.pg_vectors_by_input
     write_vectors = embeddings.pg_write_vectors
     chunks_without_vectors = embeddings.pg_chunks_without_vectors
+    write_statement_vectors = embeddings.pg_write_statement_vectors
+    statement_vectors = embeddings.pg_statement_vectors
+    statement_vectors_by_hash = embeddings.pg_statement_vectors_by_hash
+    chunks_without_statement_vectors = embeddings.pg_chunks_without_statement_vectors
     vector_table = embeddings.pg_vector_table
     vector_search = embeddings.pg_vector_search
     _vector_search = embeddings._pg_vector_search

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ragdx.errors import StoreError
 from ragdx.store._common import OpenMode, now
 from ragdx.store.lexical import FTS_TOKENIZER
+from ragdx.store.shards import _server_conninfo
 from ragdx.store.staging import INITIAL_INDEX, index_settings
 
 if TYPE_CHECKING:
@@ -358,7 +359,8 @@ def _sqlite_add_initial_index(self: SQLiteStore) -> None:
 
 
 PG_SCHEMA_VERSION = 4  # 2: term deltas folded into term_df once per transaction; 3: BM25 postings;
-# 4: index versions built beside the live one (index_versions, staged_*, on the coordinator)
+# 4: index versions built beside the live one (index_versions, staged_*, on the coordinator) and
+# each chunk's statement vectors (statement_vectors, per document)
 
 
 # per-document tables: (name, columns, indexes on a local copy); {s} is the schema, {t} the table
@@ -384,6 +386,12 @@ _DOC_TABLES: dict[str, tuple[str, tuple[str, ...]]] = {
                ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (rowid)",
                 "CREATE UNIQUE INDEX ON {s}.{t} (id)",
                 "CREATE INDEX ON {s}.{t} (doc_id, version, ord)")),
+    # each chunk's statement vectors in a space, as in SQLite (docs/pipeline.md, "Statement vectors")
+    "statement_vectors": ("chunk_rowid bigint NOT NULL, doc_id text NOT NULL, version text NOT NULL, "
+                          "space_id text NOT NULL, statements_hash text NOT NULL, vectors bytea NOT NULL",
+                          ("ALTER TABLE {s}.{t} ADD PRIMARY KEY (space_id, chunk_rowid)",
+                           "CREATE INDEX ON {s}.{t} (space_id, statements_hash)",
+                           "CREATE INDEX ON {s}.{t} (doc_id, version)")),
 }
 # per-part statistics tables
 _STAT_TABLES = {
@@ -528,14 +536,17 @@ def local_part_ddl(schema: str, part: int | None) -> list[str]:
     tables with their indexes, the statistics tables and their triggers. ``part`` None: the one
     unsharded copy, named like the coordinator's tables."""
     sfx = "" if part is None else f"_p{part}"
-    out = []
-    for name, (columns, indexes) in {**_DOC_TABLES, **_STAT_TABLES}.items():
-        table = name + sfx
-        out.append(f"CREATE TABLE {schema}.{table} ({columns})")
-        out += [ddl.format(s=schema, t=table) for ddl in indexes]
+    out = [ddl for name in {**_DOC_TABLES, **_STAT_TABLES} for ddl in _table_ddl(schema, name, sfx)]
     out.append(f"INSERT INTO {schema}.corpus{sfx} VALUES ({part or 0}, 0, 0, 0)")
     out += _pg_statements(_STATS_TRIGGER.format(s=schema, t="chunks" + sfx, sfx=sfx, part=part or 0))
     return out
+
+
+def _table_ddl(schema: str, name: str, sfx: str) -> list[str]:
+    """One per-document or statistics table of a part (``sfx``: ``_p<n>``, or "" unsharded), with its indexes."""
+    columns, indexes = {**_DOC_TABLES, **_STAT_TABLES}[name]
+    return [f"CREATE TABLE {schema}.{name}{sfx} ({columns})",
+            *[ddl.format(s=schema, t=name + sfx) for ddl in indexes]]
 
 
 def sharded_table_ddl(schema: str, name: str, columns: str, parts: dict[int, Any], *,
@@ -640,8 +651,9 @@ def _pg_create(self: PostgresStore, conn: Any, parts: dict[int, str] | None) -> 
 
 def _pg_migrate(self: PostgresStore, conn: Any) -> None:
     """Schema 3 -> 4 in one transaction under the writers' lock (a killed process leaves schema
-    3, migrated again at the next open for writing): the tables of index versions, and the live
-    index recorded as :data:`INITIAL_INDEX`. Nothing a query reads changes."""
+    3, migrated again at the next open for writing): the tables of index versions, the live
+    index recorded as :data:`INITIAL_INDEX`, and the statement vectors' table (empty: the next
+    ingest or ``ragdx index build`` fills it). Nothing a query reads changes."""
     s = self.schema
     with conn.transaction():
         self._take_write_lock(conn)
@@ -650,4 +662,27 @@ def _pg_migrate(self: PostgresStore, conn: Any) -> None:
             return
         log.info("%s: migrating the store from schema %s to %d", self.where, row[0], PG_SCHEMA_VERSION)
         _pg_add_staged(conn, s)
+        _pg_add_doc_table(conn, s, "statement_vectors", self.where)
         conn.execute(f"UPDATE {s}.meta SET value = %s WHERE key = 'schema_version'", (str(PG_SCHEMA_VERSION),))
+
+
+def _pg_add_doc_table(conn: Any, schema: str, name: str, where: str) -> None:
+    """Add a per-document table to a store made before it, in the caller's transaction on the
+    coordinator: sharded, each part's table is made on its shard first (committed there at once,
+    made again if a killed migration left it)."""
+    import psycopg
+    if conn.execute("SELECT to_regclass(%s)", (f"{schema}.{name}",)).fetchone()[0] is not None:
+        return  # there already
+    parts = dict(conn.execute(f"SELECT part, server FROM {schema}.partitions ORDER BY part").fetchall())
+    if list(parts.values()) == [None]:
+        for statement in _table_ddl(schema, name, ""):
+            conn.execute(statement)
+        return
+    for server in sorted(set(parts.values())):
+        with psycopg.connect(_server_conninfo(conn, server, where), autocommit=True) as shard, shard.transaction():
+            for part in (p for p, s in parts.items() if s == server):
+                shard.execute(f"DROP TABLE IF EXISTS {schema}.{name}_p{part}")
+                for statement in _table_ddl(schema, name, f"_p{part}"):
+                    shard.execute(statement)
+    for statement in sharded_table_ddl(schema, name, _DOC_TABLES[name][0], parts):
+        conn.execute(statement)
