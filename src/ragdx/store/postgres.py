@@ -482,6 +482,7 @@ class PostgresStore:
         from ragdx.store.pg_admin import scratch_store
         with scratch_store(self) as shadow:
             staging.pg_fill(self, shadow, index_id)
+            shadow._analyze_all()  # searched at once: the latency check times it
             yield shadow
 
     # -- shards: parts, fan-out (store/shards.py) ------------------------------------------------------
@@ -493,6 +494,7 @@ class PostgresStore:
     _shard_pool = shards._pg_shard_pool
     _fan = shards._pg_fan
     _analyze = shards._pg_analyze
+    _analyze_all = shards._pg_analyze_all
 
 
 def _reason(exc: Exception) -> str:
