@@ -22,7 +22,7 @@ from ragdx.errors import InputError, StoreError
 from ragdx.index import versions as indexing
 from ragdx.ingest.chunk import ChunkerConfig, RegexTokenCounter
 from ragdx.ingest.ingestor import delete_documents
-from ragdx.store.pg_admin import drop_store
+from ragdx.store.pg_admin import drop_store, setup_shards
 from ragdx.store.postgres import PostgresStore
 from ragdx.store.sqlite import INITIAL_INDEX, SQLiteStore
 from ragdx.types import Principal, Query, SpaceState
@@ -411,3 +411,50 @@ def scratch_schemas(servers: list[str]) -> list[str]:
         with psycopg.connect(dsn, autocommit=True) as conn:
             found += [r[0] for r in conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'ragdx_check%'")]
     return found
+
+
+def test_a_role_that_may_not_create_schemas_is_told_what_grant_verify_and_a_new_store_need(pg_servers, tmp_path):
+    import psycopg
+    role, schema = f"t_role_{uuid.uuid4().hex[:8]}", f"t_{uuid.uuid4().hex[:10]}"
+    admin = with_schema(pg_servers[0], schema)
+    for server in pg_servers:
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {role} LOGIN")  # no CREATE on the database: PostgreSQL's default
+    try:
+        with PostgresStore(admin) as store:
+            ingest(store, tmp_path / "c", ["retrieval.dense.enabled=false"])
+            index_id = build(store)
+        with psycopg.connect(pg_servers[0], autocommit=True) as conn:
+            conn.execute(f"ALTER SCHEMA {schema} OWNER TO {role}")
+            for kind, owned in (("TABLE", "SELECT tablename FROM pg_tables WHERE schemaname = %s"),
+                                ("SEQUENCE", "SELECT sequencename FROM pg_sequences WHERE schemaname = %s")):
+                for (name,) in conn.execute(owned, (schema,)).fetchall():
+                    conn.execute(f"ALTER {kind} {schema}.{name} OWNER TO {role}")
+        as_role = psycopg.conninfo.make_conninfo(admin, user=role)
+        before = dump(Backend("pg", admin))
+        database = psycopg.conninfo.conninfo_to_dict(pg_servers[0])["dbname"]
+        grant = f"ask the database's owner to run 'GRANT CREATE ON DATABASE {database} TO {role}'"
+        with PostgresStore(as_role, "write") as store:
+            with pytest.raises(StoreError, match=f"may not create schemas in the database '{database}'; the store "
+                                                 f"is unchanged: {grant}$"):
+                indexing.verify_index(store, index_id)
+        assert dump(Backend("pg", admin)) == before
+        fresh = psycopg.conninfo.make_conninfo(with_schema(pg_servers[0], f"t_{uuid.uuid4().hex[:10]}"), user=role)
+        with pytest.raises(StoreError, match=f"the role '{role}' may not create the store's schema .* nothing was "
+                                             f"made: {grant}, or name a schema that exists"):
+            PostgresStore(fresh)
+        with pytest.raises(StoreError, match=r"setting up shards creates the postgres_fdw extension, .* \(permission "
+                                             r"denied for database ragdx\): run it as a role that may"):
+            setup_shards(fresh, [psycopg.conninfo.make_conninfo(shard, user=role) for shard in pg_servers[1:]])
+    finally:
+        drop_store(admin)
+        for server in pg_servers:
+            with psycopg.connect(server, autocommit=True) as conn:
+                conn.execute(f"DROP ROLE {role}")
+
+
+def test_messages_name_a_store_without_its_password():
+    from ragdx.store.postgres import _redact
+    assert _redact("postgresql://ann:s3cret@db:5432/ragdx") == "postgresql://ann:***@db:5432/ragdx"
+    assert _redact("user=ann password=s3cret host=db") == "user=ann password=*** host=db"
+    assert _redact("user=ann password='s3 cr\\'et' host=db") == "user=ann password=*** host=db"

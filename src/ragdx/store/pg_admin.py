@@ -57,51 +57,57 @@ def setup_shards(dsn: str, shards: Sequence[str], *, parts_per_shard: int = 2) -
         coordinator = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
     except psycopg.OperationalError as exc:
         raise StoreError(f"{_redact(dsn)}: cannot connect to PostgreSQL: {_reason(exc)}") from None
-    with coordinator:
-        if coordinator.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
-                               "table_name = 'meta'", (schema,)).fetchone():
-            raise StoreError(f"{_redact(dsn)}: the schema {schema!r} already holds a store; shards are "
-                             "set up when a store is created")
-        coordinator.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA public")
-        parts: dict[int, str] = {}
-        servers = []
-        for i, shard in enumerate(shards):
-            info = conninfo_to_dict(shard)
-            where = _redact(shard)
-            try:
-                with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn:
-                    probe.where = where
-                    PostgresStore._require_vector(probe, conn)
-                    conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-                    conn.execute(f"CREATE SCHEMA {schema}")
-                    dbname = conn.info.dbname
-                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.iterative_scan = 'strict_order'")
-                    conn.execute(f"ALTER DATABASE {dbname} SET hnsw.ef_search = 200")
-            except psycopg.OperationalError as exc:
-                raise StoreError(f"{where}: cannot connect to the shard: {_reason(exc)}") from None
-            server = f"ragdx_{schema}_shard{i + 1}"
-            options = {"host": info.get("host") or "127.0.0.1", "port": str(info.get("port") or 5432),
-                       "dbname": info.get("dbname") or "postgres"}
-            coordinator.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
-            # fdw_tuple_cost 0.2: PostgreSQL 17's default (0.01 before), so the planner ships ORDER BY and
-            # LIMIT to the shard rather than fetch every row of a part to sort it here
-            options.update(extensions="vector", fetch_size="200", batch_size="200", fdw_tuple_cost="0.2")
-            coordinator.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
-                                f"OPTIONS ({_options(options)})")
-            mapping = {"user": info.get("user") or coordinator.info.user}
-            if info.get("password"):
-                mapping["password"] = info["password"]
-            coordinator.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} "
-                                f"OPTIONS ({_options(mapping)})")
-            servers.append((server, shard))
-        for part in range(len(shards) * parts_per_shard):
-            parts[part] = servers[part % len(servers)][0]
-        for server, shard in servers:
-            with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn, conn.transaction():
-                for part in (p for p, s in parts.items() if s == server):
-                    for statement in local_part_ddl(schema, part):
-                        conn.execute(statement)
-        probe._create(coordinator, parts)
+    try:
+        with coordinator:
+            if coordinator.execute("SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                                   "table_name = 'meta'", (schema,)).fetchone():
+                raise StoreError(f"{_redact(dsn)}: the schema {schema!r} already holds a store; shards are "
+                                 "set up when a store is created")
+            coordinator.execute("CREATE EXTENSION IF NOT EXISTS postgres_fdw SCHEMA public")
+            parts: dict[int, str] = {}
+            servers = []
+            for i, shard in enumerate(shards):
+                info = conninfo_to_dict(shard)
+                where = _redact(shard)
+                try:
+                    with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn:
+                        probe.where = where
+                        PostgresStore._require_vector(probe, conn)
+                        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+                        conn.execute(f"CREATE SCHEMA {schema}")
+                        dbname = conn.info.dbname
+                        conn.execute(f"ALTER DATABASE {dbname} SET hnsw.iterative_scan = 'strict_order'")
+                        conn.execute(f"ALTER DATABASE {dbname} SET hnsw.ef_search = 200")
+                except psycopg.OperationalError as exc:
+                    raise StoreError(f"{where}: cannot connect to the shard: {_reason(exc)}") from None
+                server = f"ragdx_{schema}_shard{i + 1}"
+                options = {"host": info.get("host") or "127.0.0.1", "port": str(info.get("port") or 5432),
+                           "dbname": info.get("dbname") or "postgres"}
+                coordinator.execute(f"DROP SERVER IF EXISTS {server} CASCADE")
+                # fdw_tuple_cost 0.2: PostgreSQL 17's default (0.01 before), so the planner ships ORDER BY and
+                # LIMIT to the shard rather than fetch every row of a part to sort it here
+                options.update(extensions="vector", fetch_size="200", batch_size="200", fdw_tuple_cost="0.2")
+                coordinator.execute(f"CREATE SERVER {server} FOREIGN DATA WRAPPER postgres_fdw "
+                                    f"OPTIONS ({_options(options)})")
+                mapping = {"user": info.get("user") or coordinator.info.user}
+                if info.get("password"):
+                    mapping["password"] = info["password"]
+                coordinator.execute(f"CREATE USER MAPPING FOR CURRENT_USER SERVER {server} "
+                                    f"OPTIONS ({_options(mapping)})")
+                servers.append((server, shard))
+            for part in range(len(shards) * parts_per_shard):
+                parts[part] = servers[part % len(servers)][0]
+            for server, shard in servers:
+                with psycopg.connect(shard, autocommit=True, connect_timeout=5) as conn, conn.transaction():
+                    for part in (p for p, s in parts.items() if s == server):
+                        for statement in local_part_ddl(schema, part):
+                            conn.execute(statement)
+            probe._create(coordinator, parts)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StoreError(f"{_redact(dsn)}: setting up shards creates the postgres_fdw extension, a foreign server and "
+                         "a user mapping per shard on the coordinator, and a schema on each shard, and a role "
+                         f"lacks a privilege for it ({str(exc).splitlines()[0]}): run it as a role that may (the "
+                         "servers' superuser), then use the store with any role that owns its schema") from None
     return PostgresStore(dsn, OpenMode.WRITE)
 
 
@@ -148,12 +154,23 @@ def scratch_store(store: PostgresStore) -> Iterator[PostgresStore]:
     dsn = make_conninfo(store.dsn, options=f"-csearch_path={name}")
     servers = sorted({server for server in store.partitions().values() if server is not None})
     with psycopg.connect(store.dsn, autocommit=True, connect_timeout=5) as holder:
+        user, db = holder.info.user, holder.info.dbname
+        if not holder.execute("SELECT has_database_privilege(current_user, current_database(), 'CREATE')").fetchone()[0]:
+            raise StoreError(f"{store.where}: ragdx index verify checks an index version on a scratch copy in a schema "
+                             f"of its own, and the role {user!r} may not create schemas in the database {db!r}; the "
+                             f"store is unchanged: ask the database's owner to run 'GRANT CREATE ON DATABASE {db} TO "
+                             f"{user}'")
         holder.execute("SELECT pg_advisory_lock(%s, hashtext(%s))", (_SCRATCH_LOCK, name))
         shadow = None
         try:
-            shadow = setup_shards(dsn, [store._shard_conninfo(s) for s in servers],
-                                  parts_per_shard=len(store.partitions()) // len(servers)) \
-                if servers else PostgresStore(dsn, OpenMode.CREATE)
+            try:
+                shadow = setup_shards(dsn, [store._shard_conninfo(s) for s in servers],
+                                      parts_per_shard=len(store.partitions()) // len(servers)) \
+                    if servers else PostgresStore(dsn, OpenMode.CREATE)
+            except StoreError as exc:
+                raise StoreError(f"ragdx index verify checks an index version on a scratch copy in a schema of its "
+                                 f"own on the store's servers, and could not make one; the store is unchanged: "
+                                 f"{exc}") from None
             yield shadow
         finally:
             if shadow is not None:

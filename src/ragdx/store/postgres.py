@@ -81,8 +81,10 @@ def _psycopg() -> Any:
 
 
 def _redact(dsn: str) -> str:
-    """The DSN without its password, for messages."""
-    return re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", dsn)
+    """The DSN without its password, for messages: a URI's (``user:PASSWORD@``) or a connection
+    string's (``password=PASSWORD``, quoted or not)."""
+    dsn = re.sub(r"(://[^:/@]+):[^@/]*@", r"\1:***@", dsn)
+    return re.sub(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", r"\1***", dsn)
 
 
 def _schema_of(dsn: str) -> str:

@@ -628,25 +628,37 @@ def _pg_require_vector(self: PostgresStore, conn: Any) -> None:
 
 def _pg_create(self: PostgresStore, conn: Any, parts: dict[int, str] | None) -> None:
     """Set up a new store: ``parts`` maps each hash part to its foreign server (None: one
-    unsharded server)."""
+    unsharded server).
+
+    Raises:
+        StoreError: the role may not create the schema (naming the grant that would let it).
+    """
+    import psycopg
     self._require_vector(conn)
     s = self.schema
-    with conn.transaction():
-        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
-        for statement in _pg_statements(_COORDINATOR.format(s=s)):
-            conn.execute(statement)
-        if parts is None:
-            for statement in local_part_ddl(s, None):
+    try:
+        with conn.transaction():
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            for statement in _pg_statements(_COORDINATOR.format(s=s)):
                 conn.execute(statement)
-            conn.execute(f"INSERT INTO {s}.partitions VALUES (0, NULL)")
-        else:
-            for name, (columns, _) in {**_DOC_TABLES, **_STAT_TABLES}.items():
-                for statement in sharded_table_ddl(s, name, columns, parts, by_doc=name in _DOC_TABLES):
+            if parts is None:
+                for statement in local_part_ddl(s, None):
                     conn.execute(statement)
-            conn.cursor().executemany(f"INSERT INTO {s}.partitions VALUES (%s, %s)", list(parts.items()))
-        _pg_add_staged(conn, s)
-        conn.execute(f"INSERT INTO {s}.meta VALUES ('schema_version', %s), ('index_version', '0'), "
-                     "('store_id', %s)", (str(PG_SCHEMA_VERSION), uuid.uuid4().hex))
+                conn.execute(f"INSERT INTO {s}.partitions VALUES (0, NULL)")
+            else:
+                for name, (columns, _) in {**_DOC_TABLES, **_STAT_TABLES}.items():
+                    for statement in sharded_table_ddl(s, name, columns, parts, by_doc=name in _DOC_TABLES):
+                        conn.execute(statement)
+                conn.cursor().executemany(f"INSERT INTO {s}.partitions VALUES (%s, %s)", list(parts.items()))
+            _pg_add_staged(conn, s)
+            conn.execute(f"INSERT INTO {s}.meta VALUES ('schema_version', %s), ('index_version', '0'), "
+                         "('store_id', %s)", (str(PG_SCHEMA_VERSION), uuid.uuid4().hex))
+    except psycopg.errors.InsufficientPrivilege as exc:
+        user, db = conn.info.user, conn.info.dbname
+        raise StoreError(f"{self.where}: the role {user!r} may not create the store's schema {s!r} in the database "
+                         f"{db!r} ({str(exc).splitlines()[0]}); nothing was made: ask the database's owner to run "
+                         f"'GRANT CREATE ON DATABASE {db} TO {user}', or name a schema that exists "
+                         "(options=-csearch_path=NAME)") from None
 
 
 def _pg_migrate(self: PostgresStore, conn: Any) -> None:
