@@ -112,3 +112,19 @@ def test_a_store_of_schema_3_gets_their_table_when_opened_for_writing(pg_store_f
         searchable = [c.id for c in again.chunks() if c.duplicate_of is None]
         assert again.chunks_without_statement_vectors(encoder.space.id) == [] and rows(again) == len(searchable)
         assert again.verify() == []
+
+
+def test_the_audit_finds_rows_a_cascade_would_have_deleted(small):
+    store, encoder, _ = small
+    assert store.audit()[0] == []
+    chunks = store.chunks("errors.md")
+    with store._pool.connection() as conn:  # a deletion that forgot its statement vectors and staged rows
+        conn.execute(f"INSERT INTO {store.schema}.index_versions SELECT 'ix_9', body, 'built', '', '' FROM "
+                     f"{store.schema}.index_versions WHERE id = 'ix_0'")
+        conn.execute(f"INSERT INTO {store.schema}.staged_versions VALUES ('ix_9', 'errors.md', %s, 'p', '[]', 'c', 't')",
+                     (chunks[0].version,))
+        conn.execute(f"DELETE FROM {store.schema}.chunks WHERE doc_id = 'errors.md'")
+        conn.execute(f"INSERT INTO {store.schema}.tombstones VALUES ('errors.md', '', '[]')")
+    problems = store.audit()[0]
+    assert len(chunks) == 1 and "deleted document errors.md is still held by index version ix_9" in problems
+    assert f"1 statement vectors of space {encoder.space.id} without a chunk" in problems

@@ -137,10 +137,18 @@ def pg_audit(self: PostgresStore) -> tuple[list[str], list[str]]:
     :meth:`ragdx.store.sqlite.SQLiteStore.audit` gives them.
 
     Problems: documents deleted but still stored or searchable (a version, a chunk, a
-    vector), chunks without a document version, vectors without a chunk, and the BM25
-    statistics recounted (:meth:`fts_problems`). Notes: superseded and expired versions still
-    indexed, vectors of spaces that are not live, and index versions held beside the live one."""
+    vector) or held by an index version, chunks without a document version, vectors and
+    statement vectors without a chunk, and the BM25 statistics recounted (:meth:`fts_problems`).
+    Notes: superseded and expired versions still indexed, vectors of spaces that are not live,
+    and index versions held beside the live one."""
     problems = _unreachable_rows(self)
+    # without foreign keys across partitions, what SQLite's cascades guarantee is checked here
+    problems += [f"deleted document {doc_id} is still held by index version {index_id}" for doc_id, index_id in self._all(
+        "SELECT DISTINCT s.doc_id, s.index_id FROM {s}.staged_versions s JOIN {s}.tombstones t ON t.doc_id = s.doc_id "
+        "ORDER BY 1, 2")]
+    problems += [f"{n} statement vectors of space {space_id} without a chunk" for space_id, n in self._all(
+        "SELECT v.space_id, count(*) FROM {s}.statement_vectors v WHERE NOT EXISTS (SELECT 1 FROM {s}.chunks c "
+        "WHERE c.rowid = v.chunk_rowid AND c.doc_id = v.doc_id) GROUP BY 1 ORDER BY 1")]
     notes: list[str] = []
     for n, space_id, state in self._all("SELECT n, id, state FROM {s}.spaces ORDER BY n"):
         table = vec_table(n)
