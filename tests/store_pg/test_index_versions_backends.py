@@ -387,20 +387,30 @@ def test_setup_shards_and_drop_store_are_still_imported_from_the_store_module():
 
 @pytest.mark.parametrize("command", ["verify", "drop"])
 def test_a_verify_or_a_drop_killed_changes_nothing_and_the_next_verify_leaves_no_scratch_store(
-        store, backend, command, request):
+        store, backend, command, request, tmp_path, monkeypatch):
+    import tempfile
+    scratch = tmp_path / "tmp"  # where SQLite's scratch folders go, in this process and the killed one
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     index_id = build(store)
     store.close()
     before = dump(backend)
     killed(["index", command, "--store", backend.location, "--index", index_id, *OFF], "commit")
     assert dump(backend) == before
-    if backend.kind != "sqlite":  # premise: the killed verify left its scratch store on every server
-        left = {"pg": 1, "sharded": 3}[backend.kind] if command == "verify" else 0  # coordinator, shards
-        assert len(scratch_schemas(request.getfixturevalue("pg_servers"))) == left
+    # premise: the killed verify left its scratch store (SQLite: a folder; PostgreSQL: a schema on every server)
+    left = {"sqlite": 1, "pg": 1, "sharded": 3}[backend.kind] if command == "verify" else 0
+    assert len(scratch_stores(backend, request, scratch)) == left
     with consistent(backend) as again:
         assert again.index_version_of(index_id).state is SpaceState.BUILT
         assert indexing.verify_index(again, index_id).problems == ()
-    if backend.kind != "sqlite":  # the next verify dropped it, and its own
-        assert scratch_schemas(request.getfixturevalue("pg_servers")) == []
+    assert scratch_stores(backend, request, scratch) == []  # the next verify dropped it, and its own
+
+
+def scratch_stores(backend: Backend, request, folder: Path) -> list[str]:
+    if backend.kind == "sqlite":
+        return [p.name for p in folder.glob("ragdx-verify-*")]
+    return scratch_schemas(request.getfixturevalue("pg_servers"))
 
 
 def scratch_schemas(servers: list[str]) -> list[str]:

@@ -324,17 +324,59 @@ def _pg_unindex(self: PostgresStore, doc_id: str, version: str) -> None:
         self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", (doc_id, version))
 
 
+#: the temporary folders of SQLite verify's scratch stores (in the system's temporary folder)
+_SCRATCH_FOLDER = "ragdx-verify-"
+
+
 @contextmanager
 def sqlite_materialized(self: SQLiteStore, index_id: str) -> Iterator[SQLiteStore]:
     """A new store holding an index version as its live index (the documents it holds, their
     access groups and tombstones): what ``ragdx index verify`` searches and checks. It is a file
-    in a temporary folder, deleted when the block ends."""
-    with tempfile.TemporaryDirectory(prefix="ragdx-verify-") as tmp:
+    in a temporary folder, deleted when the block ends. While it lives, this process holds a lock
+    on a file in the folder; folders nobody holds (a verify killed before it could delete its
+    own) are deleted first."""
+    _drop_scratch_folders()
+    with tempfile.TemporaryDirectory(prefix=_SCRATCH_FOLDER) as tmp, open(Path(tmp) / "held", "w") as held:
+        _lock(held)
         shadow = _sqlite_materialize(self, index_id, Path(tmp) / "candidate.db")
         try:
             yield shadow
         finally:
             shadow.close()
+
+
+def _lock(handle: Any, wait: bool = True) -> bool:
+    """Lock an open file for this process (whether it was locked; no locks where fcntl is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: scratch folders are left to the system
+        return False
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _drop_scratch_folders(older: float = 600.0) -> list[Path]:
+    """Delete the scratch folders of SQLite verifies that no process holds: those a killed verify
+    left (one killed before it took its lock counts when older than ``older`` seconds)."""
+    import shutil
+    import time
+    dropped = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{_SCRATCH_FOLDER}*"):
+        try:
+            if (folder / "held").exists():
+                with open(folder / "held") as held:
+                    if not _lock(held, wait=False):
+                        continue
+            elif time.time() - folder.stat().st_mtime < older:
+                continue
+            shutil.rmtree(folder)
+            dropped.append(folder)
+        except OSError:  # another process's, or gone meanwhile
+            continue
+    return dropped
 
 
 def _sqlite_materialize(self: SQLiteStore, index_id: str, path: Path) -> "SQLiteStore":
