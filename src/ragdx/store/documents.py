@@ -119,7 +119,7 @@ def _pg_write_chunks(self: PostgresStore, document: Document, sections: tuple[Se
     if not new:
         self._flush()  # the rows to delete may still be buffered
         self._drop_pending(lambda doc_id, version: (doc_id, version) == key)
-        for table in [*self._vec_tables(), "statement_vectors"]:
+        for table in self._chunk_derived():
             self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.chunks WHERE doc_id = %s AND version = %s", key)
         self._write("DELETE FROM {s}.sections WHERE doc_id = %s AND version = %s", key)
@@ -216,7 +216,7 @@ def pg_delete_document(self: PostgresStore, doc_id: str) -> list[str]:
         raise InputError(f"no document {doc_id!r} in the store", field="doc_id")
     self._drop_pending(lambda doc, version: doc == doc_id)
     # its rows in index versions beside the live one go with it (SQLite: by cascade)
-    for table in [*self._vec_tables(), "statement_vectors", "chunks", "sections", "acl", "documents",
+    for table in [*self._chunk_derived(), "chunks", "sections", "acl", "documents",
                   "staged_versions"]:
         self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s", (doc_id,))
     self._write("INSERT INTO {s}.tombstones VALUES (%s, %s, %s) ON CONFLICT (doc_id) DO UPDATE "

@@ -560,6 +560,12 @@ def _pg_vec_tables(self: PostgresStore) -> list[str]:
     return [vec_table(n) for (n,) in self._all("SELECT n FROM {s}.spaces ORDER BY n")]
 
 
+def _pg_chunk_derived(self: PostgresStore) -> list[str]:
+    """The tables whose rows belong to a chunk (its vectors in each space, its statement vectors):
+    deleted with it, since no foreign key across partitions deletes them (SQLite: by cascade)."""
+    return [*self._vec_tables(), "statement_vectors"]
+
+
 def _pg_flush_vectors(self: PostgresStore, table: str) -> None:
     """Write a space's buffered vectors with COPY. On one server, a transaction that writes
     at least as many vectors as the table held before drops the HNSW index first: it is

@@ -432,6 +432,7 @@ class PostgresStore:
     _flush_vectors = embeddings._pg_flush_vectors
     _build_hnsw = embeddings._pg_build_hnsw
     _vec_tables = embeddings._pg_vec_tables
+    _chunk_derived = embeddings._pg_chunk_derived
     register_space = embeddings.pg_register_space
     _space_table = embeddings._pg_space_table
     spaces = embeddings.pg_spaces

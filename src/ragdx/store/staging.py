@@ -320,7 +320,7 @@ def _pg_unindex(self: PostgresStore, doc_id: str, version: str) -> None:
     """Delete a version's chunks and vectors from the live index (its sections stay, as in SQLite)."""
     self._flush()
     self._drop_pending(lambda d, v: (d, v) == (doc_id, version))
-    for table in [*self._vec_tables(), "statement_vectors", "chunks"]:
+    for table in [*self._chunk_derived(), "chunks"]:
         self._write(f"DELETE FROM {{s}}.{table} WHERE doc_id = %s AND version = %s", (doc_id, version))
 
 
@@ -555,7 +555,7 @@ def pg_switch_index(self: PostgresStore, index_id: str) -> str:
     _pg_copy_live(self, old)
     self._drop_pending(lambda doc_id, version: True)
     # the new chunks have no statement vectors until the next ingest or 'ragdx index build' (as in SQLite)
-    for table in [*self._vec_tables(), "statement_vectors", "chunks", "sections"]:
+    for table in [*self._chunk_derived(), "chunks", "sections"]:
         self._write(f"DELETE FROM {{s}}.{table}")  # the statistics' trigger follows the chunks
     self._write("UPDATE {s}.documents d SET parser = x.parser, parse_warnings = x.parse_warnings, "
                 "chunker_config = x.chunker_config, parsed_text = x.parsed_text FROM {s}.staged_versions x "
