@@ -196,6 +196,9 @@ def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)
     from ragdx.encoders import sentence_transformers as st
     monkeypatch.setattr(st, "_LOADED", {})
+    # no onnxruntime export made before: making one needs sentence-transformers to check it
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["ingest", "--store", str(tmp_path / "s.db"), str(EXAMPLE / "manifest.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "pip install 'ragdx[dense]'" in err and "retrieval.dense.enabled=false" in err

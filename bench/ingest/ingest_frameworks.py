@@ -640,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         return child_main(args)
-    dirs = args.html or [DEFAULT_HTML]
+    dirs = [d.resolve() for d in args.html] if args.html else [DEFAULT_HTML]  # the manifest is read from --work
     for d in dirs:
         if not d.is_dir() or not html_pages(d):
             print(f"error: no HTML pages under {d}: apt-get install postgresql-doc-15 (or pass --html)",

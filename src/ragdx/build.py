@@ -106,7 +106,7 @@ def build_encoder(dense: DenseSettings) -> Encoder:
         return OnnxEncoder(dense.model if dense.model != "all-MiniLM-L6-v2" else "all-MiniLM-L6-v2-int8",
                            **common)
     from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
-    return SentenceTransformerEncoder(dense.model, **common)
+    return SentenceTransformerEncoder(dense.model, runtime=dense.runtime, **common)
 
 
 def chunker_for(settings: Settings, encoder: Encoder | None) -> tuple[ChunkerConfig, TokenCounter]:

@@ -62,11 +62,15 @@ class DenseSettings:
     """The dense channel: exact (numpy) or approximate (hnsw) nearest neighbours.
     ``statement_vectors``: ingest and ``ragdx index build`` also store each chunk's statement
     vectors, which the sentence reranker and the extractive generator read instead of encoding
-    (a store that keeps none, a custom one, is encoded at query time)."""
+    (a store that keeps none, a custom one, is encoded at query time). ``runtime``: with the
+    sentence-transformers backend, ``auto`` encodes passages on onnxruntime from a checked float32
+    export of the same weights (the same space) when the ``onnx`` extra is installed, ``torch``
+    always through sentence-transformers."""
 
     enabled: bool = True
     model: str = "all-MiniLM-L6-v2"
     backend: str = _choice("sentence-transformers", "sentence-transformers", "onnx")
+    runtime: str = _choice("auto", "auto", "torch")
     top_k: int = _at_least(200, 1)
     batch_size: int = _at_least(16, 1)
     query_prefix: str = ""

