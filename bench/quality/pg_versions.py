@@ -8,6 +8,11 @@ version the way users do: "On version 15, ...", "After moving to 17, ...", "We'r
 names it; half about 17. Most ask for a setting's default, which a reference page states in a
 sentence that never names the setting ("The default is 200.") under the setting's own entry.
 
+``--layout separate`` stores the two manuals the other common way, as a team indexes two doc
+sites: each page twice under its own id (``postgresql-15/X.html`` and ``postgresql-17/X.html``),
+labelled with its version, both current. The questions' labels are moved to those ids (written
+beside the store); store and run go to ``--work``/separate.
+
 ``--queries bench/devset/pg-general.fit.jsonl`` (31) and ``.test.jsonl`` (29): questions that name
 no version (answered from 17), asked in a user's words across the whole manual (SQL commands,
 functions, limits, settings, pg_hba.conf, pg_dump, psql, replication), 23 of the 44 answerable ones
@@ -74,6 +79,11 @@ def fetch(package: str, suite: str, work: Path) -> Path:
     return html
 
 
+def doc_id(page: str, version: str, layout: str) -> str:
+    """A page's document id: one per page (``postgresql/X.html``), or one per version and page."""
+    return f"postgresql/{page}" if layout == "one-id" else f"postgresql-{version}/{page}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", type=Path, default=DEFAULT_WORK, help="where the packages, store and run go")
@@ -83,17 +93,30 @@ def main() -> None:
                          "questions naming no version, a quarter of them out of the manual)")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a ragdx setting for the run (repeatable), as bench/quality/quality.py's")
+    ap.add_argument("--layout", default="one-id", choices=["one-id", "separate"],
+                    help="one-id: a page's two versions under one id, 15 superseded (default); separate: "
+                         "each version its own documents, both current")
     args = ap.parse_args()
     questions = args.queries.resolve()
-    work = args.work.resolve()
+    base = args.work.resolve()
+    work = base if args.layout == "one-id" else base / "separate"
     work.mkdir(parents=True, exist_ok=True)
     rows = []
     for package, suite, label, status in MANUALS:
-        html = fetch(package, suite, work)
-        rows += [{"doc_id": f"postgresql/{page.name}", "path": str(page), "version": label, "status": status,
+        html = fetch(package, suite, base)
+        rows += [{"doc_id": doc_id(page.name, label, args.layout), "path": str(page), "version": label,
+                  "status": status if args.layout == "one-id" else "current",
                   "acl": ["public"]} for page in sorted(html.glob("*.html"))]
     manifest = work / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    if args.layout == "separate":  # the labels name the pages' own ids
+        moved = []
+        for q in read_jsonl(questions):
+            q["required"] = [[{**span, "doc": doc_id(span["doc"].split("/", 1)[1], span["version"], args.layout)}
+                              for span in group] for group in q["required"]]
+            moved.append(q)
+        questions = work / questions.name
+        questions.write_text("".join(json.dumps(q) + "\n" for q in moved), encoding="utf-8")
     if not INT8.is_file():
         ragdx(["build-encoder", "--out", str(INT8.parent)], "ragdx build-encoder", capture=False)
     sets = ["--set", "retrieval.dense.backend=onnx", "--set", f"retrieval.dense.model={INT8}"]

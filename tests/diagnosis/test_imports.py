@@ -172,3 +172,21 @@ def test_an_unknown_drop_code_names_its_field(tmp_path, capsys):
     _diagnose(tmp_path, [t], [QUERY])
     err = capsys.readouterr().err
     assert "t.jsonl:1 field 'stages[2].dropped[0].code': stages[2].dropped[0].code must be one of 'cut'" in err
+
+
+def test_another_versions_copy_dropped_is_judged_by_the_version_its_label_names(tmp_path, capsys):
+    # the drop's code read from its words; evidence labelled on that version: the filter was wrong
+    reason = "other version: pg-17/x.html is version 17; the question names 15, which pg-15/x.html holds"
+    lines = []
+    for qid in ("labelled", "unlabelled"):
+        t = trace(qid, ["policy-current"])
+        t["stages"].insert(2, {"name": "versions", "kind": "governance", "items": [{"id": "policy-current"}],
+                               "dropped": [{"id": "policy-exception", "reason": reason}]})
+        lines.append(t)
+    labelled = dict(QUERY, id="labelled",
+                    required=[[{"id": "policy-current"}], [{"id": "policy-exception", "version": "17"}]])
+    assert _diagnose(tmp_path, lines, [labelled, dict(QUERY, id="unlabelled")]) == 0
+    rows = {r["id"]: r for r in map(json.loads, (tmp_path / "o" / "diagnosis.jsonl").read_text().splitlines())}
+    assert rows["labelled"]["lost"][0]["reason"] == (
+        f"versions: {reason} (a wrong filter: the required evidence is labelled on that version)")
+    assert rows["unlabelled"]["lost"][0]["reason"] == f"versions: {reason} (a correct filter)"

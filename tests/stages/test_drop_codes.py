@@ -11,6 +11,8 @@ from ragdx.types import DropCode, Dropped
     ("deleted: a.md was deleted at 2026-01-01", DropCode.DELETED),
     ("filtered: acl: staff only", DropCode.ACL),
     ("withheld: the best matches for this question are mostly sources the asker may not read", DropCode.WITHHELD),
+    ("other version: pg-17/x.html is version 17; the question names 15, which pg-15/x.html holds",
+     DropCode.OTHER_VERSION),
     ("below the rerank cut: reranked to 23 of 50 (from 9), rerank.top_n 20", DropCode.CUT),
     ("rrf: fused rank 31, fusion.top_k 30", DropCode.OTHER),  # a fusion's words start with its method
     ("not scored: fused rank 40, below rerank.depth 30", DropCode.NOT_SCORED),

@@ -143,6 +143,71 @@ def test_a_question_naming_a_major_version_is_answered_from_that_version(tmp_pat
             assert versions == {"17"} and "2 MB" in text and "256 kB" not in text, question
 
 
+def test_two_doc_sites_side_by_side_answer_from_the_version_named(tmp_path):
+    """The same manual kept the other common way, each version its own documents and both current
+    (two doc sites): "On version 15, ..." is answered from 15's page alone, 17's copy dropped by
+    governance with its code and the copy it yields to; a claim citing 17's copy is unsupported;
+    a page of 17 with no copy in 15 stays."""
+    import json
+
+    from ragdx.build import build_ingestor
+    from ragdx.diagnosis.evidence import EvidenceResolver
+    from ragdx.diagnosis.ours import diagnose_trace
+    from ragdx.stages.verify import ClaimVerifier
+    from ragdx.store.sqlite import SQLiteStore
+    from ragdx.types import Alternative, Claim, DropCode, StageKind
+    from tests.conftest import write
+    old_sentence = "VACUUM reads tables through a fixed ring buffer of 256 kB; its size cannot be changed."
+    write(tmp_path / "docs" / "vacuum-15.md", MANUAL_15)
+    write(tmp_path / "docs" / "vacuum-17.md", MANUAL_17)
+    write(tmp_path / "docs" / "new-17.md", "# MERGE\n\nVACUUM reads tables through MERGE RETURNING lists too.\n")
+    write(tmp_path / "docs" / "manifest.jsonl", "".join(json.dumps(line) + "\n" for line in [
+        {"doc_id": "pg-15/sql-vacuum", "path": "vacuum-15.md", "version": "15"},
+        {"doc_id": "pg-17/sql-vacuum", "path": "vacuum-17.md", "version": "17"},
+        {"doc_id": "pg-17/sql-merge", "path": "new-17.md", "version": "17"}]))
+    settings = load_settings(overrides=["retrieval.dense.enabled=false", "rerank.method=none",
+                                        "chunking.tokenizer=regex"])
+    with SQLiteStore(tmp_path / "s.db", "create") as store:
+        build_ingestor(store, settings).run(tmp_path / "docs" / "manifest.jsonl")
+        pipeline = build_pipeline(store, settings)
+        required = ((Alternative(doc="pg-15/sql-vacuum", quote=old_sentence, version="15"),),)
+        trace = pipeline.run(Query("q", "On version 15, how large is the ring buffer VACUUM reads tables through?",
+                                   PUBLIC, required=required))
+        assert {u.doc_id for u in trace.context.units} == {"pg-15/sql-vacuum", "pg-17/sql-merge"}
+        assert "256 kB" in trace.answer.text and "2 MB" not in trace.answer.text
+        assert trace.verification.supported
+        governance = next(s for s in trace.stages if s.kind is StageKind.GOVERNANCE)
+        [dropped] = {(d.doc_id, d.code, d.reason) for d in governance.dropped}
+        assert dropped == ("pg-17/sql-vacuum", DropCode.OTHER_VERSION, "other version: pg-17/sql-vacuum is "
+                           "version 17; the question names 15, which pg-15/sql-vacuum holds")
+        diagnosis = diagnose_trace(pipeline, trace, EvidenceResolver(store))
+        assert (diagnosis.outcome, diagnosis.first_failure) == ("supported", None)
+        later = pipeline.run(Query("q2", "After moving to 17, how large is the ring buffer VACUUM reads tables "
+                                   "through?", PUBLIC))
+        assert "pg-17/sql-vacuum" in {u.doc_id for u in later.context.units} and "2 MB" in later.answer.text
+        assert "pg-15/sql-vacuum" not in {u.doc_id for u in later.context.units}
+        # an imported answer that quotes 17's copy to a question about 15
+        unit = next(u for u in later.context.units if u.doc_id == "pg-17/sql-vacuum")
+        check = ClaimVerifier(store).check(
+            Query("q3", "We're on 15. How large is VACUUM's ring buffer?", PUBLIC), later.context,
+            Claim("VACUUM reads tables through a ring buffer, 2 MB by default.", (unit.id,)))
+        assert (check.verdict.value, check.reason) == ("unsupported", f"cites {unit.id}: pg-17/sql-vacuum is "
+                                                       "version 17; the question names 15, which pg-15/sql-vacuum holds")
+
+
+@pytest.mark.parametrize("doc_id, version, named, twins", [
+    ("postgresql-17/x.html", "17", ("15",), ("postgresql-15/x.html",)),
+    ("docs/3.11/library/zip.html", "3.11", ("3.9", "3.10"), ("docs/3.9/library/zip.html", "docs/3.10/library/zip.html")),
+    ("postgresql-17/x.html", "17", ("17",), ()),         # the version asked for
+    ("postgresql/x.html", "17", ("15",), ()),            # no label in the id: one id holds the versions
+    ("postgresql-170/x.html", "17", ("15",), ()),        # a label only where it stands whole
+    ("v17.1/x.html", "17", ("15",), ()),
+    ("postgresql-17/x.html", "17", (), ()),              # the question names none
+])
+def test_the_ids_of_a_page_in_the_versions_named(doc_id, version, named, twins):
+    assert VersionFilter(named=named).twins(doc_id, version) == twins
+
+
 def test_a_named_version_is_allowed_and_its_leading_parts_name_it():
     f = VersionFilter.for_question("How did Python 3.9 do it?")
     assert f.allows("3.9.2", DocStatus.SUPERSEDED) and f.allows("3.11.2", DocStatus.CURRENT)

@@ -687,6 +687,8 @@ def _judge_filter(kind: StageKind, dropped: DroppedView, alt: ResolvedAlternativ
         return ""
     if dropped.code in (DropCode.SUPERSEDED, DropCode.EXPIRED) and alt.alternative.version is not None:
         return " (a wrong filter: the question asks for that version)"
+    if dropped.code is DropCode.OTHER_VERSION and alt.alternative.version is not None:
+        return " (a wrong filter: the required evidence is labelled on that version)"
     return " (a correct filter)"
 
 

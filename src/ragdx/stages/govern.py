@@ -21,6 +21,11 @@ and two channels, this is "the best match is unreadable in both"; deeper, a rest
 that is the second and third best match counts too. The drop reason names no source, and the
 answer is the same abstention as for a question no readable source covers.
 
+- other version: a current page of another version than the question names, when the store keeps
+  each version as documents of their own and the named version's copy of the page is stored and
+  readable (:meth:`~ragdx.types.VersionFilter.twins`: "On 15, ..." drops ``postgresql-17/x.html``
+  when ``postgresql-15/x.html`` holds version 15). Both are current, so no status tells them apart.
+
 Conflicting current documents are *not* resolved here: both stay, and the assembler flags the
 conflict in the context.
 """
@@ -51,6 +56,24 @@ VERSIONS_MEMO = 10_000
 
 #: The reason every candidate of a withheld question is dropped with (it names no source).
 WITHHELD = "withheld: the best matches for this question are mostly sources the asker may not read"
+
+
+def named_copy(store: Store, query: Query, doc_id: str, version: str, asked: VersionFilter,
+               versions: dict[str, list[StoredVersion]] | None = None) -> tuple[str, str] | None:
+    """The stored copy of this page in a version the question names, which the asker may read, as
+    its id and version, when this page is another version's own document
+    (:meth:`~ragdx.types.VersionFilter.twins`); None otherwise. ``versions``: documents' stored
+    versions read so far, by id (filled in)."""
+    for twin in asked.twins(doc_id, version):
+        stored = versions.get(twin) if versions is not None else None
+        if stored is None:
+            stored = store.versions(twin)
+            if versions is not None:
+                versions[twin] = stored
+        for v in stored:
+            if asked.names(v.document.version) and query.principal.may_read(v.document.acl):
+                return twin, v.document.version
+    return None
 
 
 class Governance:
@@ -123,6 +146,10 @@ class Governance:
             now = f"; the current version is {current[-1]}" if current else \
                 "; no current version the asker may read"
             return DropCode.parse(status.value), f"{status.value}: version {item.version} of {item.doc_id}{now}"
+        twin = named_copy(self.store, query, item.doc_id, item.version, asked or self.asked(query), versions)
+        if twin is not None:
+            return DropCode.OTHER_VERSION, (f"other version: {item.doc_id} is version {item.version}; the question "
+                                            f"names {twin[1]}, which {twin[0]} holds")
         return None
 
     def _known_versions(self) -> dict[str, list[StoredVersion]]:

@@ -33,6 +33,7 @@ from typing import Any, Iterable, Protocol, Sequence
 from ragdx.errors import ConfigError, MissingExtraError
 from ragdx.ingest.quotes import find_quote
 from ragdx.stages.generate import ChatClient
+from ragdx.stages.govern import named_copy
 from ragdx.stages.injection import blank, citation_like, instruction_like, quote, without_instructions
 from ragdx.protocols import Store
 from ragdx.stages.support import SupportClassifier, SupportModel
@@ -376,10 +377,14 @@ class ClaimVerifier:
                                   "is no longer stored")
             if not query.principal.may_read(stored.document.acl):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
-            if stored.document.status is not DocStatus.CURRENT and not VersionFilter.for_question(
-                    query.question, known=labels).names(unit.version):
+            asked = VersionFilter.for_question(query.question, known=labels)
+            if stored.document.status is not DocStatus.CURRENT and not asked.names(unit.version):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
                                   f"{unit.doc_id} is {stored.document.status.value}")
+            twin = named_copy(self.store, query, unit.doc_id, unit.version, asked)
+            if twin is not None:
+                return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: {unit.doc_id} is version "
+                                  f"{unit.version}; the question names {twin[1]}, which {twin[0]} holds")
             units.append(unit)
         evidence = "\n\n".join(f"{u.header_text}\n{u.text}" if u.header_text else u.text for u in units)
         # a flagged passage supports nothing: neither the assembler's (which may have begun before

@@ -214,12 +214,14 @@ class DropCode(ChoiceEnum):
     EXPIRED = "expired"          # a version past its end
     DELETED = "deleted"          # the document or version is gone
     WITHHELD = "withheld"        # the question is withheld: its best matches are unreadable
+    OTHER_VERSION = "other_version"  # another version's copy of a page the question's version holds
     OTHER = "other"
 
     @property
     def judged(self) -> bool:
         """A governance decision the diagnosis judges right or wrong (not a ranking cut)."""
-        return self in (DropCode.ACL, DropCode.SUPERSEDED, DropCode.EXPIRED, DropCode.DELETED)
+        return self in (DropCode.ACL, DropCode.SUPERSEDED, DropCode.EXPIRED, DropCode.DELETED,
+                        DropCode.OTHER_VERSION)
 
     @classmethod
     def of_reason(cls, reason: str) -> "DropCode":
@@ -239,6 +241,7 @@ _REASON_STARTS: tuple[tuple[DropCode, tuple[str, ...]], ...] = (
     (DropCode.BUDGET, ("cut by the token budget", "token budget", "budget")),
     (DropCode.DUPLICATE, ("duplicate",)),
     (DropCode.WITHHELD, ("withheld",)),
+    (DropCode.OTHER_VERSION, ("other version",)),
     (DropCode.ACL, ("filtered: acl", "acl", "unreadable", "permission", "forbidden", "access")),
     (DropCode.SUPERSEDED, ("superseded",)),
     (DropCode.EXPIRED, ("expired",)),

@@ -188,6 +188,26 @@ class VersionFilter:
         """Whether the question names this version label."""
         return any(_starts(version, n) for n in self.named)
 
+    def twins(self, doc_id: str, version: str) -> tuple[str, ...]:
+        """The ids this page would have in the versions the question names, when the store keeps
+        each version as documents of their own (two doc sites: ``postgresql-15/x.html`` and
+        ``postgresql-17/x.html``, both current) and this one is of another version: the id with its
+        version label, standing as a whole path part, put to each named one. () when the question
+        names no version or names this one, or the id does not carry its label.
+
+        >>> VersionFilter(named=("15",)).twins("postgresql-17/x.html", "17")
+        ('postgresql-15/x.html',)
+        >>> VersionFilter(named=("15",)).twins("postgresql/x.html", "17")
+        ()
+        """
+        if not self.named or not version or self.names(version):
+            return ()
+        label = re.compile(rf"(?<![\w.]){re.escape(version)}(?![\w]|[.-]\d)")
+        if not label.search(doc_id):
+            return ()
+        return tuple(dict.fromkeys(twin for named in self.named
+                                   if (twin := label.sub(lambda _, n=named: n, doc_id)) != doc_id))
+
     def allows(self, version: str, status: DocStatus | str) -> bool:
         # a store's raw status may be any string (a damaged row): compared with the value, not the member
         return not self.current_only or status == DocStatus.CURRENT.value or self.names(version)
