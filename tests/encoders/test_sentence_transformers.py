@@ -54,7 +54,7 @@ def test_passages_run_on_a_checked_onnx_export_in_torchs_space(fresh_cache):
     from ragdx.encoders.onnx import OnnxEncoder
     fast = st.SentenceTransformerEncoder(passage_prefix="passage: ")
     got = fast.encode(TEXTS)
-    assert isinstance(fast._passage_model(), OnnxEncoder)
+    assert isinstance(fast._export(), OnnxEncoder)
     want = st.SentenceTransformerEncoder(passage_prefix="passage: ", runtime="torch").encode(TEXTS)
     assert got.space == want.space  # one space: an index built either way is the same index
     assert got.window_ends == want.window_ends and got.window_ends[2] is not None and got.window_ends[0] is None
@@ -77,7 +77,7 @@ def test_an_export_is_made_once_per_machine_and_read_back(fresh_cache, monkeypat
     monkeypatch.setattr(int8, "build_fp32", no_build)
     again = st.SentenceTransformerEncoder()
     assert np.array_equal(again.encode(TEXTS).vectors, first)
-    assert again._passage_model() is not None
+    assert again._export() is not None
 
 
 def test_an_export_that_does_not_match_torch_is_never_used(fresh_cache, monkeypatch, caplog):
@@ -87,7 +87,7 @@ def test_an_export_that_does_not_match_torch_is_never_used(fresh_cache, monkeypa
     encoder = st.SentenceTransformerEncoder()
     with caplog.at_level("WARNING", logger="ragdx.encoders"):
         got = encoder.encode(TEXTS)
-    assert encoder._passage_model() is None
+    assert encoder._export() is None
     assert "matched torch's vectors only to cosine" in caplog.text and "< 1.5" in caplog.text
     [home] = _exports(fresh_cache)
     assert json.loads((home / "check.json").read_text())["usable"] is False
@@ -107,7 +107,7 @@ def test_an_export_changed_after_its_check_is_refused_by_name(fresh_cache, monke
     encoder = st.SentenceTransformerEncoder()
     with caplog.at_level("WARNING", logger="ragdx.encoders"):
         assert encoder.encode(TEXTS).vectors.shape == (3, 384)
-    assert encoder._passage_model() is None
+    assert encoder._export() is None
     assert f"{home / 'model.onnx'} changed since it was checked" in caplog.text
 
 
@@ -118,7 +118,7 @@ def test_torch_runtime_and_no_cache_make_no_export(fresh_cache, monkeypatch):
     monkeypatch.setenv("RAGDX_CACHE_DIR", "")
     encoder = st.SentenceTransformerEncoder()
     encoder.encode(TEXTS[:1])
-    assert encoder._passage_model() is None and _exports(fresh_cache) == []
+    assert encoder._export() is None and _exports(fresh_cache) == []
 
 
 def test_an_unknown_runtime_is_refused_with_the_choices():
@@ -129,3 +129,17 @@ def test_an_unknown_runtime_is_refused_with_the_choices():
         SentenceTransformerEncoder(runtime="gpu")
     with pytest.raises(ConfigError, match="runtime"):
         load_settings(overrides=["retrieval.dense.runtime=gpu"])
+
+
+def test_queries_read_an_export_once_made_and_never_make_one(fresh_cache, monkeypatch):
+    from ragdx.encoders import sentence_transformers as st
+    questions = ["how long are refunds accepted?", "gift card fee"]
+    encoder = st.SentenceTransformerEncoder(query_prefix="query: ")
+    numpy_vectors = encoder.encode(questions, kind="query").vectors
+    assert _exports(fresh_cache) == []  # a question made no export
+    st.SentenceTransformerEncoder(query_prefix="query: ").encode(TEXTS[:1])  # a passage makes it
+    later = st.SentenceTransformerEncoder(query_prefix="query: ")
+    monkeypatch.setattr(later, "_encode_queries", lambda *a: pytest.fail("numpy read the query"))
+    got = later.encode(questions, kind="query")
+    assert float(np.min(np.sum(got.vectors * numpy_vectors, axis=1))) >= st.PARITY
+    assert got.space == encoder.space and got.window_ends == (None, None)

@@ -14,6 +14,8 @@ padding (:func:`ragdx.encoders.int8.build_fp32`), about twice torch's speed on r
 export is kept in :func:`~ragdx.encoders._session.cache_dir` under the weights' hash and used only
 after it matched torch's vectors on probe texts (cosine >= ``PARITY``): the same space, so an
 index needs no rebuild. Otherwise, and with ``runtime="torch"``, sentence-transformers encodes them.
+Once made, the export also encodes queries (3-6 ms against numpy's 8-30; the first one in a
+process costs about the same): a question never makes it.
 
 Reference: Reimers & Gurevych, "Sentence-BERT: Sentence Embeddings using Siamese BERT-Networks",
 EMNLP 2019.
@@ -236,12 +238,13 @@ class SentenceTransformerEncoder:
         return self._queries.get(texts, kind, lambda: self._encode(texts, kind))
 
     def _encode(self, texts: Sequence[str], kind: TextKind) -> Encoding:
+        # a question never waits for the export to be made: only passages make it
+        fast = self._export(build=kind != "query")
+        if fast is not None:
+            found = fast.encode(texts, kind=kind)
+            return Encoding(self.space, found.vectors, found.window_ends)
         if kind == "query" and (folder := self._folder()) is not None:
             return self._encode_queries(folder, texts)
-        fast = self._passage_model()
-        if fast is not None:
-            found = fast.encode(texts, kind="passage")
-            return Encoding(self.space, found.vectors, found.window_ends)
         model = self._load()
         prefix = self.query_prefix if kind == "query" else self.passage_prefix
         inputs = [prefix + t for t in texts]
@@ -262,14 +265,17 @@ class SentenceTransformerEncoder:
         return Encoding(self.space, vectors, ends)
 
 
-    def _passage_model(self) -> Any:
-        """The onnxruntime export that encodes this encoder's passages, or None for torch: made or
-        read once per process (see the module docstring)."""
+    def _export(self, build: bool = True) -> Any:
+        """The onnxruntime export that encodes this encoder's texts, or None (torch for passages,
+        numpy for queries): made (``build``) or read once per process (see the module docstring)."""
         folder = self._folder() if self.runtime == "auto" and self.normalize else None
-        if folder is None or cache_dir() is None or any(
+        root = cache_dir()
+        if folder is None or root is None or any(
                 importlib.util.find_spec(m) is None for m in ("onnxruntime", "onnx", "tokenizers")):
             return None
-        key = f"{folder}\0{self.passage_prefix}\0{self.batch_size}"
+        key = f"{folder}\0{self.query_prefix}\0{self.passage_prefix}\0{self.batch_size}"
+        if key not in _PASSAGE_MODELS and not build and not (self._export_home(root, folder) / "check.json").is_file():
+            return None
         if key not in _PASSAGE_MODELS:
             try:
                 _PASSAGE_MODELS[key] = self._checked_export(folder)
@@ -282,18 +288,18 @@ class SentenceTransformerEncoder:
     def _checked_export(self, folder: Path) -> Any:
         """The folder's float32 export from the cache, built and checked against torch on the
         :data:`PROBES` first if the cache has none; None when it does not match torch."""
-        from ragdx.encoders.int8 import FP32_RECIPE
         from ragdx.encoders.onnx import OnnxEncoder
         root = cache_dir()
         assert root is not None  # checked by the caller
         space = self._space_from_files(folder)
-        home = root / "encoders" / f"{space.weights_hash}-{FP32_RECIPE.replace('/', '-')}"
+        home = self._export_home(root, folder)
         pooling = "cls" if space.pooling == "cls_token" else "mean"
 
         def encoder(at: Path) -> Any:
             return OnnxEncoder(self.model_id, model_path=at / "model.onnx", vocab_path=folder / "vocab.txt",
                                tokenizer_file=folder / "tokenizer.json", batch_size=self.batch_size,
-                               passage_prefix=self.passage_prefix, pooling=pooling, max_tokens=space.max_tokens)
+                               query_prefix=self.query_prefix, passage_prefix=self.passage_prefix,
+                               pooling=pooling, max_tokens=space.max_tokens)
         if not (home / "check.json").is_file():
             self._build_export(folder, home, encoder)
         check = json.loads((home / "check.json").read_text(encoding="utf-8"))
@@ -305,6 +311,13 @@ class SentenceTransformerEncoder:
         if fast.space.weights_hash != check.get("onnx_hash"):
             raise ConfigError(f"{home / 'model.onnx'} changed since it was checked; delete {home} to rebuild it")
         return fast
+
+    def _export_home(self, root: Path, folder: Path) -> Path:
+        """Where the folder's export is kept: under its weights' hash and the recipe."""
+        from ragdx.encoders.int8 import FP32_RECIPE
+        if self._space is None:
+            self._space = self._space_from_files(folder)
+        return root / "encoders" / f"{self._space.weights_hash}-{FP32_RECIPE.replace('/', '-')}"
 
     def _build_export(self, folder: Path, home: Path, encoder: Any) -> None:
         """Builds the export in a folder of its own and publishes it whole by a rename (another
