@@ -143,3 +143,17 @@ def test_queries_read_an_export_once_made_and_never_make_one(fresh_cache, monkey
     got = later.encode(questions, kind="query")
     assert float(np.min(np.sum(got.vectors * numpy_vectors, axis=1))) >= st.PARITY
     assert got.space == encoder.space and got.window_ends == (None, None)
+
+
+@pytest.mark.parametrize("damage", ["{not json", "[1, 2]"])
+def test_a_damaged_check_is_named_and_torch_encodes(fresh_cache, monkeypatch, caplog, damage):
+    from ragdx.encoders import sentence_transformers as st
+    st.SentenceTransformerEncoder().encode(TEXTS[:1])
+    [home] = _exports(fresh_cache)
+    (home / "check.json").write_text(damage)
+    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    encoder = st.SentenceTransformerEncoder()
+    with caplog.at_level("WARNING", logger="ragdx.encoders"):
+        assert encoder.encode(TEXTS[:1]).vectors.shape == (1, 384)
+    assert encoder._export() is None
+    assert f"{home / 'check.json'}" in caplog.text and f"delete {home} to rebuild it" in caplog.text

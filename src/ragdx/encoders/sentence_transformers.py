@@ -302,7 +302,12 @@ class SentenceTransformerEncoder:
                                pooling=pooling, max_tokens=space.max_tokens)
         if not (home / "check.json").is_file():
             self._build_export(folder, home, encoder)
-        check = json.loads((home / "check.json").read_text(encoding="utf-8"))
+        try:
+            check = json.loads((home / "check.json").read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise ConfigError(f"{home / 'check.json'} is not JSON ({exc}); delete {home} to rebuild it") from None
+        if not isinstance(check, dict):
+            raise ConfigError(f"{home / 'check.json'} holds no object; delete {home} to rebuild it")
         if not check.get("usable"):
             log.warning("encoding passages with torch: the onnxruntime export of %s matched torch's vectors "
                         "only to cosine %.6f (< %s)", self.model_id, check.get("cosine_min", 0.0), PARITY)
