@@ -46,6 +46,7 @@ import re
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -118,11 +119,15 @@ def export(model: Path, path: Path) -> Path:
             return self.bert(input_ids=input_ids, attention_mask=attention_mask,
                              token_type_ids=token_type_ids).last_hidden_state
 
-    # eager attention: the SDPA path exports to a graph the bert fuser does not recognise
-    bert = transformers.AutoModel.from_pretrained(str(model), attn_implementation="eager").eval()
+    from ragdx.encoders.sentence_transformers import _quiet_loading
     ids = torch.tensor([[2, 5, 6, 3, 0, 0], [2, 5, 6, 7, 8, 3]])
     axes = {0: "batch", 1: "sequence"}
-    with torch.no_grad():
+    # the tracer's warnings are about inputs this fixed graph never meets (a mask's padding as a
+    # Python bool, negative gather indices): nothing a user can act on, so not shown
+    with torch.no_grad(), _quiet_loading(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # eager attention: the SDPA path exports to a graph the bert fuser does not recognise
+        bert = transformers.AutoModel.from_pretrained(str(model), attn_implementation="eager").eval()
         torch.onnx.export(LastHidden(bert), (ids, (ids != 0).long(), torch.zeros_like(ids)), str(path),
                           input_names=["input_ids", "attention_mask", "token_type_ids"],
                           output_names=["last_hidden_state"],
