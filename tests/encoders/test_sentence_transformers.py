@@ -157,3 +157,13 @@ def test_a_damaged_check_is_named_and_torch_encodes(fresh_cache, monkeypatch, ca
         assert encoder.encode(TEXTS[:1]).vectors.shape == (1, 384)
     assert encoder._export() is None
     assert f"{home / 'check.json'}" in caplog.text and f"delete {home} to rebuild it" in caplog.text
+
+
+def test_making_the_export_prints_nothing_of_the_tools_it_uses(fresh_cache, capfd, recwarn):
+    from ragdx.encoders import sentence_transformers as st
+    capfd.readouterr()
+    st.SentenceTransformerEncoder().encode(TEXTS[:1])
+    assert len(_exports(fresh_cache)) == 1  # made here
+    out, err = capfd.readouterr()
+    assert (out, err) == ("", "")
+    assert [str(w.message)[:80] for w in recwarn] == []
