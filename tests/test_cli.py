@@ -253,3 +253,16 @@ def test_a_crash_exits_with_a_code_no_verdict_uses(example_store, monkeypatch, c
     assert "Traceback (most recent call last)" in err and "RuntimeError: boom" in err
     assert err.rstrip().endswith("ragdx docs: internal error: this is a bug in ragdx (the traceback is above); "
                                  "exit 70, a code no verdict uses")
+
+
+def test_the_cli_logs_to_the_stderr_of_the_moment_not_of_its_first_call(tmp_path, capsys):
+    # main() called from Python (a notebook, a test) whose stderr was replaced, then closed
+    import contextlib
+    import io
+    import logging
+    gone = io.StringIO()
+    with contextlib.redirect_stderr(gone):
+        assert main(["ingest", "--store", str(tmp_path / "s.db"), str(tmp_path / "none.jsonl")]) == 2
+    gone.close()
+    logging.getLogger("ragdx.encoders").info("logged later")
+    assert capsys.readouterr().err == "ragdx: logged later\n"

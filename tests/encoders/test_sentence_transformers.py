@@ -159,11 +159,20 @@ def test_a_damaged_check_is_named_and_torch_encodes(fresh_cache, monkeypatch, ca
     assert f"{home / 'check.json'}" in caplog.text and f"delete {home} to rebuild it" in caplog.text
 
 
-def test_making_the_export_prints_nothing_of_the_tools_it_uses(fresh_cache, capfd, recwarn):
+def test_making_the_export_prints_one_line_and_nothing_of_the_tools_it_uses(fresh_cache, capfd, recwarn,
+                                                                            monkeypatch):
+    import logging
+    import sys
     from ragdx.encoders import sentence_transformers as st
+    logger = logging.getLogger("ragdx")  # as the CLI sets it up
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("ragdx: %(message)s"))
+    monkeypatch.setattr(logger, "handlers", [handler])
+    monkeypatch.setattr(logger, "propagate", False)
+    monkeypatch.setattr(logger, "level", logging.INFO)
     capfd.readouterr()
     st.SentenceTransformerEncoder().encode(TEXTS[:1])
-    assert len(_exports(fresh_cache)) == 1  # made here
+    [home] = _exports(fresh_cache)  # made here
     out, err = capfd.readouterr()
-    assert (out, err) == ("", "")
+    assert (out, err) == ("", f"ragdx: exporting all-MiniLM-L6-v2 to onnxruntime once for this machine ({home})\n")
     assert [str(w.message)[:80] for w in recwarn] == []

@@ -56,6 +56,15 @@ def _version() -> str:
     return __version__
 
 
+class _Stderr(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record is logged: the CLI's handler outlives a
+    ``main()`` called from Python (a notebook, a test) whose ``sys.stderr`` was replaced and closed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; returns the exit code."""
     parser = build_parser()
@@ -65,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if bad_unicode(value):
             print(f"ragdx {args.command}: error: argument {value!r} is {bad_unicode(value)}", file=sys.stderr)
             return 2
-    handler = logging.StreamHandler(sys.stderr)  # logs to stderr, data to stdout
+    handler = _Stderr()  # logs to stderr, data to stdout
     handler.setFormatter(logging.Formatter("ragdx: %(message)s"))
     log.handlers[:] = [handler]
     log.setLevel(logging.DEBUG if args.verbose else logging.INFO)
