@@ -209,7 +209,6 @@ _BRITISH_ISE = re.compile(r"(?<=ali|ani|imi|ori|iti|ari|oni|eni|gni|emi|omi)s(e|
 _NOT_BRITISH = frozenset({"flour", "flours", "devour", "devours", "devoured", "devouring", "amour", "dour"})
 
 
-@functools.lru_cache(maxsize=1 << 16)  # a question's context stems the same words 100,000 times
 def stem(word: str) -> str:
     """A light suffix-stripping stemmer (so ``refunds``, ``refunded`` and ``refund`` meet); it
     keeps at least four letters, leaves digits alone, and folds British spellings into American

@@ -34,7 +34,6 @@ injections in ``tests/hardening/test_injection.py`` holds them to what attackers
 
 from __future__ import annotations
 
-import functools
 import html
 import re
 from bisect import bisect_right
@@ -116,7 +115,6 @@ _KINDS = {"role": InstructionKind.ROLE, "rule": InstructionKind.ANSWER_RULE,
           "steering": InstructionKind.STEERING}
 
 
-@functools.lru_cache(maxsize=8192)  # the contexts of a run's questions share most of their blocks
 def find_instruction(text: str) -> tuple[InstructionKind, str] | None:
     """The first instruction-like words of ``text`` and what kind of instruction they are, or
     None. Each sentence is read alone, so that ``^`` anchors at its start and at its lines'."""
