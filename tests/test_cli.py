@@ -197,7 +197,7 @@ def test_missing_dense_extra_names_the_fix(tmp_path, capsys, monkeypatch):
     from ragdx.encoders import sentence_transformers as st
     monkeypatch.setattr(st, "_LOADED", {})
     # no onnxruntime export made before: making one needs sentence-transformers to check it
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(st, "_EXPORTS", {})
     monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["ingest", "--store", str(tmp_path / "s.db"), str(EXAMPLE / "manifest.jsonl")]) == 2
     err = capsys.readouterr().err

@@ -36,7 +36,7 @@ def fresh_cache(tmp_path, monkeypatch):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     from ragdx.encoders import sentence_transformers as st
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(st, "_EXPORTS", {})
     monkeypatch.setenv("RAGDX_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
 
@@ -70,7 +70,7 @@ def test_an_export_is_made_once_per_machine_and_read_back(fresh_cache, monkeypat
     from ragdx.encoders import int8
     from ragdx.encoders import sentence_transformers as st
     first = st.SentenceTransformerEncoder().encode(TEXTS).vectors
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})  # a new process
+    monkeypatch.setattr(st, "_EXPORTS", {})  # a new process
 
     def no_build(*args, **kwargs):
         raise AssertionError("built again")
@@ -91,7 +91,7 @@ def test_an_export_that_does_not_match_torch_is_never_used(fresh_cache, monkeypa
     assert "matched torch's vectors only to cosine" in caplog.text and "< 1.5" in caplog.text
     [home] = _exports(fresh_cache)
     assert json.loads((home / "check.json").read_text())["usable"] is False
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(st, "_EXPORTS", {})
     monkeypatch.setattr(int8, "build_fp32", lambda *a, **k: pytest.fail("built again"))
     assert st.SentenceTransformerEncoder().encode(TEXTS).vectors.shape == got.vectors.shape  # torch, no rebuild
 
@@ -103,7 +103,7 @@ def test_an_export_changed_after_its_check_is_refused_by_name(fresh_cache, monke
     data = bytearray((home / "model.onnx").read_bytes())
     data[len(data) // 2] ^= 1  # one bit of a weight (the word embeddings fill most of the file)
     (home / "model.onnx").write_bytes(bytes(data))
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(st, "_EXPORTS", {})
     encoder = st.SentenceTransformerEncoder()
     with caplog.at_level("WARNING", logger="ragdx.encoders"):
         assert encoder.encode(TEXTS).vectors.shape == (3, 384)
@@ -151,7 +151,7 @@ def test_a_damaged_check_is_named_and_torch_encodes(fresh_cache, monkeypatch, ca
     st.SentenceTransformerEncoder().encode(TEXTS[:1])
     [home] = _exports(fresh_cache)
     (home / "check.json").write_text(damage)
-    monkeypatch.setattr(st, "_PASSAGE_MODELS", {})
+    monkeypatch.setattr(st, "_EXPORTS", {})
     encoder = st.SentenceTransformerEncoder()
     with caplog.at_level("WARNING", logger="ragdx.encoders"):
         assert encoder.encode(TEXTS[:1]).vectors.shape == (1, 384)

@@ -59,7 +59,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "spe
 _LOADED: dict[str, Any] = {}  # one loaded model per path and process: loading costs seconds
 _QUERY_MODELS: dict[str, Any] = {}  # the numpy forward pass of a folder, per path and process
 _COUNTERS: dict[str, Any] = {}  # a folder's tokenizer.json, loaded once, to count tokens
-_PASSAGE_MODELS: dict[str, Any] = {}  # a folder's onnxruntime export (or None: torch), per key and process
+_EXPORTS: dict[str, Any] = {}  # a folder's onnxruntime export (or None: not used), per key and process
 _UNREAD = object()  # a model folder not yet looked at
 
 
@@ -264,7 +264,6 @@ class SentenceTransformerEncoder:
                                           show_progress_bar=False)
         return Encoding(self.space, vectors, ends)
 
-
     def _export(self, build: bool = True) -> Any:
         """The onnxruntime export that encodes this encoder's texts, or None (torch for passages,
         numpy for queries): made (``build``) or read once per process (see the module docstring)."""
@@ -274,16 +273,16 @@ class SentenceTransformerEncoder:
                 importlib.util.find_spec(m) is None for m in ("onnxruntime", "onnx", "tokenizers")):
             return None
         key = f"{folder}\0{self.query_prefix}\0{self.passage_prefix}\0{self.batch_size}"
-        if key not in _PASSAGE_MODELS and not build and not (self._export_home(root, folder) / "check.json").is_file():
+        if key not in _EXPORTS and not build and not (self._export_home(root) / "check.json").is_file():
             return None
-        if key not in _PASSAGE_MODELS:
+        if key not in _EXPORTS:
             try:
-                _PASSAGE_MODELS[key] = self._checked_export(folder)
+                _EXPORTS[key] = self._checked_export(folder)
             except (ImportError, OSError, RagdxError) as exc:  # no torch to export, a full disk, a bad file
-                log.warning("encoding passages with torch: the onnxruntime export of %s is not usable (%s)",
+                log.warning("not using the onnxruntime export of %s (torch encodes passages, numpy queries): %s",
                             self.model_id, exc)
-                _PASSAGE_MODELS[key] = None
-        return _PASSAGE_MODELS[key]
+                _EXPORTS[key] = None
+        return _EXPORTS[key]
 
     def _checked_export(self, folder: Path) -> Any:
         """The folder's float32 export from the cache, built and checked against torch on the
@@ -291,8 +290,8 @@ class SentenceTransformerEncoder:
         from ragdx.encoders.onnx import OnnxEncoder
         root = cache_dir()
         assert root is not None  # checked by the caller
-        space = self._space_from_files(folder)
-        home = self._export_home(root, folder)
+        space = self.space  # read from the folder's files
+        home = self._export_home(root)
         pooling = "cls" if space.pooling == "cls_token" else "mean"
 
         def encoder(at: Path) -> Any:
@@ -309,20 +308,18 @@ class SentenceTransformerEncoder:
         if not isinstance(check, dict):
             raise ConfigError(f"{home / 'check.json'} holds no object; delete {home} to rebuild it")
         if not check.get("usable"):
-            log.warning("encoding passages with torch: the onnxruntime export of %s matched torch's vectors "
-                        "only to cosine %.6f (< %s)", self.model_id, check.get("cosine_min", 0.0), PARITY)
+            log.warning("not using the onnxruntime export of %s: it matched torch's vectors only to cosine "
+                        "%.6f (< %s)", self.model_id, check.get("cosine_min", 0.0), PARITY)
             return None
         fast = encoder(home)
         if fast.space.weights_hash != check.get("onnx_hash"):
             raise ConfigError(f"{home / 'model.onnx'} changed since it was checked; delete {home} to rebuild it")
         return fast
 
-    def _export_home(self, root: Path, folder: Path) -> Path:
+    def _export_home(self, root: Path) -> Path:
         """Where the folder's export is kept: under its weights' hash and the recipe."""
         from ragdx.encoders.int8 import FP32_RECIPE
-        if self._space is None:
-            self._space = self._space_from_files(folder)
-        return root / "encoders" / f"{self._space.weights_hash}-{FP32_RECIPE.replace('/', '-')}"
+        return root / "encoders" / f"{self.space.weights_hash}-{FP32_RECIPE.replace('/', '-')}"
 
     def _build_export(self, folder: Path, home: Path, encoder: Any) -> None:
         """Builds the export in a folder of its own and publishes it whole by a rename (another
