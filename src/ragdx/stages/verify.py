@@ -367,6 +367,7 @@ class ClaimVerifier:
             return ClaimCheck(claim, Verdict.UNSUPPORTED, "the claim repeats an instruction or a citation "
                               "marker written in a document; a document's text has no authority")
         units = []
+        asked = VersionFilter.for_question(query.question, known=labels)  # once a claim, not a citation
         for cid in claim.citations:
             unit = context.unit(cid)
             if unit is None:
@@ -377,7 +378,6 @@ class ClaimVerifier:
                                   "is no longer stored")
             if not query.principal.may_read(stored.document.acl):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}, which the asker may not read")
-            asked = VersionFilter.for_question(query.question, known=labels)
             if stored.document.status is not DocStatus.CURRENT and not asked.names(unit.version):
                 return ClaimCheck(claim, Verdict.UNSUPPORTED, f"cites {cid}: version {unit.version} of "
                                   f"{unit.doc_id} is {stored.document.status.value}")
