@@ -26,6 +26,14 @@ nothing):
 - ``llamaindex``: ``SentenceSplitter(chunk_size=200)`` nodes in a ``VectorStoreIndex`` and a
   ``BM25Retriever``; the query: ``QueryFusionRetriever([vector (200), BM25 (200)],
   mode="reciprocal_rerank", num_queries=1, similarity_top_k=50)``.
+- ``haystack-rerank`` and ``llamaindex-rerank``: the same pipelines with ragdx's other model, the
+  packaged int8 ms-marco-MiniLM-L-12-v2 cross-encoder, reordering the fused ``--rerank-depth``
+  best (default 30, the sentences ragdx's reader scores with it): a Haystack component after the
+  joiner, a LlamaIndex node postprocessor after the retriever, each calling
+  ``ragdx.encoders.cross.CrossEncoder`` (the same runtime, two pairs side by side, pairs cut at
+  ``rerank.max_tokens``, 512). Neither framework ships a component that reads an ONNX
+  cross-encoder from a local file, so both get ragdx's; their own rankers would load the torch
+  model from the hub.
 
 All three encode with all-MiniLM-L6-v2 from the same local folder through sentence-transformers
 (ragdx's default backend), the 200 candidates per channel and 50 fused being ragdx's defaults
@@ -54,6 +62,7 @@ from _common import REPO, code_version, html_pages, label_table, machine, st_emb
 DEFAULT_HTML = Path("/usr/share/doc/postgresql-doc-15/html")
 DEFAULT_QUERIES = [REPO / "bench" / "devset" / f"pg-general.{half}.jsonl" for half in ("fit", "test")]
 DEFAULT_OUT = REPO / "bench" / "results" / "question-frameworks.json"
+RERANK_DEPTH = 30  # the sentences ragdx's reader scores with the cross-encoder (generation.reader_depth)
 CANDIDATES, FUSED = 200, 50  # ragdx's retrieval.bm25.top_k / retrieval.dense.top_k, and fusion.top_k
 HAYSTACK_WORDS, LLAMA_TOKENS = 128, 200  # as bench/ingest/ingest_frameworks.py splits: ~ragdx's 200 word pieces
 
@@ -128,8 +137,16 @@ def child_ragdx_retrieve(work: Path, pages: list[Path], questions: list[str], wa
     return child_ragdx(work, pages, questions, warm, retrieve_only=True)
 
 
-def child_haystack(work: Path, pages: list[Path], questions: list[str], warm: int) -> dict[str, Any]:
-    from haystack import Document, Pipeline
+def _cross_order(query: str, texts: list[str], depth: int, model: Any) -> list[int]:
+    """The order of ``texts`` with the ``depth`` first reordered by the cross-encoder's score."""
+    scores = model.score(query, texts[:depth])
+    head = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+    return head + list(range(len(scores), len(texts)))
+
+
+def child_haystack(work: Path, pages: list[Path], questions: list[str], warm: int,
+                   rerank: int = 0) -> dict[str, Any]:
+    from haystack import Document, Pipeline, component
     from haystack.components.joiners import DocumentJoiner
     from haystack.components.preprocessors import DocumentSplitter
     from haystack.components.retrievers.in_memory import InMemoryBM25Retriever, InMemoryEmbeddingRetriever
@@ -155,14 +172,36 @@ def child_haystack(work: Path, pages: list[Path], questions: list[str], warm: in
     pipe.connect("embed.embedding", "dense.query_embedding")
     pipe.connect("dense.documents", "join.documents")
     pipe.connect("bm25.documents", "join.documents")
+    if rerank:
+        from ragdx.encoders.cross import CrossEncoder
+
+        class CrossRanker:
+            """The fused documents' ``rerank`` best reordered by the packaged cross-encoder."""
+
+            def __init__(self) -> None:
+                self.model = CrossEncoder(max_tokens=512)
+
+            def warm_up(self) -> None:
+                self.model.warm_up()
+
+            def run(self, query, documents):  # type: ignore[no-untyped-def]
+                order = _cross_order(query, [d.content or "" for d in documents], rerank, self.model)
+                return {"documents": [documents[i] for i in order]}
+        # Haystack reads the types of run's arguments, which this module's annotations leave as text
+        CrossRanker.run.__annotations__ = {"query": str, "documents": list[Document]}
+        CrossRanker.run = component.output_types(documents=list[Document])(CrossRanker.run)
+        pipe.add_component("rank", component(CrossRanker)())
+        pipe.connect("join.documents", "rank.documents")
     pipe.warm_up()
 
     def ask(question: str) -> Any:
-        return pipe.run({"embed": {"text": question}, "bm25": {"query": question}})
-    return {"haystack": timed(ask, questions, warm), "chunks": len(split)}
+        return pipe.run({"embed": {"text": question}, "bm25": {"query": question}}
+                        | ({"rank": {"query": question}} if rerank else {}))
+    return {"haystack-rerank" if rerank else "haystack": timed(ask, questions, warm), "chunks": len(split)}
 
 
-def child_llamaindex(work: Path, pages: list[Path], questions: list[str], warm: int) -> dict[str, Any]:
+def child_llamaindex(work: Path, pages: list[Path], questions: list[str], warm: int,
+                     rerank: int = 0) -> dict[str, Any]:
     from llama_index.core import Document, Settings, VectorStoreIndex
     from llama_index.core.node_parser import SentenceSplitter
     from llama_index.core.retrievers import QueryFusionRetriever
@@ -187,14 +226,32 @@ def child_llamaindex(work: Path, pages: list[Path], questions: list[str], warm: 
                                                                                         similarity_top_k=CANDIDATES)],
         mode="reciprocal_rerank", num_queries=1, similarity_top_k=FUSED, use_async=False)
 
+    post: Any = None
+    if rerank:
+        from llama_index.core.postprocessor.types import BaseNodePostprocessor
+
+        from ragdx.encoders.cross import CrossEncoder
+        cross = CrossEncoder(max_tokens=512)
+        cross.warm_up()
+
+        class CrossRerank(BaseNodePostprocessor):
+            """The fused nodes' ``rerank`` best reordered by the packaged cross-encoder."""
+
+            def _postprocess_nodes(self, nodes: list, query_bundle: Any = None) -> list:
+                order = _cross_order(query_bundle.query_str, [n.node.get_content() for n in nodes], rerank, cross)
+                return [nodes[i] for i in order]
+        post = CrossRerank()
+
     def ask(question: str) -> Any:
-        return retriever.retrieve(question)
-    return {"llamaindex": timed(ask, questions, warm), "chunks": len(nodes),
+        found = retriever.retrieve(question)
+        return post.postprocess_nodes(found, query_str=question) if post is not None else found
+    return {"llamaindex-rerank" if rerank else "llamaindex": timed(ask, questions, warm), "chunks": len(nodes),
             "embedder": type(model).__name__}
 
 
-CHILDREN = {"ragdx": child_ragdx, "ragdx-retrieve": child_ragdx_retrieve, "haystack": child_haystack,
-            "llamaindex": child_llamaindex}
+CHILDREN: dict[str, Callable[..., dict[str, Any]]] = {
+    "ragdx": child_ragdx, "ragdx-retrieve": child_ragdx_retrieve, "haystack": child_haystack,
+    "llamaindex": child_llamaindex, "haystack-rerank": child_haystack, "llamaindex-rerank": child_llamaindex}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +261,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--queries", type=Path, action="append",
                     help="question files (a JSON 'question' per line; default the pg-general fit and test halves)")
     ap.add_argument("--warm", type=int, default=5, help="questions asked untimed first (default %(default)s)")
-    ap.add_argument("--order", default="ragdx,ragdx-retrieve,haystack,llamaindex")
+    ap.add_argument("--order", default="ragdx,ragdx-retrieve,haystack,llamaindex,haystack-rerank,llamaindex-rerank")
+    ap.add_argument("--rerank-depth", type=int, default=RERANK_DEPTH,
+                    help="the fused documents the '-rerank' contenders' cross-encoder reorders (default %(default)s)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/question-frameworks"))
     ap.add_argument("--pythonpath", type=Path, default=Path("/tmp/ingest/pydeps"),
                     help="a folder put on the children's path (framework parts beside the venv), when it exists")
@@ -220,7 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         work = args.work / args.child
         work.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(CHILDREN[args.child](work, pages, questions, args.warm)))
+        rerank = {"rerank": args.rerank_depth} if args.child.endswith("-rerank") else {}
+        print(json.dumps(CHILDREN[args.child](work, pages, questions, args.warm, **rerank)))
         return 0
     env = dict(os.environ)
     if args.pythonpath.is_dir():
@@ -231,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         done = subprocess.run([sys.executable, __file__, "--child", name, "--html", str(args.html),
                                "--pages", str(args.pages), *[a for f in files for a in ("--queries", str(f))],
-                               "--warm", str(args.warm), "--work", str(args.work)],
+                               "--warm", str(args.warm), "--work", str(args.work),
+                               "--rerank-depth", str(args.rerank_depth)],
                               env=env, capture_output=True, text=True)
         if done.returncode != 0:
             print(done.stderr[-3000:], file=sys.stderr)
@@ -245,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{r['mean_s'] * 1000:.1f} ms, first {r['first_s'] * 1000:.1f} ms; {r['chunks']} chunks")
                          for name, r in results.items()])
     write_result(args.out, {"machine": machine(), "code": code_version(), "pages": len(pages),
-                            "questions": len(questions), "warm": args.warm, "queries": [str(f) for f in files],
+                            "questions": len(questions), "warm": args.warm, "rerank_depth": args.rerank_depth,
+                            "queries": [str(f) for f in files],
                             "load_after": os.getloadavg()[0], "contenders": results}, table)
     return 0
 
