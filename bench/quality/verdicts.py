@@ -44,12 +44,24 @@ from _common import REPO, code_version, machine, write_result  # noqa: E402
 DEVSET = REPO / "bench" / "devset"
 HALVES = {"fit": DEVSET / "verdicts.fit.jsonl", "test": DEVSET / "verdicts.test.jsonl"}
 TRAIN = DEVSET / "support-train.jsonl"
+#: claim sets written by hand on other pages (stop 60): a premise and six claims on it (``claims``, by kind):
+#: a paraphrase, four one-edit corruptions of it and an invented sentence; :func:`written_sets` reads them as TRAIN
+SETS = DEVSET / "support-sets.jsonl"
+SET_KINDS = ("paraphrase", "number", "negation", "swap", "scope", "invented")
 OUT = REPO / "bench" / "results" / "verdicts.json"
 KINDS = ("number", "negation", "swap", "scope")
 
 
 def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def written_sets(path: Path = SETS) -> list[dict]:
+    """The written claim sets as rows of ``support-train.jsonl``: one a claim, ``id`` the set's
+    and the kind's, ``label`` 1 for the paraphrase and 0 for the rest."""
+    return [{"id": f"{s['id']}-{kind}", "page": s["page"], "premise": s["premise"], "claim": s["claims"][kind],
+             "label": int(kind == "paraphrase"), "kind": kind}
+            for s in _rows(path) for kind in SET_KINDS if kind in s["claims"]]
 
 
 # --- build: the writers' files -> the committed halves ---------------------------------------
@@ -205,9 +217,8 @@ def training_claims(sources: tuple[str, ...] = ("fit", "train", "rules")) -> lis
         else:
             kept = set(answer_claims(by_id[row["id"][:-2]]["response"]))
             out += [(c, evidence, 0) for c in claims if c not in kept]
-    train = _rows(TRAIN) if TRAIN.exists() else []
-    if "train" in sources:
-        out += [(row["claim"], "\n\n".join(row["premise"]), row["label"]) for row in train]
+    train = (_rows(TRAIN) if "train" in sources else []) + (written_sets() if "sets" in sources else [])
+    out += [(row["claim"], "\n\n".join(row["premise"]), row["label"]) for row in train]
     return out + (rule_claims(train) if "rules" in sources else [])
 
 

@@ -23,9 +23,11 @@ Reproduce, from the repository root::
    paraphrase as the positive; its corruptions by rule (``verdicts.corruptions``: a number, a
    negation, a swapped word or name, a widened scope) and the paraphrase of another statement of
    the page as negatives. The statement itself (as its own premise) against its own corruptions;
-   and the writers' training claims (``support-train.jsonl``: each paraphrase against its corruptions and
-   invented sentence). A page's groups all go to training or all to the held-out tenth.
-3. **Training** (:func:`ragdx.train.cross.fine_tune`, ``loss="pointwise"``): the packaged int8
+   and the writers' claims (``support-train.jsonl``, and the 2,192 sets of ``support-sets.jsonl``:
+   each paraphrase against its corruptions and invented sentence). ``--sources`` picks among
+   ``llm`` (the model's paraphrases), ``train`` and ``sets``. A page's groups all go to training or
+   all to the held-out tenth.
+3. **Training** (:func:`ragdx.train.cross.fine_tune`, ``--loss``, default ``pointwise``): the packaged int8
    ms-marco-MiniLM-L-12-v2 dequantised into torch, its lower ``--freeze`` layers frozen, exported
    int8 to ``--out`` (``model.onnx``, ``tokenizer.json``), what ``verify.model`` takes with
    ``verify.method = "classifier"``.
@@ -48,7 +50,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: _common, and the areas
 from _common import REPO, code_version, machine  # noqa: E402
-from quality.verdicts import DEVSET, HALVES, TRAIN, calibrate, corruptions, lowest_probabilities  # noqa: E402
+from quality.verdicts import (DEVSET, HALVES, TRAIN, calibrate, corruptions, lowest_probabilities,  # noqa: E402
+                              written_sets)
 
 NEEDS = ("a subcommand: 'paraphrase' (a local GGUF instruct model, --model) or 'train' (the paraphrases it "
          "wrote, and the extras dense, onnx, quantize)")
@@ -137,8 +140,9 @@ def _premise(claim: str, paragraph: str) -> str:
     return (pairs or found)[0].text if found else paragraph
 
 
-def groups(rows: list[dict], seed: int = 48) -> list:
-    """The training groups (module docstring, step 2); ``section_id`` is the page."""
+def groups(rows: list[dict], seed: int = 48, writers: tuple[str, ...] = ("train", "sets")) -> list:
+    """The training groups (module docstring, step 2); ``section_id`` is the page. ``rows``: the
+    model's paraphrases (none: the writers' sets alone); ``writers``: the files of written sets."""
     from ragdx.train.pairs import Group
     rng = random.Random(seed)
     by_page: dict[str, list[dict]] = defaultdict(list)
@@ -155,7 +159,7 @@ def groups(rows: list[dict], seed: int = 48) -> list:
         if quoted:
             out.append(Group(row["statement"], row["statement"], tuple(quoted), "quote", (), row["page"]))
     by_claim: dict[str, list[dict]] = defaultdict(list)
-    for row in _lines(TRAIN):
+    for row in (_lines(TRAIN) if "train" in writers else []) + (written_sets() if "sets" in writers else []):
         by_claim[row["id"].rsplit("-", 1)[0]].append(row)
     for written in by_claim.values():
         good = [r for r in written if r["label"] == 1]
@@ -171,9 +175,9 @@ def train(args: argparse.Namespace) -> None:
     from ragdx.encoders.packaged import resolve
     from ragdx.stages.support import SupportClassifier
     from ragdx.train.cross import dequantise, export, fine_tune, tokenizer_for, write_card
-    rows = _lines(args.paraphrases)
+    rows = _lines(args.paraphrases) if "llm" in args.sources.split(",") else []
     chosen = kept(rows)
-    every = groups(chosen, args.seed)
+    every = groups(chosen, args.seed, tuple(args.sources.split(",")))
     held_pages = set(sorted({g.section_id for g in every})[::10])
     trained_on = [g for g in every if g.section_id not in held_pages]
     held = [g for g in every if g.section_id in held_pages]
@@ -183,17 +187,17 @@ def train(args: argparse.Namespace) -> None:
     model = dequantise(files.onnx)
     tokenizer = tokenizer_for(files.tokenizer, args.max_tokens)
     result = fine_tune(model, tokenizer, trained_on, epochs=args.epochs, batch_groups=8, lr=args.lr,
-                       freeze_below=args.freeze, loss="pointwise", threads=args.threads, seed=args.seed,
+                       freeze_below=args.freeze, loss=args.loss, threads=args.threads, seed=args.seed,
                        log=lambda m: print(m, file=sys.stderr, flush=True))
     export(model, files.tokenizer, args.out)
     judge = SupportClassifier(args.out, threshold=0.5)
     held_right = [judge.logit(g.positive, g.query) > max(judge.logit(n, g.query) for n in g.negatives) for g in held]
     threshold = calibrate(lowest_probabilities(judge, "fit"))
     card = {"start": f"{files.model_id}, int8 ONNX dequantised", "paraphrases": str(args.paraphrases),
-            "paraphrases_kept": len(chosen), "groups": len(trained_on), "held_out_groups": len(held),
+            "paraphrases_kept": len(chosen), "sources": args.sources, "groups": len(trained_on), "held_out_groups": len(held),
             "held_out_positive_first": round(sum(held_right) / max(1, len(held_right)), 4),
             "epochs": args.epochs, "lr": args.lr, "freeze_below": args.freeze, "max_tokens": args.max_tokens,
-            "loss": "pointwise", "steps": result.steps, "seconds": result.seconds, "losses": list(result.losses),
+            "loss": args.loss, "steps": result.steps, "seconds": result.seconds, "losses": list(result.losses),
             "threshold": threshold, "threshold_on": "bench/devset/verdicts.fit.jsonl, at most 10% of unsupported "
             "answers called supported", "code": code_version(), "machine": machine(),
             "command": " ".join([".venv/bin/python", "bench/research/train_support.py", *sys.argv[1:]])}
@@ -214,6 +218,9 @@ def main() -> None:
     p.add_argument("--prompt", default="synonyms", choices=sorted(PROMPTS))
     t = sub.add_parser("train", help="fine-tune, export and calibrate the classifier")
     t.add_argument("--paraphrases", type=Path, default=PARAPHRASES)
+    t.add_argument("--sources", default="llm,train,sets",
+                   help="what to train on, comma-separated: llm (--paraphrases), train (support-train.jsonl), "
+                        "sets (support-sets.jsonl)")
     t.add_argument("--out", type=Path, default=OUT)
     t.add_argument("--epochs", type=float, default=2.0)
     t.add_argument("--lr", type=float, default=3e-5)
@@ -221,6 +228,7 @@ def main() -> None:
     t.add_argument("--max-tokens", type=int, default=256)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--seed", type=int, default=48)
+    t.add_argument("--loss", default="pointwise", choices=["pointwise", "listwise"])
     args = parser.parse_args()
     if args.command == "paraphrase":
         paraphrase(args.model, args.out, args.pages, args.per_page, args.threads, args.prompt)
