@@ -142,7 +142,8 @@ def _premise(claim: str, paragraph: str) -> str:
 
 def groups(rows: list[dict], seed: int = 48, writers: tuple[str, ...] = ("train", "sets")) -> list:
     """The training groups (module docstring, step 2); ``section_id`` is the page. ``rows``: the
-    model's paraphrases (none: the writers' sets alone); ``writers``: the files of written sets."""
+    model's paraphrases (none: the writers' sets alone); ``writers``: which written sets, ``train``
+    (``support-train.jsonl``) and ``sets`` (``support-sets.jsonl``)."""
     from ragdx.train.pairs import Group
     rng = random.Random(seed)
     by_page: dict[str, list[dict]] = defaultdict(list)
@@ -194,7 +195,8 @@ def train(args: argparse.Namespace) -> None:
     held_right = [judge.logit(g.positive, g.query) > max(judge.logit(n, g.query) for n in g.negatives) for g in held]
     threshold = calibrate(lowest_probabilities(judge, "fit"))
     card = {"start": f"{files.model_id}, int8 ONNX dequantised", "paraphrases": str(args.paraphrases),
-            "paraphrases_kept": len(chosen), "sources": args.sources, "groups": len(trained_on), "held_out_groups": len(held),
+            "paraphrases_kept": len(chosen), "sources": args.sources, "groups": len(trained_on),
+            "held_out_groups": len(held),
             "held_out_positive_first": round(sum(held_right) / max(1, len(held_right)), 4),
             "epochs": args.epochs, "lr": args.lr, "freeze_below": args.freeze, "max_tokens": args.max_tokens,
             "loss": args.loss, "steps": result.steps, "seconds": result.seconds, "losses": list(result.losses),
