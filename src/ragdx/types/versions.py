@@ -192,8 +192,8 @@ class VersionFilter:
         """The ids this page would have in the versions the question names, when the store keeps
         each version as documents of their own (two doc sites: ``postgresql-15/x.html`` and
         ``postgresql-17/x.html``, both current) and this one is of another version: the id with its
-        version label, where it stands whole (not inside a longer number or word), put to each named one. () when the question
-        names no version or names this one, or the id does not carry its label.
+        version label, where it stands whole (not inside a longer number or word), put to each named
+        one. () when the question names no version or names this one, or the id does not carry its label.
 
         >>> VersionFilter(named=("15",)).twins("postgresql-17/x.html", "17")
         ('postgresql-15/x.html',)
