@@ -2,7 +2,8 @@
 
 import pytest
 
-from ragdx.text import asked_quantity, asks_default, content_terms, states_default, statements, states_quantity, stem
+from ragdx.text import (asked_quantity, asks_default, content_terms, names_another, numbered_ids, states_default,
+                        statements, states_quantity, stem)
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -98,3 +99,22 @@ def test_a_question_asking_for_a_default(question, asks):
 ])
 def test_a_statement_of_a_default(text, states):
     assert states_default(text) is states
+
+
+@pytest.mark.parametrize("text, ids", [
+    ("Error RFD-4021 or RFD-4090", {"rfd-": {"rfd-4021", "rfd-4090"}}),
+    ("order NW-1024, bpo-46845 and SHA256", {"nw-": {"nw-1024"}, "bpo-": {"bpo-46845"}, "sha": {"sha256"}}),
+    # a version, a range, a variable, a decimal and a word with a digit inside are no numbered identifiers
+    ("Python 3.11, 3-5 days, x1, v2.5, utf8mb4", {}),
+])
+def test_numbered_identifiers_by_family(text, ids):
+    assert numbered_ids(text) == {k: frozenset(v) for k, v in ids.items()}
+
+
+def test_a_statement_naming_only_another_member_of_the_family_asked_about():
+    asked = numbered_ids("I got error RFD-5003. What should I do?")
+    assert names_another("Error RFD-4021 means that the refund window has expired.", asked)
+    assert not names_another("Error RFD-5003 means that the provider timed out.", asked)
+    assert not names_another("RFD-5003 is retried, unlike RFD-4021.", asked)  # it names the one asked too
+    assert not names_another("Order NW-1042 was paid by card.", asked)        # another family
+    assert not names_another("Error RFD-4021 means ...", {})                  # the question names none

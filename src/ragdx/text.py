@@ -382,3 +382,31 @@ def documents_name(heading: str, names: frozenset[str]) -> bool:
     while len(parts) > 1 and parts[-1].rstrip().endswith(":"):
         parts.pop()
     return any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", parts[-1]) for n in names)
+
+
+#: an identifier numbered within a family: letters, an optional dash or underscore, digits
+#: ("NW-1024", "RFD-4021", "bpo-46845", "SHA256"); the letters two or more ("x1" is a variable)
+_NUMBERED = re.compile(r"(?<![\w.-])([A-Za-z]{2,12}[-_]?)(\d+)(?![\w-]|\.\d)")
+
+
+def numbered_ids(text: str) -> dict[str, frozenset[str]]:
+    """The numbered identifiers a text names, by family (the letters and separator, lower-cased):
+    "Error RFD-4021 or RFD-4090" -> ``{"rfd-": {"rfd-4021", "rfd-4090"}}``."""
+    out: dict[str, set[str]] = {}
+    for m in _NUMBERED.finditer(text):
+        family = m.group(1).lower()
+        out.setdefault(family, set()).add(family + m.group(2))
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def names_another(text: str, asked: dict[str, frozenset[str]]) -> bool:
+    """Whether a text is about another member of a family the question names a member of: it
+    names an identifier of that family and none the question names ("Error RFD-4021 means ..."
+    for a question about RFD-5003; "Order NW-1042 was paid by credit card." for one about
+    NW-1024)."""
+    if not asked:
+        return False
+    for family, ids in numbered_ids(text).items():
+        if family in asked and not ids & asked[family]:
+            return True
+    return False

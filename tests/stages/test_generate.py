@@ -463,3 +463,31 @@ def test_a_title_is_no_answer():
                      context(unit("S1", warranty)))
     # the title block (short lines, no stop) and the numbered heading are no statements to quote
     assert [c.text for c in answer.claims] == ["All products come with a 2-year warranty from the date of delivery."]
+
+
+def test_a_statement_about_another_member_of_the_family_asked_about_is_left_out():
+    question = "I got error RFD-5003 on my refund. What should I do?"
+    codes = unit("S1", "Error RFD-5003 means that the payment provider timed out on your refund. "
+                       "Do not submit the refund request again. "
+                       "Error RFD-4021 means that the refund window for your refund has expired. "
+                       "Your refund is retried automatically within 24 hours.")
+    # by words, the RFD-4021 sentence (error, refund) outscores the retry one (refund): it is about another code
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, max_sentences=3)
+    answer = gen.run(Query("q", question), context(codes))
+    assert [c.text for c in answer.claims] == [
+        "Error RFD-5003 means that the payment provider timed out on your refund.",
+        "Do not submit the refund request again.",
+        "Your refund is retried automatically within 24 hours."]
+
+
+def test_an_answer_does_not_open_with_another_member_of_the_family_asked_about():
+    question = "How was order NW-1024 paid?"  # order, nw, 1024 (twice: a number), paid
+    other = unit("S1", "Order NW-1042 was paid by credit card.", 1)
+    asked = unit("S2", "NW-1024 was paid with PayPal.", 2)
+    encoder = LookupEncoder({"How was order": [1, 0, 0], "credit card": [1, 0, 0], "PayPal": [0, 1, 0]})
+    gen = ExtractiveGenerator(min_coverage=0.1, semantic_weight=0.8, max_sentences=1, encoder=encoder)
+    # by meaning, the other order's sentence leads: 0.2 * 3/5 + 0.8 * 1 = 0.92 against 0.2 * 4/5 + 0 = 0.16
+    found = gen._candidates(question, context(other, asked))
+    assert [(c.unit.id, round(c.score, 6)) for c in found] == [("S1", 0.92), ("S2", 0.16)]
+    answer = gen.run(Query("q", question), context(other, asked))
+    assert [(c.text, c.citations) for c in answer.claims] == [("NW-1024 was paid with PayPal.", ("S2",))]

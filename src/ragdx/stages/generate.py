@@ -38,8 +38,8 @@ from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
 from ragdx.text import (LIST_ITEM, SIGNATURE, STOPWORDS, api_names, asked_quantity, asks_default, content_terms,
-                        documents_name, sentences, split_question, statement_spans, statements, states_default,
-                        states_quantity, stem)
+                        documents_name, names_another, numbered_ids, sentences, split_question, statement_spans,
+                        statements, states_default, states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
 
 _CITATION = re.compile(r"\[(S\d+)\]")
@@ -384,15 +384,20 @@ class ExtractiveGenerator:
                                          top.covered if top else frozenset(), self.min_coverage)
         if not verdict.answer:
             return self._abstain(verdict.why, verdict.missing, started, verdict.by_name)
-        chosen = [found[0]]
-        units_used = {found[0].unit.id}
-        told = set(found[0].covered)
+        # a statement about another member of a family the question names one of ("Error RFD-4021
+        # means ..." for a question on RFD-5003) answers no part of it
+        asked_ids = numbered_ids(query.question)
+        readable = [c for c in found if not names_another(c.text, asked_ids)] or found
+        first = readable[0]
+        chosen = [first]
+        units_used = {first.unit.id}
+        told = set(first.covered)
         # further statements that score well enough and say something not said yet, each time
         # from a unit not yet cited first
-        best = found[0].score
+        best = first.score
         # with the learned reader: its probability against the first's
         floor = (self.reader_keep if self.weights is not None else self.keep_ratio) * best
-        rest = [c for c in found[1:] if c.score >= floor and c.text != found[0].text]
+        rest = [c for c in readable[1:] if c.score >= floor and c.text != first.text]
         while len(chosen) < self.max_sentences:
             rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
             if not rest:
@@ -402,18 +407,18 @@ class ExtractiveGenerator:
             chosen.append(cand)
             units_used.add(cand.unit.id)
             told |= cand.covered
-        for cand in self._uncovered_parts(query.question, found, chosen):
+        for cand in self._uncovered_parts(query.question, readable, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
         if asks_default(query.question):
-            chosen = _with_defaults(chosen, found, query.question)
+            chosen = _with_defaults(chosen, readable, query.question)
             units_used = {c.unit.id for c in chosen}
         claims = _with_exceptions(_prose_first(chosen))
         unit = asked_quantity(query.question)
         if unit is not None and not any(states_quantity(c.text, unit) for c in claims):
             # the answer must be of the kind asked for: the best sentence that states the amount,
             # when it answers the question well enough on its own (with its exception, as any)
-            stating = next((c for c in found if c.content >= self.min_coverage and states_quantity(c.text, unit)),
+            stating = next((c for c in readable if c.content >= self.min_coverage and states_quantity(c.text, unit)),
                            None)
             if stating is None:
                 amount = f"a number of {unit}s" if unit else "a number"
