@@ -491,3 +491,17 @@ def test_an_answer_does_not_open_with_another_member_of_the_family_asked_about()
     assert [(c.unit.id, round(c.score, 6)) for c in found] == [("S1", 0.92), ("S2", 0.16)]
     answer = gen.run(Query("q", question), context(other, asked))
     assert [(c.text, c.citations) for c in answer.claims] == [("NW-1024 was paid with PayPal.", ("S2",))]
+
+
+def test_a_further_statement_holding_no_word_of_the_question_is_left_out():
+    question = "How long is store credit valid?"  # long, store, credit, valid
+    text = "Store credit is valid for 24 months. Returns within Germany are free."
+    encoder = LookupEncoder({"How long": [1, 0, 0], "Store credit": [1, 0, 0], "Returns within": [0.8, 0.6, 0]})
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, semantic_weight=0.8, max_sentences=2,
+                              encoder=encoder)
+    # by meaning the second sentence qualifies: 0.2 * 0 + 0.8 * 0.8 = 0.64, above keep_ratio's 0
+    found = gen._candidates(question, context(unit("S1", text)))
+    assert [(c.text, round(c.score, 6), sorted(c.covered)) for c in found][1] == (
+        "Returns within Germany are free.", 0.64, [])
+    answer = gen.run(Query("q", question), context(unit("S1", text)))
+    assert [c.text for c in answer.claims] == ["Store credit is valid for 24 months."]

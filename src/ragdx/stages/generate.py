@@ -407,6 +407,10 @@ class ExtractiveGenerator:
             chosen.append(cand)
             units_used.add(cand.unit.id)
             told |= cand.covered
+        # a further statement that holds no word of the question answers no part of it: chosen for
+        # its meaning alone, it is padding ("Returns within Germany are free." for "How long is
+        # store credit valid?"), and one in a conflict would bring a note on what was not asked
+        chosen = chosen[:1] + [c for c in chosen[1:] if c.covered]
         for cand in self._uncovered_parts(query.question, readable, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)
