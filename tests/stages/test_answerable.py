@@ -22,6 +22,9 @@ def test_the_shapes_of_a_name():
     assert distinctive_names("What does position('x' in some_string) give when it is missing?") == ()
     assert distinctive_names("What chunk_time_interval goes to create_hypertable(my_table, Sensor_Time)?") == \
         ("chunk_time_interval", "create_hypertable")
+    # a numbered identifier is one name, its letters and number together (a CVE's two numbers are none)
+    assert distinctive_names("What does error RFD-9999 mean for order NW-1024 over IPv6 in utf-8?") == \
+        ("RFD-9999", "NW-1024", "IPv6", "utf-8")
 
 
 def test_covered_reads_only_what_the_groups_may_read(small):
@@ -147,3 +150,16 @@ def test_joined_names_are_held_as_written_quoted_terms_and_files_by_their_parts(
     assert names.absent('When does "the delivery window" close?', ("public",)) == ()
     assert names.absent("Where is the refund.md file?", ("public",)) == ()
     assert names.absent("Where is the warranty.md file?", ("public",)) == ("warranty.md",)
+
+
+def test_a_numbered_identifier_nothing_mentions_is_abstained_on_by_name(small):
+    store, _, _ = small
+    text = "Error RFD-4021 means that the refund window for this order has expired."
+    ctx = Context("context", (ContextUnit("S1", "errors.md", "v", 0, len(text), text, "Refund errors", (),
+                                          ("c1",), 1, 12),), (), 1200, 12, "words")
+    gen = ExtractiveGenerator(min_coverage=0.1, store=store)
+    # the letters alone (RFD) are in a public page; RFD-9999 is in none
+    unknown = gen.run(Query("q", "What does error RFD-9999 mean?", Principal("u", ("public",))), ctx)
+    assert unknown.abstained and unknown.missing == ("RFD-9999",)
+    known = gen.run(Query("q", "What does error RFD-4021 mean?", Principal("u", ("public",))), ctx)
+    assert not known.abstained and [c.text for c in known.claims] == [text]

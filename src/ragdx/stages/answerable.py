@@ -3,7 +3,8 @@ function or a version that nothing the asker may read mentions cannot be answere
 sources, however many sentences on nearby subjects the context holds.
 
 A distinctive name is what a person would look up verbatim: a dotted or called name
-(``os.urandom()``), snake_case, CamelCase, an option (``--strict``), an ALL-CAPS identifier
+(``os.urandom()``), snake_case, a numbered identifier (``RFD-4021``, ``IPv6``), CamelCase, an
+option (``--strict``), an ALL-CAPS identifier
 (``MERGE``, ``PL/SQL``), a quoted term, a version number (``3.34.1``), or a capitalised word that
 does not open the question (``PyPy``, ``Tcl``). A name is covered when some chunk the asker may
 read holds it as a phrase (the store's keyword index, read with the principal's groups:
@@ -32,6 +33,7 @@ _NAME = re.compile("|".join((
     r"(?P<called>\b[A-Za-z_]\w*\(\))",
     r"(?P<slashed>\b[A-Z][A-Za-z]*/[A-Z][A-Za-z]*\b)",
     r"(?P<snake>\b[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+\b)",
+    r"(?P<numbered>(?<![\w.-])[A-Za-z]{2,12}-?\d+(?![\w-]|\.\d))",
     rf"(?P<version>(?<![\w.]){_VERSION}(?![\w]))",
     r"(?P<camel>\b[A-Za-z][a-z0-9]*[A-Z][A-Za-z0-9]*\b)",
     r"(?P<caps>\b[A-Z][A-Z0-9]{1,}\b)",
@@ -57,7 +59,7 @@ _VALUES = frozenset({"snake", "camel", "caps", "capital"})
 @dataclass(frozen=True, slots=True)
 class Name:
     """A distinctive name of a question and its shape: ``quoted``, ``option``, ``dotted``,
-    ``called``, ``slashed``, ``snake``, ``version``, ``camel``, ``caps``, ``capital``, or ``file``
+    ``called``, ``slashed``, ``snake``, ``numbered``, ``version``, ``camel``, ``caps``, ``capital``, or ``file``
     (a dotted name ending in a file extension)."""
 
     text: str
