@@ -6,6 +6,13 @@ from ragdx.stages.generate import ExtractiveGenerator
 from ragdx.types import Context, ContextUnit, Principal, Query
 
 
+def one_unit(text: str, doc: str, heading: str) -> Context:
+    """A context of one unit holding ``text`` (its words as its tokens)."""
+    words = len(text.split())
+    return Context("context", (ContextUnit("S1", doc, "v", 0, len(text), text, heading, (), ("c1",), 1, words),),
+                   (), 1200, words, "words")
+
+
 def test_the_shapes_of_a_name():
     assert distinctive_names("How many bytes does uuid.uuid4() read from os.urandom()?") == ("uuid.uuid4", "os.urandom")
     assert distinctive_names("What is the default thread switch interval of PyPy?") == ("PyPy",)
@@ -38,8 +45,7 @@ def test_covered_reads_only_what_the_groups_may_read(small):
 def test_a_name_nothing_mentions_is_abstained_on_by_name(small):
     store, _, _ = small
     text = "Refunds are accepted within 30 days of delivery."
-    ctx = Context("context", (ContextUnit("S1", "refund.md", "v", 0, len(text), text, "Refund policy", (),
-                                          ("c1",), 1, 9),), (), 1200, 9, "words")
+    ctx = one_unit(text, "refund.md", "Refund policy")
     query = Query("q", "Within how many days does PayPal accept refunds after delivery?", Principal("u", ("public",)))
     without = ExtractiveGenerator(min_coverage=0.3).run(query, ctx)
     assert not without.abstained and [c.text for c in without.claims] == [text]
@@ -128,8 +134,7 @@ def test_an_uncommon_word_no_source_holds_is_a_name(small):
 def test_a_tool_no_source_mentions_is_abstained_on_by_name_and_a_present_one_answers(small):
     store, _, _ = small
     text = "Refunds are accepted within 30 days of delivery."
-    ctx = Context("context", (ContextUnit("S1", "refund.md", "v", 0, len(text), text, "Refund policy", (),
-                                          ("c1",), 1, 9),), (), 1200, 9, "words")
+    ctx = one_unit(text, "refund.md", "Refund policy")
     gen = ExtractiveGenerator(min_coverage=0.3, store=store)
     answer = gen.run(Query("q", "Within how many days are refunds accepted after delivery through zx81?",
                            Principal("u", ("public",))), ctx)
@@ -155,8 +160,7 @@ def test_joined_names_are_held_as_written_quoted_terms_and_files_by_their_parts(
 def test_a_numbered_identifier_nothing_mentions_is_abstained_on_by_name(small):
     store, _, _ = small
     text = "Error RFD-4021 means that the refund window for this order has expired."
-    ctx = Context("context", (ContextUnit("S1", "errors.md", "v", 0, len(text), text, "Refund errors", (),
-                                          ("c1",), 1, 12),), (), 1200, 12, "words")
+    ctx = one_unit(text, "errors.md", "Refund errors")
     gen = ExtractiveGenerator(min_coverage=0.1, store=store)
     # the letters alone (RFD) are in a public page; RFD-9999 is in none
     unknown = gen.run(Query("q", "What does error RFD-9999 mean?", Principal("u", ("public",))), ctx)
