@@ -83,10 +83,10 @@ def test_an_older_version_that_does_not_say_it_is_named(tmp_path):
     gen = ExtractiveGenerator(min_coverage=0.3, store=store)
     answer = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("public",))), ctx)
     # version 1 (public) says 100; version 1.5 says so too, but the asker may not read it
-    assert answer.text == f"(Version 1 of this page does not say what follows.) {sentence} [S1]"
+    assert answer.text == f"{sentence} [S1] (Version 1 of this page does not say this.)"
     same = gen.run(Query("q", "How many statements does the default cache hold?", Principal("u", ("staff",))),
                    ctx)
-    assert same.text == f"(Version 1.5 of this page does not say what follows.) {sentence} [S1]"
+    assert same.text == f"{sentence} [S1] (Version 1.5 of this page does not say this.)"
     # a version number is covered by a document version's label, though no text holds it
     assert NameCoverage(store).uncovered(("1.5", "7.1"), ("public",)) == ("7.1",)
     store.close()

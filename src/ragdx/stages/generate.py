@@ -321,7 +321,8 @@ class ExtractiveGenerator:
 
     def _older_differs(self, query: Query, first: Claim, context: Context) -> str:
         """For a question that names no version: a note naming each older version of the first
-        claim's document, readable by the asker, whose text does not hold that claim's sentence."""
+        claim's document, readable by the asker, whose text does not hold that claim's sentence
+        (it follows that claim in the answer)."""
         assert self.store is not None
         unit = next(u for u in context.units if u.id == first.citations[0])
         sentence = " ".join(first.text.split())
@@ -332,7 +333,7 @@ class ExtractiveGenerator:
                  and self.store.readable(query.principal.groups, unit.doc_id, v.document.version)]
         differ = [v for v in older
                   if sentence not in " ".join(self.store.texts(unit.doc_id, v)[1].split())]
-        return f"(Version {', '.join(differ)} of this page does not say what follows.) " if differ else ""
+        return f"(Version {', '.join(differ)} of this page does not say this.)" if differ else ""
 
     def _part_scores(self, part: str, found: list[_Candidate]) -> list[float]:
         """Each candidate's score for one part of the question, as :meth:`_candidates` scores
@@ -456,9 +457,11 @@ class ExtractiveGenerator:
             versions = list(dict.fromkeys(by_id[c.citations[0]] for c in claims if by_id.get(c.citations[0])))
             if versions:
                 prefix += f"Version {', '.join(versions)}: "
-        elif self.store is not None:
-            prefix += self._older_differs(query, claims[0], context)
-        text = prefix + " ".join(f"{c.text} [{c.citations[0]}]" for c in claims)
+        said = [f"{c.text} [{c.citations[0]}]" for c in claims]
+        if not asked and self.store is not None:
+            older = self._older_differs(query, claims[0], context)
+            said[0] += f" {older}" if older else ""
+        text = prefix + " ".join(said)
         return Answer(self.name, text, tuple(claims), False, (), self.name, Usage(), self.config,
                       time.perf_counter() - started)
 
