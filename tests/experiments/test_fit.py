@@ -130,11 +130,13 @@ def test_the_abstention_threshold_answers_the_answerable_and_abstains_on_the_res
                                        "generation.semantic_weight=0"])
     pipeline = build_pipeline(store, lexical, encoder=encoder)
     answerable = QUERIES[1]  # "What does error RFD-5003 mean?": the errors page covers every term
-    unanswerable = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    unanswerable = Query("u", "What does error RFD 9999 mean for a refund?", answerable=False)
     found = fit.fit_abstention(pipeline, [answerable, unanswerable], fitted_on="dev")
     rows = {qid: (score, answered, abstained) for qid, score, answered, abstained in found.rows}
     assert rows["q2"][1:] == ("supported", "wrong_abstention")
     assert rows["u"][1:] == ("hallucination", "correct_abstention")
+    # u writes its code with a space: 9999 is then an amount, not part of a name, and the name check
+    # (which abstains on "RFD-9999") cannot tell; the threshold must.
     # q2's terms: error, rfd, 5003 (a digit: weight 2), mean -> 5; "Error RFD-5003 means the payment
     # provider timed out." holds all of them: 5/5. u's: error, rfd, 9999 (2), mean, refund -> 6;
     # "Error RFD-4021 means the refund window expired." holds error, rfd, mean, refund: 4/6
@@ -182,7 +184,7 @@ def _abroad(small):
         (Alternative(doc="shipping.md", quote="Parcels are delivered within 3 business days."),),))
     refund = Query("r", "How many days after delivery are refunds accepted for gifts bought abroad?", required=(
         (Alternative(doc="refund.md", quote="Refunds are accepted within 30 days of delivery."),),))
-    u = Query("u", "What does error RFD-9999 mean for a refund?", answerable=False)
+    u = Query("u", "What does error RFD 9999 mean for a refund?", answerable=False)
     return build_pipeline(store, lexical, encoder=encoder), [shipping, refund, QUERIES[1], u]
 
 
