@@ -385,8 +385,10 @@ def documents_name(heading: str, names: frozenset[str]) -> bool:
 
 
 #: an identifier numbered within a family: letters, an optional dash or underscore, digits
-#: ("NW-1024", "RFD-4021", "bpo-46845", "SHA256"); the letters two or more ("x1" is a variable)
-_NUMBERED = re.compile(r"(?<![\w.-])([A-Za-z]{2,12}[-_]?)(\d+)(?![\w-]|\.\d)")
+#: ("NW-1024", "RFD-4021", "bpo-46845", "SHA256"); the letters two or more ("x1" is a variable);
+#: the answerability check's name shape ``numbered`` too
+NUMBERED_ID = r"(?<![\w.-])([A-Za-z]{2,12}[-_]?)(\d+)(?![\w-]|\.\d)"
+_NUMBERED = re.compile(NUMBERED_ID)
 
 
 def numbered_ids(text: str) -> dict[str, frozenset[str]]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ragdx.protocols import Store, TokenCounter
-from ragdx.text import content_terms, stem
+from ragdx.text import NUMBERED_ID, content_terms, stem
 from ragdx.types import Context, Query
 
 _VERSION = r"\d+(?:\.\d+)+"
@@ -33,7 +33,7 @@ _NAME = re.compile("|".join((
     r"(?P<called>\b[A-Za-z_]\w*\(\))",
     r"(?P<slashed>\b[A-Z][A-Za-z]*/[A-Z][A-Za-z]*\b)",
     r"(?P<snake>\b[A-Za-z0-9]+(?:_[A-Za-z0-9]+)+\b)",
-    r"(?P<numbered>(?<![\w.-])[A-Za-z]{2,12}-?\d+(?![\w-]|\.\d))",
+    rf"(?P<numbered>{NUMBERED_ID})",  # after snake_case, which takes an underscore's
     rf"(?P<version>(?<![\w.]){_VERSION}(?![\w]))",
     r"(?P<camel>\b[A-Za-z][a-z0-9]*[A-Z][A-Za-z0-9]*\b)",
     r"(?P<caps>\b[A-Z][A-Z0-9]{1,}\b)",
