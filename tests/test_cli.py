@@ -84,14 +84,15 @@ def test_demo_runs_as_a_subprocess(tmp_path):
     # with meaning, the learned reader states the 30-day rule in the FAQ's words, not the policy's
     # the label names (generation.reader_same_unit); by words alone it cites the policy
     assert by_id["q-refund-35d"]["outcome"] == ("incomplete" if dense else "supported")
-    assert by_id["q-price-match"]["outcome"] == ("hallucination" if dense else "correct_abstention")
+    # with meaning or without, its nearest statements share only the company's name with it
+    assert by_id["q-price-match"]["outcome"] == "correct_abstention"
     assert by_id["q-manual-refund-approval-public"]["outcome"] == "correct_abstention"
     manifest = json.loads((out / "run" / "manifest.json").read_text())
     assert manifest["index_version"] == 1 and manifest["settings"]["fusion"]["c"] == 60.0
     assert len((out / "run" / "traces.jsonl").read_text().splitlines()) == 20
     # the whole job: metrics and the report, and where to open it
     metrics = json.loads((out / "run" / "metrics.json").read_text())
-    assert metrics["overall"]["queries"] == 20 and metrics["overall"]["outcomes"]["correct_abstention"] == (1 if dense else 2)
+    assert metrics["overall"]["queries"] == 20 and metrics["overall"]["outcomes"]["correct_abstention"] == 2
     report = (out / "run" / "report.html").resolve()
     assert report.is_file() and f"Open the report: {report.as_uri()}" in proc.stdout
     assert "evidence complete at" in proc.stdout  # the terminal summary

@@ -196,6 +196,9 @@ class GenerationSettings:
     reader_scale: float = _at_least(1.0, 0.001, 1000.0)
     reader_max_tokens: int = _at_least(128, 8, 4096)
     check_names: bool = True  # abstain when a distinctive name of the question occurs nowhere readable
+    # abstain when the chosen statements share only the question's names with it, unless one's cosine
+    # with it reaches this (0: off; docs/pipeline.md, "Answerability")
+    name_only_cosine: float = _at_least(0.7, 0.0, 1.0)
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"

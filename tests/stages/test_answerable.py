@@ -1,7 +1,7 @@
 """Answerability by distinctive names: a question naming what nothing the asker may read mentions
 is abstained on, naming it; a name only a restricted document holds counts as absent."""
 
-from ragdx.stages.answerable import NameCoverage, distinctive_names, is_version
+from ragdx.stages.answerable import Answerability, NameCoverage, distinctive_names, is_version
 from ragdx.stages.generate import ExtractiveGenerator
 from ragdx.types import Context, ContextUnit, Principal, Query
 
@@ -167,3 +167,37 @@ def test_a_numbered_identifier_nothing_mentions_is_abstained_on_by_name(small):
     assert unknown.abstained and unknown.missing == ("RFD-9999",)
     known = gen.run(Query("q", "What does error RFD-4021 mean?", Principal("u", ("public",))), ctx)
     assert not known.abstained and [c.text for c in known.claims] == [text]
+
+
+PRICE_MATCH = "Does Northwind Outfitters match a lower price I find at another shop?"
+
+
+def test_statements_sharing_only_the_names_answer_nothing_asked_of_them():
+    asked = ("match", "lower", "price", "find", "another", "shop")
+    names_only = Answerability.asked_of_names(PRICE_MATCH, [(frozenset({"northwind", "outfitter"}), 0.5)], 0.7)
+    assert not names_only.answer and names_only.missing == asked
+    assert names_only.why == ("the sources found mention Northwind, Outfitters but do not cover: "
+                              "match, lower, price, find, another, shop")
+    # a statement that states a word asked ("price", stemmed), or one close in meaning, answers
+    assert Answerability.asked_of_names(PRICE_MATCH, [(frozenset({"northwind"}), 0.5),
+                                                      (frozenset({"pric"}), 0.1)], 0.7).answer
+    assert Answerability.asked_of_names(PRICE_MATCH, [(frozenset({"northwind"}), 0.71)], 0.7).answer
+    assert not Answerability.asked_of_names(PRICE_MATCH, [(frozenset({"northwind"}), 0.69)], 0.7).answer
+    # a question mostly of names: what it asks is in them ("write" is 1 of its 4 words)
+    assert Answerability.asked_of_names("In SQLite 3.40, can I write IS DISTINCT FROM?",
+                                        [(frozenset({"sqlit", "distinct"}), 0.2)], 0.7).answer
+    # quoted terms are the asker's phrase, not names: nothing here is named
+    assert Answerability.asked_of_names("How do I tell \u201cincomplete input\u201d from \u201cinvalid input\u201d?",
+                                        [(frozenset(), 0.0)], 0.7).answer
+
+
+def test_the_generator_abstains_on_statements_sharing_only_the_names():
+    text = "All Northwind Outfitters products come with a 2-year warranty from the date of delivery."
+    ctx = one_unit(text, "warranty.md", "Warranty")
+    query = Query("q", PRICE_MATCH, Principal("u", ("public",)))
+    # no encoder: the statement's cosine is 0; its words are 2 of the question's 8 (0.25)
+    answer = ExtractiveGenerator(min_coverage=0.2).run(query, ctx)
+    assert answer.abstained and answer.missing == ("match", "lower", "price", "find", "another", "shop")
+    assert answer.text.startswith("I cannot answer this from the sources: the sources found mention Northwind")
+    off = ExtractiveGenerator(min_coverage=0.2, name_only_cosine=0.0).run(query, ctx)
+    assert not off.abstained and [c.text for c in off.claims] == [text]

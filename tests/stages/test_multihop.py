@@ -227,3 +227,28 @@ def test_slot_facts_answer_an_abstention_on_scores_but_never_one_on_a_name_no_so
     on_name = Answer("extractive", "I cannot answer this from the sources: no source the asker may read "
                      "mentions ST_DWithin.", (), True, ("ST_DWithin",), config={ABSTAINED_BY_NAME: True})
     assert answer_with_slots(on_name, context, [slot]) == on_name
+
+
+def test_slot_facts_add_only_the_sentences_the_answer_does_not_state_yet():
+    """The order's paragraph fills a slot; the answer already says how the order was paid: that
+    sentence is not said twice, the others are added one claim each, citing the order's unit."""
+    from ragdx.stages.multihop import answer_with_slots
+    from ragdx.types import Answer, Claim, Context, ContextUnit, Slot
+    paragraph = ("Order NW-1024 contains one Summit 2 tent. It was delivered on 10 February 2026. "
+                 "Order NW-1024 was paid with PayPal.")
+    unit = ContextUnit("S1", "orders.md", "v", 0, len(paragraph), paragraph, "Orders", (), ("c1",), 1, 20)
+    context = Context("context", (unit,), (), 1200, 20, "words")
+    slot = Slot("order", "how was the order paid", SlotState.KNOWN, chunk_id="c1", doc_id="orders.md",
+                version="v", value=paragraph)
+    said = Answer("extractive", "Order NW-1024 was paid with PayPal. [S1]",
+                  (Claim("Order NW-1024 was paid with PayPal.", ("S1",)),), False, ())
+    answered = answer_with_slots(said, context, [slot])
+    assert [(c.text, c.citations) for c in answered.claims] == [
+        ("Order NW-1024 was paid with PayPal.", ("S1",)), ("Order NW-1024 contains one Summit 2 tent.", ("S1",)),
+        ("It was delivered on 10 February 2026.", ("S1",))]
+    assert answered.text == ("Order NW-1024 was paid with PayPal. [S1] Order NW-1024 contains one Summit 2 tent. [S1] "
+                             "It was delivered on 10 February 2026. [S1]")
+    assert answered.config["slot_facts"] == 1
+    # a slot the answer states whole adds nothing: the answer stands as it was
+    whole = Answer("extractive", paragraph + " [S1]", (Claim(paragraph, ("S1",)),), False, ())
+    assert answer_with_slots(whole, context, [slot]) == whole

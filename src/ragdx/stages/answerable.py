@@ -200,7 +200,7 @@ class Verdict:
 class Answerability:
     """The decision to answer at all, made before any sentence is chosen.
 
-    Two signals, in order:
+    Two signals, in order, then a third once the statements are chosen:
 
     1. **Names** (with ``names``): what the question names that nothing the asker may read
        mentions (:meth:`NameCoverage.absent`). A question about a tool, an extension or a
@@ -210,6 +210,12 @@ class Answerability:
        with a reader, the cross-encoder) must reach ``min_coverage``, the threshold that ``ragdx
        fit generation`` fits on a validation set under a hallucination limit; the abstention
        names the question's words the best sentence does not state.
+    3. **What is asked of the names** (:meth:`asked_of_names`): when at least half of a question's
+       words ask something of its names, chosen statements that share only the names with it
+       ("All Northwind Outfitters products come with a 2-year warranty." for "Does Northwind
+       Outfitters match a lower price I find at another shop?") answer nothing it asks, unless one means it closely (cosine at least ``name_only_cosine``:
+       "It can be a surprise to get the UnboundLocalError ..." for "Why am I getting an
+       UnboundLocalError when the variable has a value?").
 
     Args:
         names: the store's name coverage (None: no name check).
@@ -242,3 +248,27 @@ class Answerability:
             return Verdict(False, "the sources found do not cover: " + ", ".join(missing),
                            missing or ("any source on the question",))
         return Verdict(True)
+
+    @staticmethod
+    def asked_of_names(question: str, chosen: Sequence[tuple[frozenset[str], float]],
+                       name_only_cosine: float) -> Verdict:
+        """Whether the chosen statements answer what the question asks of its names.
+
+        Args:
+            question: the question.
+            chosen: each chosen statement's stemmed question terms (what it states of the
+                question, its version and entry included) and its cosine with the question.
+            name_only_cosine: the least cosine that lets a statement sharing only names answer.
+        """
+        names = [n for n in question_names(question) if n.kind != "quoted"]  # a quoted term is the asker's phrase
+        named = {stem(w) for n in names for w in content_terms(n.text)}
+        terms = content_terms(question)
+        asked = [t for t in terms if stem(t) not in named]
+        if not named or 2 * len(asked) < len(terms):
+            return Verdict(True)  # no names, or a question that is mostly names ("In SQLite 3.40, can I
+            # write IS DISTINCT FROM?"): what it asks of them is in its names
+        asked_stems = {stem(t) for t in asked}
+        if any(covered & asked_stems or cosine >= name_only_cosine for covered, cosine in chosen):
+            return Verdict(True)
+        return Verdict(False, "the sources found mention " + ", ".join(n.text for n in names)
+                       + " but do not cover: " + ", ".join(asked), tuple(asked))

@@ -130,6 +130,9 @@ class ExtractiveGenerator:
         store: given, the generator abstains when one of the question's distinctive names (a
             function, an extension, a product, a version) or words occurs nowhere the asker may
             read, naming it (:class:`ragdx.stages.answerable.Answerability`); None: no such check.
+        name_only_cosine: chosen statements that share only the question's names with it answer
+            nothing it asks, unless one's cosine with it reaches this
+            (:meth:`ragdx.stages.answerable.Answerability.asked_of_names`).
     """
 
     kind = StageKind.GENERATION
@@ -139,7 +142,7 @@ class ExtractiveGenerator:
                  tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
                  reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
                  weights: ReaderWeights | None = None, reader_keep: float = 0.0, reader_same_unit: float = 0.5,
-                 name: str = "extractive") -> None:
+                 name_only_cosine: float = 0.7, name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
         self.reader, self.reader_depth, self.reader_scale = reader, reader_depth, reader_scale
@@ -147,7 +150,7 @@ class ExtractiveGenerator:
         if weights is not None and weights.cross and reader is None:
             raise ConfigError("the generator's learned reader reads a cross-encoder's score, and none was given")
         self.weights, self.reader_keep, self.reader_same_unit = weights, reader_keep, reader_same_unit
-        self.store = store
+        self.store, self.name_only_cosine = store, name_only_cosine
         self.names = NameCoverage(store, encoder) if store is not None else None
         self.answerability = Answerability(self.names)
         self.encoder = encoder
@@ -166,7 +169,7 @@ class ExtractiveGenerator:
                 if self.weights is not None else None,
                 "reader_keep": self.reader_keep if self.weights is not None else None,
                 "reader_same_unit": self.reader_same_unit if self.weights is not None else None,
-                "check_names": self.names is not None,
+                "check_names": self.names is not None, "name_only_cosine": self.name_only_cosine,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -431,6 +434,14 @@ class ExtractiveGenerator:
             chosen = [stating] + chosen
             units_used.add(stating.unit.id)
             claims = _with_exceptions(chosen)
+        # statements that share only the question's names with it answer nothing it asks of them;
+        # one stating a default ("datetime.isoformat(sep='T', ...)") answers a question asking one
+        default = frozenset({stem("default")}) if asks_default(query.question) else frozenset()
+        verdict = self.answerability.asked_of_names(
+            query.question, [(c.covered | (default if states_default(c.text) or SIGNATURE.search(c.text) else set()),
+                              c.cosine) for c in chosen], self.name_only_cosine)
+        if not verdict.answer:
+            return self._abstain(verdict.why, verdict.missing, started)
         prefix = ""
         asked_weights = question_weights(query.question)
         chosen_texts = {" ".join(c.text.split()) for c in claims}

@@ -315,9 +315,9 @@ class MultiHop:
 
 
 def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -> Answer:
-    """The answer with each known slot's fact added as a claim citing the context unit that holds
-    its chunk (the facts a multi-hop answer rests on: the order's dates, the rule, its exception),
-    unless the answer already states it; only when no slot is still unknown (a partial set of
+    """The answer with each known slot's fact added, one claim a sentence, citing the context unit
+    that holds its chunk (the facts a multi-hop answer rests on: the order's dates, the rule, its
+    exception), but for the sentences the answer already states; only when no slot is still unknown (a partial set of
     facts does not answer the question). A slot whose chunk did not reach the context, one still
     unknown and one that needs a person are named as missing. The claims are checked by the
     citation stage like any other, against the original question's context. An abstention because
@@ -326,8 +326,10 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
     if answer.abstained and answer.config.get(ABSTAINED_BY_NAME):
         return answer
     claims = [] if answer.abstained else list(answer.claims)
-    seen = {" ".join(c.text.split()) for c in claims}
-    added, missing = [], []
+    seen = {_said(s) for c in claims for s in sentences(c.text)}
+    added: list[Claim] = []
+    missing = []
+    filled = 0
     for slot in slots:
         if slot.state is SlotState.NEEDS_PERSON:
             missing.append(f"{slot.name}: {slot.note}")
@@ -338,12 +340,21 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
         unit = next((u for u in context.units if slot.chunk_id in u.chunk_ids), None)
         if unit is None:
             missing.append(f"{slot.name}: its evidence ({slot.doc_id}) did not reach the context")
-        elif slot.value not in seen:
-            seen.add(slot.value)
-            added.append(Claim(slot.value, (unit.id,)))
+        else:
+            # what the answer does not state yet, each sentence once ("Order NW-1024 was paid
+            # with PayPal." said already is not said again with the order's paragraph)
+            new = [s for s in sentences(slot.value) if _said(s) not in seen]
+            seen.update(_said(s) for s in new)
+            added += [Claim(s, (unit.id,)) for s in new]
+            filled += bool(new)
     if not added or any(s.state is SlotState.UNKNOWN for s in slots):
         # a slot still unknown: the facts found do not answer the question, the answer stands
         return replace(answer, missing=tuple(dict.fromkeys(answer.missing + tuple(missing))))
     extra = " ".join(f"{c.text} [{c.citations[0]}]" for c in added)
     return replace(answer, text=extra if answer.abstained else f"{answer.text} {extra}", claims=tuple(claims + added),
-                   abstained=False, missing=tuple(missing), config=dict(answer.config) | {"slot_facts": len(added)})
+                   abstained=False, missing=tuple(missing), config=dict(answer.config) | {"slot_facts": filled})
+
+
+def _said(statement: str) -> str:
+    """A statement as compared with what an answer says already: its words, spaces folded."""
+    return " ".join(statement.split())
