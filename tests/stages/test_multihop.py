@@ -252,3 +252,34 @@ def test_slot_facts_add_only_the_sentences_the_answer_does_not_state_yet():
     # a slot the answer states whole adds nothing: the answer stands as it was
     whole = Answer("extractive", paragraph + " [S1]", (Claim(paragraph, ("S1",)),), False, ())
     assert answer_with_slots(whole, context, [slot]) == whole
+
+
+def test_a_table_row_a_slot_found_replaces_another_row_of_that_table_the_answer_chose():
+    """"How long does a refund to that payment method take?": the answer chose the cash-on-delivery
+    row; the slot resolved the method (PayPal) and found its row: the other row goes, text and
+    claim; a row of another unit stays."""
+    from ragdx.stages.multihop import answer_with_slots
+    from ragdx.types import Answer, Claim, Context, ContextUnit, Slot
+    cod = "Payment method: Cash on delivery; Refund processing time: 10-14 business days; Fee: 2.50 EUR"
+    paypal = "Payment method: PayPal; Refund processing time: 3-5 business days; Fee: none"
+    other = "Payment method: Card; Fee: none"
+    table = ContextUnit("S2", "timing.md", "v", 0, 200, f"{cod}\n{paypal}", "Timing", (), ("c2",), 2, 30)
+    elsewhere = ContextUnit("S3", "fees.md", "v", 0, 40, other, "Fees", (), ("c3",), 3, 6)
+    context = Context("context", (table, elsewhere), (), 1200, 36, "words")
+    slot = Slot("time", "refund time for PayPal", SlotState.KNOWN, chunk_id="c2", doc_id="timing.md",
+                version="v", value=paypal)
+    chose = Answer("extractive", f"Order NW-1024 was paid with PayPal. [S1] {cod} [S2] {other} [S3]",
+                   (Claim("Order NW-1024 was paid with PayPal.", ("S1",)), Claim(cod, ("S2",)), Claim(other, ("S3",))),
+                   False, ())
+    answered = answer_with_slots(chose, context, [slot])
+    assert [c.text for c in answered.claims] == ["Order NW-1024 was paid with PayPal.", other, paypal]
+    assert answered.text == f"Order NW-1024 was paid with PayPal. [S1] {other} [S3] {paypal} [S2]"
+    # a fact names cash on delivery too: which row applies is not settled, both stay
+    both = Answer("extractive", f"Paid with PayPal; cash on delivery was refused. [S1] {cod} [S2]",
+                  (Claim("Paid with PayPal; cash on delivery was refused.", ("S1",)), Claim(cod, ("S2",))), False, ())
+    assert [c.text for c in answer_with_slots(both, context, [slot]).claims] == [
+        "Paid with PayPal; cash on delivery was refused.", cod, paypal]
+    # no fact names PayPal: the slot's row is not the one the question is about either
+    unkeyed = Answer("extractive", f"The order was paid. [S1] {cod} [S2]",
+                     (Claim("The order was paid.", ("S1",)), Claim(cod, ("S2",))), False, ())
+    assert [c.text for c in answer_with_slots(unkeyed, context, [slot]).claims] == ["The order was paid.", cod, paypal]

@@ -317,9 +317,12 @@ class MultiHop:
 def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -> Answer:
     """The answer with each known slot's fact added, one claim a sentence, citing the context unit
     that holds its chunk (the facts a multi-hop answer rests on: the order's dates, the rule, its
-    exception), but for the sentences the answer already states; only when no slot is still unknown (a partial set of
-    facts does not answer the question). A slot whose chunk did not reach the context, one still
-    unknown and one that needs a person are named as missing. The claims are checked by the
+    exception), but for the sentences the answer already states; only when no slot is still
+    unknown (a partial set of facts does not answer the question). A table row a slot found whose
+    first cell another fact states (the row of PayPal, the order "was paid with PayPal") replaces
+    another row of the same table the answer chose whose first cell no fact states (cash on
+    delivery). A slot whose chunk did not reach the context, one
+    still unknown and one that needs a person are named as missing. The claims are checked by the
     citation stage like any other, against the original question's context. An abstention because
     the sources never mention what the question names (``ST_DWithin``) stands: facts found for its
     parts are about something else."""
@@ -350,9 +353,30 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
     if not added or any(s.state is SlotState.UNKNOWN for s in slots):
         # a slot still unknown: the facts found do not answer the question, the answer stands
         return replace(answer, missing=tuple(dict.fromkeys(answer.missing + tuple(missing))))
+    text = answer.text
+    facts = " ".join(c.text for c in claims + added if not _columns(c.text)).lower()
+    keyed = {(c.citations, _columns(c.text)) for c in added if _columns(c.text) and _key(c.text) in facts}
+    for claim in list(claims):
+        if _columns(claim.text) and (claim.citations, _columns(claim.text)) in keyed and _key(claim.text) not in facts:
+            # another row of the table a slot found its row in, for a case no fact is about
+            claims.remove(claim)
+            text = " ".join(text.replace(f"{claim.text} [{claim.citations[0]}]", "").split())
     extra = " ".join(f"{c.text} [{c.citations[0]}]" for c in added)
-    return replace(answer, text=extra if answer.abstained else f"{answer.text} {extra}", claims=tuple(claims + added),
+    return replace(answer, text=extra if answer.abstained else f"{text} {extra}", claims=tuple(claims + added),
                    abstained=False, missing=tuple(missing), config=dict(answer.config) | {"slot_facts": filled})
+
+
+def _columns(statement: str) -> tuple[str, ...]:
+    """A table row's column names, as a row reads with its header ("Payment method: PayPal; Fee:
+    none" -> ("Payment method", "Fee")); empty for any other statement."""
+    cells = statement.split("; ")
+    names = tuple(c.split(": ", 1)[0] for c in cells if ": " in c)
+    return names if len(cells) >= 2 and len(names) == len(cells) else ()
+
+
+def _key(row: str) -> str:
+    """A table row's first cell's value, lower-cased: what its row is about ("paypal")."""
+    return row.split("; ", 1)[0].split(": ", 1)[1].strip().lower()
 
 
 def _said(statement: str) -> str:
