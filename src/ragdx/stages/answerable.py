@@ -213,9 +213,10 @@ class Answerability:
     3. **What is asked of the names** (:meth:`asked_of_names`): when at least half of a question's
        words ask something of its names, chosen statements that share only the names with it
        ("All Northwind Outfitters products come with a 2-year warranty." for "Does Northwind
-       Outfitters match a lower price I find at another shop?") answer nothing it asks, unless one means it closely (cosine at least ``name_only_cosine``:
-       "It can be a surprise to get the UnboundLocalError ..." for "Why am I getting an
-       UnboundLocalError when the variable has a value?").
+       Outfitters match a lower price I find at another shop?") answer nothing it asks, unless
+       one means it closely (cosine at least ``name_only_cosine``: "It can be a surprise to get
+       the UnboundLocalError ..." for "Why am I getting an UnboundLocalError when the variable
+       has a value?").
 
     Args:
         names: the store's name coverage (None: no name check).

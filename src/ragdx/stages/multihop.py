@@ -321,9 +321,9 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
     unknown (a partial set of facts does not answer the question). A table row a slot found whose
     first cell another fact states (the row of PayPal, the order "was paid with PayPal") replaces
     another row of the same table the answer chose whose first cell no fact states (cash on
-    delivery). A slot whose chunk did not reach the context, one
-    still unknown and one that needs a person are named as missing. The claims are checked by the
-    citation stage like any other, against the original question's context. An abstention because
+    delivery). A slot whose chunk did not reach the context, one still unknown and one that needs
+    a person are named as missing. The claims are checked by the citation stage like any other,
+    against the original question's context. An abstention because
     the sources never mention what the question names (``ST_DWithin``) stands: facts found for its
     parts are about something else."""
     if answer.abstained and answer.config.get(ABSTAINED_BY_NAME):
