@@ -2,8 +2,8 @@
 
 import pytest
 
-from ragdx.text import (asked_quantity, asks_default, content_terms, names_another, numbered_ids, states_default,
-                        statements, states_quantity, stem)
+from ragdx.text import (asked_quantity, asks_default, content_terms, names_another, numbered_ids, row_cells,
+                        statement_spans, states_default, statements, states_quantity, stem)
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -118,3 +118,12 @@ def test_a_statement_naming_only_another_member_of_the_family_asked_about():
     assert not names_another("RFD-5003 is retried, unlike RFD-4021.", asked)  # it names the one asked too
     assert not names_another("Order NW-1042 was paid by card.", asked)        # another family
     assert not names_another("Error RFD-4021 means ...", {})                  # the question names none
+
+
+def test_a_table_rows_cells_read_back_as_statement_spans_wrote_them():
+    [row] = [s.text for s in statement_spans("Payment method | Fee\nPayPal | none")]
+    assert row == "Payment method: PayPal; Fee: none"
+    assert row_cells(row) == (("Payment method", "PayPal"), ("Fee", "none"))
+    # prose with a colon, or one cell, is no row
+    assert row_cells("Note: the fee is none; see the table.") == ()
+    assert row_cells("Fee: none") == ()

@@ -9,7 +9,7 @@ import functools
 import re
 from typing import NamedTuple
 
-__all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like",
+__all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like", "row_cells",
            "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "unreplied", "is_reply", "LIST_ITEM"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
@@ -156,6 +156,25 @@ class Statement(NamedTuple):
     head: tuple[int, int] | None = None
 
 
+#: how a table row reads with its header: ``column: value`` cells joined by ``; ``
+_CELL, _ROW_CELLS = ": ", "; "
+
+
+def row_cells(statement: str) -> tuple[tuple[str, str], ...]:
+    """A table row's cells as :func:`statement_spans` reads a row with its header, each
+    ``(column, value)``; empty for any other statement (fewer than two cells, or one without a
+    column).
+
+    >>> row_cells("Payment method: PayPal; Fee: none")
+    (('Payment method', 'PayPal'), ('Fee', 'none'))
+    >>> row_cells("Note: this is prose.")
+    ()
+    """
+    cells = statement.split(_ROW_CELLS)
+    pairs = tuple(tuple(c.split(_CELL, 1)) for c in cells if _CELL in c)
+    return pairs if len(cells) >= 2 and len(pairs) == len(cells) else ()  # type: ignore[return-value]
+
+
 def statement_spans(text: str, header: str = "") -> list[Statement]:
     """Each statement of :func:`statements`, with where it stands in ``text``."""
     out: list[Statement] = []
@@ -177,8 +196,9 @@ def statement_spans(text: str, header: str = "") -> list[Statement]:
             if head is None or texts[0] == " | ".join(head):
                 head, where = [c.strip() for c in texts[0].split(" | ")], (lines[0][0], lines[0][0] + len(texts[0]))
                 lines = lines[1:]
-            out += [Statement(start, start + len(row), "; ".join(
-                f"{col}: {val.strip()}" for col, val in zip(head, row.split(" | "))), where) for start, row in lines]
+            out += [Statement(start, start + len(row), _ROW_CELLS.join(
+                f"{col}{_CELL}{val.strip()}" for col, val in zip(head, row.split(" | "))), where)
+                for start, row in lines]
         elif all(LIST_ITEM.match(line) for line in texts):
             for start, line in lines:
                 bullet = LIST_ITEM.match(line).end()  # type: ignore[union-attr]

@@ -436,7 +436,7 @@ class ExtractiveGenerator:
             claims = _with_exceptions(chosen)
         # statements that share only the question's names with it answer nothing it asks of them;
         # one stating a default ("datetime.isoformat(sep='T', ...)") answers a question asking one
-        default = frozenset({stem("default")}) if asks_default(query.question) else frozenset()
+        default = _DEFAULT_WORDS if asks_default(query.question) else frozenset()
         verdict = self.answerability.asked_of_names(
             query.question, [(c.covered | (default if states_default(c.text) or SIGNATURE.search(c.text) else set()),
                               c.cosine) for c in chosen], self.name_only_cosine)

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 from ragdx.protocols import Retriever, Store
 from ragdx.stages.answerable import ABSTAINED_BY_NAME
 from ragdx.stages.fuse import reciprocal_ranks
-from ragdx.text import content_terms, quantities, sentences, split_question, statements, stem
+from ragdx.text import content_terms, quantities, row_cells, sentences, split_question, statements, stem
 from ragdx.types import Answer, Chunk, Claim, Context, DocStatus, Hop, Query, Slot, SlotState
 
 __all__ = ["MultiHop", "LoopResult", "answer_with_slots", "elapsed_days"]
@@ -367,16 +367,13 @@ def answer_with_slots(answer: Answer, context: Context, slots: Sequence[Slot]) -
 
 
 def _columns(statement: str) -> tuple[str, ...]:
-    """A table row's column names, as a row reads with its header ("Payment method: PayPal; Fee:
-    none" -> ("Payment method", "Fee")); empty for any other statement."""
-    cells = statement.split("; ")
-    names = tuple(c.split(": ", 1)[0] for c in cells if ": " in c)
-    return names if len(cells) >= 2 and len(names) == len(cells) else ()
+    """A table row's column names (:func:`ragdx.text.row_cells`); empty for any other statement."""
+    return tuple(column for column, _ in row_cells(statement))
 
 
 def _key(row: str) -> str:
     """A table row's first cell's value, lower-cased: what its row is about ("paypal")."""
-    return row.split("; ", 1)[0].split(": ", 1)[1].strip().lower()
+    return row_cells(row)[0][1].strip().lower()
 
 
 def _said(statement: str) -> str:
