@@ -233,7 +233,7 @@ def default_stages(store: Store, settings: Settings, *, encoder: Encoder | None 
                                      tie_ratio=g.tie_ratio, reader=reader, reader_weight=g.reader_weight, reader_depth=g.reader_depth,
                                      reader_scale=g.reader_scale, weights=weights, reader_keep=g.reader_keep,
                                      reader_same_unit=g.reader_same_unit, store=store if g.check_names else None,
-                                     name_only_cosine=g.name_only_cosine)
+                                     name_only_cosine=g.name_only_cosine, background_share=g.background_share)
     if g.method == "local":
         from ragdx.stages.local import LocalChatClient, LocalGenerator
         if not g.model:

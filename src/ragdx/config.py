@@ -199,6 +199,9 @@ class GenerationSettings:
     # abstain when the chosen statements share only the question's names with it, unless one's cosine
     # with it reaches this (0: off; docs/pipeline.md, "Answerability")
     name_only_cosine: float = _at_least(0.7, 0.0, 1.0)
+    # names held by this share of the store's documents are what the sources are about: the reader
+    # also reads the question without them, and they make no further statement an answer (0: off)
+    background_share: float = _at_least(0.25, 0.0, 1.0)
     base_url: str = ""
     model: str = ""
     api_key_env: str = "RAGDX_LLM_API_KEY"

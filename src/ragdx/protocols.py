@@ -151,6 +151,12 @@ class Store(Protocol):
         when None), for any of ``terms`` (OR), by BM25, higher scores first."""
         ...
 
+    def document_frequency(self, words: Sequence[str]) -> tuple[int, dict[str, int]]:
+        """How many documents the store holds, and for each word how many of them have a chunk
+        holding it (as the keyword index tokenizes it; a word it splits in several counts 0).
+        Over every document, as BM25's statistics are: a number that weights words, never text."""
+        ...
+
     def active_space(self) -> EmbeddingSpace | None: ...
 
     def vector_table(self, space_id: str) -> tuple[list[str], list[tuple[str, str]], list[bytes],

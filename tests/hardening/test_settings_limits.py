@@ -40,7 +40,7 @@ def test_every_numeric_setting_has_a_documented_range():
     documented = dict(re.findall(r"^\| `([a-z_.0-9]+)` \| ([0-9.,]+ to [0-9.,]+) \|", section, re.M))
     expected = {key: f"{_shown(low)} to {_shown(high)}" for key, (low, high) in ranges().items()}
     assert documented == expected
-    assert len(documented) == 42  # generation.name_only_cosine is the newest
+    assert len(documented) == 43  # generation.background_share is the newest
     assert expected["generation.min_coverage"] == "0 to 1"
     assert expected["generation.keep_ratio"] == "0 to 1"
 

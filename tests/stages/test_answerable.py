@@ -1,7 +1,7 @@
 """Answerability by distinctive names: a question naming what nothing the asker may read mentions
 is abstained on, naming it; a name only a restricted document holds counts as absent."""
 
-from ragdx.stages.answerable import Answerability, NameCoverage, distinctive_names, is_version
+from ragdx.stages.answerable import Answerability, NameCoverage, distinctive_names, is_version, without_names
 from ragdx.stages.generate import ExtractiveGenerator
 from ragdx.types import Context, ContextUnit, Principal, Query
 
@@ -201,3 +201,127 @@ def test_the_generator_abstains_on_statements_sharing_only_the_names():
     assert answer.text.startswith("I cannot answer this from the sources: the sources found mention Northwind")
     off = ExtractiveGenerator(min_coverage=0.2, name_only_cosine=0.0).run(query, ctx)
     assert not off.abstained and [c.text for c in off.claims] == [text]
+
+
+def acme_store(tmp_path):
+    """Four documents: "Acme" in two (one of them holds it in two chunks, and once in the heading
+    only), "Zurich" in one, the store's other versions and access aside."""
+    import json
+
+    from ragdx.build import build_ingestor
+    from ragdx.config import load_settings
+    from ragdx.store.sqlite import SQLiteStore
+    from tests.conftest import write
+
+    docs = {"shipping.md": "# Shipping\n\nWe ship to all countries of the Union, Zurich included.",
+            "refund.md": "# Acme refunds\n\nAt Acme we want you to be happy.\n\n## Window\n\n"
+                         "Acme refunds within 30 days.",
+            "warranty.md": "# Warranty\n\nAll Acme products carry a 2-year warranty.",
+            "api.md": "# API\n\nCall round() to round a refund amount."}
+    rows = []
+    for name, text in docs.items():
+        write(tmp_path / name, text)
+        rows.append({"doc_id": name, "path": name, "acl": ["staff" if name == "warranty.md" else "public"]})
+    manifest = write(tmp_path / "manifest.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n")
+    store = SQLiteStore(tmp_path / "store.db")
+    build_ingestor(store, load_settings(overrides=["chunking.tokenizer=regex", "chunking.max_tokens=16",
+                                                   "retrieval.dense.enabled=false"]), None).run(manifest)
+    return store
+
+
+def test_document_frequency_counts_documents_not_chunks(tmp_path):
+    store = acme_store(tmp_path)
+    assert len([c for c in store.chunks("refund.md") if "Acme" in c.text]) >= 2  # counted once all the same
+    # over every document, whoever may read it (warranty.md is staff-only), as BM25's statistics
+    # are; a phrase (several tokens) and an absent word count 0; "acme" is "Acme" folded
+    assert store.document_frequency(["Acme", "Zurich", "acme", "Acme refunds", "Zug"]) == \
+        (4, {"Acme": 2, "Zurich": 1, "acme": 2, "Acme refunds": 0, "Zug": 0})
+    store.close()
+
+
+def test_background_names_are_word_shaped_names_most_documents_hold(tmp_path):
+    store = acme_store(tmp_path)
+    names = NameCoverage(store)
+    question = "Does Acme ship to Zurich, and does round() round the amount?"
+    # Acme in 2 of 4 documents (0.5), Zurich in 1 (0.25); round() is a code name, never background
+    assert names.background(question, 0.5) == ("Acme",)
+    assert names.background(question, 0.25) == ("Acme", "Zurich")
+    assert names.background(question, 0.51) == ()
+    assert names.background(question, 0.0) == ()
+    assert without_names(question, ("Acme",)) == "Does ship to Zurich, and does round() round the amount?"
+    store.close()
+
+
+class EntityLeaning:
+    """A cross-encoder that leans on a company's name as ms-marco-MiniLM-L-12-v2 does: for a
+    question naming Acme, a sentence naming it scores 2 and each other question word a sentence
+    holds 0.5; for a question without the name, each word 1.5."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    @property
+    def config(self) -> dict:
+        return {"model": "entity-leaning"}
+
+    def score(self, query: str, texts):
+        import numpy as np
+
+        from ragdx.text import content_terms
+        self.asked.append(query)
+        named = "acme" in query.lower()
+        words = set(content_terms(query)) - {"acme"}
+        return np.array([(2.0 if named and "acme" in t.lower() else 0.0)
+                         + (0.5 if named else 1.5) * len(words & set(content_terms(t))) for t in texts])
+
+
+SHIP = "We ship to all countries of the Union, Zurich included."
+HAPPY = "At Acme we want you to be happy."
+
+
+def acme_context() -> Context:
+    happy = ContextUnit("S1", "refund.md", "v", 0, len(HAPPY), HAPPY, "Acme refunds", (), ("c1",), 1, 8)
+    ship = ContextUnit("S2", "shipping.md", "v", 0, len(SHIP), SHIP, "Shipping", (), ("c2",), 2, 10)
+    return Context("context", (happy, ship),
+                   (), 1200, 18, "words")
+
+
+def test_the_reader_also_reads_the_question_without_its_background_names(tmp_path):
+    from ragdx.stages.reader import FEATURES, ReaderWeights
+
+    store = acme_store(tmp_path)
+    question = "Does Acme ship to Zurich?"
+    # the reader's probability follows the cross-encoder's logit alone
+    n = len(FEATURES)
+    weights = ReaderWeights(FEATURES, (0.0,) * n, (1.0,) * n,
+                            tuple(5.0 if f == "cross_gap" else 0.0 for f in FEATURES), 0.0)
+    # Acme is in half the documents: the better of two readings; "Does ship to Zurich?" gives the
+    # shipping sentence 1.5 x 2 = 3 against 0.5 x 2 = 1 with the name, and the other sentence 0
+    # against 2. Off: one reading, and the sentence naming Acme first
+    for share, cross, first in ((0.5, {HAPPY: 2.0, SHIP: 3.0}, SHIP), (0.0, {HAPPY: 2.0, SHIP: 1.0}, HAPPY)):
+        scorer = EntityLeaning()
+        gen = ExtractiveGenerator(min_coverage=0.1, max_sentences=1, reader=scorer, weights=weights, store=store,
+                                  background_share=share)
+        found = gen._scored(question, acme_context())
+        rows = gen.reader_rows(question, found)
+        gaps = {c.text: round(float(r[FEATURES.index("cross_gap")]), 6) for c, r in zip(found, rows)}
+        best = max(cross.values())
+        assert gaps == {k: v - best for k, v in cross.items()}
+        assert scorer.asked == ([question, "Does ship to Zurich?"] if share else [question])
+        answer = gen.run(Query("q", question, Principal("u", ("public",))), acme_context())
+        assert [c.text for c in answer.claims] == [first]
+    store.close()
+
+
+def test_a_further_statement_holding_only_background_names_is_padding(tmp_path):
+    store = acme_store(tmp_path)
+    query = Query("q", "Does Acme ship to Zurich?", Principal("u", ("public",)))
+    # by words alone: the shipping sentence holds ship and zurich (2 of 3), the other acme (1 of 3)
+    on = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, max_sentences=2, store=store, background_share=0.5)
+    assert on.background(query.question) == ("Acme",)
+    assert [c.text for c in on.run(query, acme_context()).claims] == [SHIP]
+    off = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, max_sentences=2, store=store, background_share=0.0)
+    assert [c.text for c in off.run(query, acme_context()).claims] == [SHIP, HAPPY]
+    # a question about the background name itself keeps it: "What is Acme?" would be left one word
+    assert on.background("What is Acme?") == () and on.background("Where does Acme ship parcels?") == ("Acme",)
+    store.close()

@@ -210,6 +210,14 @@ def test_search_on_the_example_equals_the_embedded_store(example_sqlite, pg_stor
             got_d = store.vector_search(encoder.space.id, vector, groups, 20)
             assert [c.id for c, _ in got_d] == [cid for cid, _ in want_d]
             assert np.allclose([s for _, s in got_d], [s for _, s in want_d], atol=1e-6)
+    # documents holding a word, by hand: Northwind is in the refund policy (both versions: one
+    # document), the quality policy, the review, the warranty, the gift cards and the API's Host
+    # line; the FAQ and the error page name it only in navigation and footer, which are not indexed.
+    # PayPal: the cancellation page, the order records and the refund timing
+    words = ["Northwind", "Switzerland", "PayPal", "Northwind Outfitters", "Zug"]
+    want_df = (14, {"Northwind": 6, "Switzerland": 1, "PayPal": 3, "Northwind Outfitters": 0, "Zug": 0})
+    assert example_sqlite.document_frequency(words) == want_df
+    assert store.document_frequency(words) == want_df
     assert store.verify() == []
 
 

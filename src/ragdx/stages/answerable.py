@@ -94,6 +94,22 @@ def question_names(question: str) -> tuple[Name, ...]:
     return tuple(names.values())
 
 
+#: the name shapes that are words, which may name what the sources as a whole are about
+#: (:meth:`NameCoverage.background`)
+WORD_SHAPES = frozenset({"capital", "caps", "camel"})
+
+
+def without_names(question: str, names: Sequence[str]) -> str:
+    """The question with these names (and their possessive) taken out.
+
+    >>> without_names("Does Northwind Outfitters ship to Switzerland?", ["Northwind", "Outfitters"])
+    'Does ship to Switzerland?'
+    """
+    for name in names:
+        question = re.sub(rf"(?<![\w.-]){re.escape(name)}(?:['\u2019]s)?(?![\w-])", "", question)
+    return re.sub(r"\s+([?.,!;:])", r"\1", " ".join(question.split()))
+
+
 def distinctive_names(question: str) -> tuple[str, ...]:
     """The question's distinctive names, in order, each once (:func:`question_names`).
 
@@ -128,6 +144,30 @@ class NameCoverage:
     def __init__(self, store: Store, vocabulary: TokenCounter | None = None) -> None:
         self.store = store
         self.vocabulary = vocabulary
+        self._shares: tuple[int, dict[str, float]] = (-1, {})  # (index version, name -> share)
+
+    def background(self, question: str, share: float) -> tuple[str, ...]:
+        """The question's names that the sources as a whole are about: word-shaped names
+        (capitalised, all capitals, camel case; :data:`WORD_SHAPES`) held by at least ``share`` of
+        the store's documents. A company's name in its own support pages ("Does Northwind
+        Outfitters ship to Switzerland?"), a product's in its manual: naming it tells no document
+        from another, and a cross-encoder reading the question leans on it all the same (it
+        scores a sentence naming the company above the one on shipping to Switzerland). A code
+        name (``round()``, ``os.path``) is never background. Shares are kept per index version.
+        Empty when ``share`` is 0 or the store cannot count documents."""
+        count = getattr(self.store, "document_frequency", None)
+        names = [n.text for n in question_names(question) if n.kind in WORD_SHAPES]
+        if share <= 0 or count is None or not names:
+            return ()
+        version = self.store.index_version
+        if self._shares[0] != version:
+            self._shares = (version, {})
+        shares = self._shares[1]
+        wanted = [n for n in names if n not in shares]
+        if wanted:
+            total, held = count(wanted)
+            shares.update({n: held.get(n, 0) / total if total else 0.0 for n in wanted})
+        return tuple(n for n in names if shares[n] >= share)
 
     def covered(self, name: str, groups: tuple[str, ...]) -> bool:
         """Whether some chunk these groups may read holds ``name`` as a phrase (or, for a version

@@ -33,7 +33,7 @@ import numpy as np
 from ragdx.errors import ChatError, ConfigError
 from ragdx.protocols import Encoder, PairScorer, Store
 from ragdx.stages._sentences import sentence_vectors
-from ragdx.stages.answerable import ABSTAINED_BY_NAME, Answerability, NameCoverage
+from ragdx.stages.answerable import ABSTAINED_BY_NAME, Answerability, NameCoverage, without_names
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
@@ -133,6 +133,11 @@ class ExtractiveGenerator:
         name_only_cosine: chosen statements that share only the question's names with it answer
             nothing it asks, unless one's cosine with it reaches this
             (:meth:`ragdx.stages.answerable.Answerability.asked_of_names`).
+        background_share: with a store, a word-shaped name of the question held by this share of
+            the store's documents is what the sources are about ("Northwind Outfitters" in its
+            own policies): the cross-encoder also reads the question without it, each sentence
+            keeping its better reading, and a further statement that holds no other word of the
+            question is padding (:meth:`ragdx.stages.answerable.NameCoverage.background`; 0: off).
     """
 
     kind = StageKind.GENERATION
@@ -142,7 +147,7 @@ class ExtractiveGenerator:
                  tie_ratio: float = 0.0, reader: PairScorer | None = None, reader_weight: float = 0.5,
                  reader_depth: int = 40, reader_scale: float = 1.0, store: Store | None = None,
                  weights: ReaderWeights | None = None, reader_keep: float = 0.0, reader_same_unit: float = 0.5,
-                 name_only_cosine: float = 0.7, name: str = "extractive") -> None:
+                 name_only_cosine: float = 0.7, background_share: float = 0.25, name: str = "extractive") -> None:
         self.min_coverage, self.keep_ratio, self.max_sentences = min_coverage, keep_ratio, max_sentences
         self.rank_weight, self.tie_ratio = rank_weight, tie_ratio
         self.reader, self.reader_depth, self.reader_scale = reader, reader_depth, reader_scale
@@ -150,7 +155,7 @@ class ExtractiveGenerator:
         if weights is not None and weights.cross and reader is None:
             raise ConfigError("the generator's learned reader reads a cross-encoder's score, and none was given")
         self.weights, self.reader_keep, self.reader_same_unit = weights, reader_keep, reader_same_unit
-        self.store, self.name_only_cosine = store, name_only_cosine
+        self.store, self.name_only_cosine, self.background_share = store, name_only_cosine, background_share
         self.names = NameCoverage(store, encoder) if store is not None else None
         self.answerability = Answerability(self.names)
         self.encoder = encoder
@@ -170,6 +175,7 @@ class ExtractiveGenerator:
                 "reader_keep": self.reader_keep if self.weights is not None else None,
                 "reader_same_unit": self.reader_same_unit if self.weights is not None else None,
                 "check_names": self.names is not None, "name_only_cosine": self.name_only_cosine,
+                "background_share": self.background_share if self.names is not None else None,
                 "encoder": self.encoder.space.id if self.encoder is not None else None}
 
     def _meaning(self, question: str, texts: list[str]) -> list[float]:
@@ -296,7 +302,14 @@ class ExtractiveGenerator:
         if self.reader is not None:
             top = sorted(range(len(found)), key=lambda i: (-blend[i], -found[i].density,
                                                            found[i].unit.rank))[:self.reader_depth]
-            read = dict(zip(top, (float(x) for x in self.reader.score(question, [_in_place(found[i]) for i in top]))))
+            texts = [_in_place(found[i]) for i in top]
+            scores = self.reader.score(question, texts)
+            # read without the names the sources as a whole are about too, and take the better
+            # reading: the model leans on a company's name that every policy page holds
+            aside = without_names(question, self.background(question))
+            if aside != question:
+                scores = np.maximum(scores, self.reader.score(aside, texts))
+            read = dict(zip(top, (float(x) for x in scores)))
             cross = [read.get(i) for i in range(len(found))]
         return feature_matrix(facts, blend, cross)
 
@@ -375,6 +388,14 @@ class ExtractiveGenerator:
         with), 0 without one."""
         return max((c.content for c in self._candidates(query.question, context)), default=0.0)
 
+    def background(self, question: str) -> tuple[str, ...]:
+        """The question's names the sources as a whole are about (``background_share`` of the
+        store's documents hold them: :meth:`ragdx.stages.answerable.NameCoverage.background`);
+        none without a store, or when fewer than two of the question's words would be left ("What
+        is Python?" is about Python)."""
+        names = self.names.background(question, self.background_share) if self.names is not None else ()
+        return names if len(content_terms(without_names(question, names))) >= 2 else ()
+
     def _abstain(self, why: str, missing: tuple[str, ...], started: float, by_name: bool = False) -> Answer:
         config = self.config | {ABSTAINED_BY_NAME: True} if by_name else self.config
         return Answer(self.name, f"I cannot answer this from the sources: {why}.", (), True, missing,
@@ -414,7 +435,12 @@ class ExtractiveGenerator:
         # a further statement that holds no word of the question answers no part of it: chosen for
         # its meaning alone, it is padding ("Returns within Germany are free." for "How long is
         # store credit valid?"), and one in a conflict would bring a note on what was not asked
-        chosen = chosen[:1] + [c for c in chosen[1:] if c.covered]
+        # (nor, short of ``name_only_cosine``, are the names the sources as a whole are about:
+        # "Applies to all orders placed on northwind-outfitters.example" answers nothing of "Does
+        # Northwind Outfitters ship to Switzerland?")
+        aside = {stem(w) for n in self.background(query.question) for w in content_terms(n)}
+        chosen = chosen[:1] + [c for c in chosen[1:] if c.covered - aside
+                               or (c.covered and c.cosine >= self.name_only_cosine > 0)]
         for cand in self._uncovered_parts(query.question, readable, chosen):
             chosen.append(cand)
             units_used.add(cand.unit.id)

@@ -143,6 +143,35 @@ def sqlite_keyword_statistics(self: SQLiteStore, terms: Sequence[str]) -> tuple[
     return rows, self._token_total[1] / max(rows, 1), {t: r[0] if r else 0 for t, r in found.items()}
 
 
+def sqlite_document_frequency(self: SQLiteStore, words: Sequence[str]) -> tuple[int, dict[str, int]]:
+    """How many documents the store holds (any version or status), and for each of ``words``
+    how many of them have a chunk holding it. A word FTS5 indexes as several tokens, or none,
+    counts 0."""
+    self._db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.ragdx_instance_vocab USING "
+                     "fts5vocab(main, 'chunks_fts', 'instance')")
+    total = self._db.execute("SELECT COUNT(DISTINCT doc_id) FROM documents").fetchone()[0]
+    found = {}
+    for word in dict.fromkeys(words):
+        tokens = fts5_tokens(word)
+        found[word] = 0 if len(tokens) != 1 else self._db.execute(
+            "SELECT COUNT(DISTINCT c.doc_id) FROM temp.ragdx_instance_vocab v JOIN chunks c ON c.rowid = v.doc "
+            "WHERE v.term = ?", (tokens[0],)).fetchone()[0]
+    return int(total), found
+
+
+def pg_document_frequency(self: PostgresStore, words: Sequence[str]) -> tuple[int, dict[str, int]]:
+    """:func:`sqlite_document_frequency` on PostgreSQL: the parts hold whole documents (they are
+    partitioned by ``doc_id``), so their counts add up."""
+    total = sum(int(n) for n, in self._fan(lambda sfx: f"SELECT count(DISTINCT doc_id) FROM {{s}}.documents{sfx}", {}))
+    found = {}
+    for word in dict.fromkeys(words):
+        tokens = fts5_tokens(word)
+        found[word] = 0 if len(tokens) != 1 else sum(int(n) for n, in self._fan(
+            lambda sfx: f"SELECT count(DISTINCT doc_id) FROM {{s}}.chunks{sfx} WHERE tf ? %(t)s",
+            {"t": tokens[0]}))
+    return total, found
+
+
 def sqlite_bm25(self: SQLiteStore, terms: Sequence[str], groups: tuple[str, ...], limit: int,
                 weights: tuple[float, float] = (0.5, 1.0),
                 versions: VersionFilter | None = None) -> list[tuple[Chunk, float]]:

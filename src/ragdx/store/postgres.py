@@ -420,6 +420,7 @@ class PostgresStore:
     bm25_config = property(lexical.bm25_config)
     bm25_statistics = lexical.pg_bm25_statistics
     bm25 = lexical.pg_bm25
+    document_frequency = lexical.pg_document_frequency
     _with_versions = lexical._pg_with_versions
     _bm25 = lexical._pg_bm25
     _postings = lexical._pg_postings

@@ -263,6 +263,7 @@ class SQLiteStore:
 
     # -- the keyword channel: BM25 and its statistics (store/lexical.py) -------------------------------
     keyword_statistics = lexical.sqlite_keyword_statistics
+    document_frequency = lexical.sqlite_document_frequency
     bm25_config = property(lexical.bm25_config)
     bm25 = lexical.sqlite_bm25
     fts5_bm25 = lexical.sqlite_fts5_bm25
