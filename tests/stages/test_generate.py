@@ -505,3 +505,30 @@ def test_a_further_statement_holding_no_word_of_the_question_is_left_out():
         "Returns within Germany are free.", 0.64, [])
     answer = gen.run(Query("q", question), context(unit("S1", text)))
     assert [c.text for c in answer.claims] == ["Store credit is valid for 24 months."]
+
+
+def test_a_list_item_finishing_its_lead_in_sentence_is_no_further_statement():
+    from ragdx.stages.generate import _continues
+    runbook = ("## When to use a manual refund\n\nUse a manual refund only when the automatic refund flow cannot be "
+               "used, for example:\n\n- the customer's refund request was rejected with error RFD-4021, but a team "
+               "lead has given approval for an exception;\n- the order was split across several payment methods;\n\n"
+               "## Approval limits\n\nRefunds above 500 EUR need approval from a team lead.\n"
+               "Refunds above 2000 EUR also need sign-off from the finance team.")
+    item = ("the customer's refund request was rejected with error RFD-4021, but a team lead has given approval "
+            "for an exception;")
+    assert _continues(item, runbook, runbook.index(item))
+    # a sentence of prose, an item that is a sentence of its own, an item of a list no sentence
+    # leads into (a parameter's entry), or the same words outside a list: none finishes a lead-in
+    later = "Refunds above 2000 EUR also need sign-off from the finance team."
+    assert not _continues(later, runbook, runbook.index(later))
+    listed = "- Refunds are free.\n- name is the thread name;\n"
+    assert not _continues("Refunds are free.", listed, 2)
+    assert not _continues("name is the thread name;", listed, listed.index("name is"))
+    prose = "Use it when: the flow fails;"
+    assert not _continues("the flow fails;", prose, prose.index("the flow"))
+    # through ``run``: by words the item ranks second (refund, approval, team, lead: 4 of 6, against 3 for
+    # the 2000 EUR rule); the answer takes the rule
+    gen = ExtractiveGenerator(min_coverage=0.1, keep_ratio=0.0, max_sentences=2)
+    answer = gen.run(Query("q", "Above which amount does a refund need approval from a team lead?"),
+                     context(unit("S1", runbook)))
+    assert [c.text for c in answer.claims] == ["Refunds above 500 EUR need approval from a team lead.", later]

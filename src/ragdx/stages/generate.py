@@ -75,6 +75,7 @@ class _Candidate:
     cosine: float = 0.0  # its cosine with the question (0 without an encoder)
     table_row: bool = False
     leads: bool = True  # it may open an answer (:func:`_may_lead`)
+    fragment: bool = False  # a list item finishing the sentence that leads into the list (:func:`_continues`)
     heading: tuple[str, ...] = ()  # the headings it stands under (:meth:`ExtractiveGenerator.entries`)
 
 
@@ -262,7 +263,8 @@ class ExtractiveGenerator:
                     density = len(covered) / max(1, len(text.split()))
                     found.append(_Candidate(unit, text, covered, score, density, index, lexical=score,
                                             table_row=said.head is not None,
-                                            leads=_may_lead(text, unit.text, said.start), heading=heading))
+                                            leads=_may_lead(text, unit.text, said.start), heading=heading,
+                                            fragment=_continues(text, unit.text, said.start)))
         if self.semantic_weight > 0 and found:
             w = self.semantic_weight
             meaning = self._meaning(question, [c.text for c in found])
@@ -422,7 +424,9 @@ class ExtractiveGenerator:
         best = first.score
         # with the learned reader: its probability against the first's
         floor = (self.reader_keep if self.weights is not None else self.keep_ratio) * best
-        rest = [c for c in readable[1:] if c.score >= floor and c.text != first.text]
+        # a list item that finishes the sentence leading into its list ("... for example: - the
+        # customer's refund request was rejected ...;") says nothing on its own
+        rest = [c for c in readable[1:] if c.score >= floor and c.text != first.text and not c.fragment]
         while len(chosen) < self.max_sentences:
             rest = [c for c in rest if c.covered - told or c.score >= self.tie_ratio * best]
             if not rest:
@@ -528,6 +532,22 @@ def _may_lead(sentence: str, text: str, start: int) -> bool:
     block_end = text.find("\n\n", start)
     block = text[block_start + 2 if block_start >= 0 else 0:block_end if block_end >= 0 else len(text)]
     return _PROMPT.search(block) is None
+
+
+def _continues(sentence: str, text: str, start: int) -> bool:
+    """Whether a statement (at ``start`` in its unit's ``text``) is a list item that finishes the
+    sentence leading into its list: the line before the list ends with a colon, and the item opens
+    in lower case and ends as a clause does (``;``, ``,``, "and", "or"), as in "Use a manual refund
+    only when ..., for example: - the customer's refund request was rejected with error RFD-4021,
+    ...;"."""
+    line_start = text.rfind("\n", 0, start) + 1
+    if not LIST_ITEM.match(text[line_start:start + 1]) or not sentence[:1].islower() \
+            or re.search(r"(?:[;,]|\s(?:and|or))\s*$", sentence) is None:
+        return False
+    before = [line for line in text[:line_start].splitlines() if line.strip()]
+    while before and LIST_ITEM.match(before[-1]):
+        before.pop()
+    return bool(before) and before[-1].rstrip().endswith(":")
 
 
 #: the words of asking for a default ("set to out of the box", "default value")
