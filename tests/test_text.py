@@ -2,7 +2,7 @@
 
 import pytest
 
-from ragdx.text import (asked_quantity, asks_default, content_terms, names_another, numbered_ids, row_cells,
+from ragdx.text import (asked_quantity, asking, asks_default, content_terms, names_another, numbered_ids, row_cells,
                         statement_spans, states_default, statements, states_quantity, stem)
 
 
@@ -127,3 +127,22 @@ def test_a_table_rows_cells_read_back_as_statement_spans_wrote_them():
     # prose with a colon, or one cell, is no row
     assert row_cells("Note: the fee is none; see the table.") == ()
     assert row_cells("Fee: none") == ()
+
+
+@pytest.mark.parametrize("question, asked", [
+    # the situation told, then the question
+    ("I'm range-partitioning events by created_at and want PRIMARY KEY (id), but CREATE TABLE rejects it. Why?",
+     "Why?"),
+    # a sentence opening in lower case, as people type
+    ("the query column in pg_stat_activity cuts our long ORM queries off halfway. any way to see the full text?",
+     "any way to see the full text?"),
+    # a question written with a full stop still asks, by its clause's question word
+    ("If I set repo1-retention-full=2 in pgBackRest, how many full backups does it keep. Does it expire WAL?",
+     "If I set repo1-retention-full=2 in pgBackRest, how many full backups does it keep. Does it expire WAL?"),
+    # an elision ends no sentence; SQL's WHERE in capitals asks nothing
+    ("My SELECT sum(amount) ... WHERE matches nothing. Do I get 0 back?", "Do I get 0 back?"),
+    # nothing asks: the whole question
+    ("Tell me about the GIL.", "Tell me about the GIL."),
+])
+def test_the_sentences_of_a_question_that_ask(question, asked):
+    assert asking(question) == asked

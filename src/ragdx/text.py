@@ -10,7 +10,8 @@ import re
 from typing import NamedTuple
 
 __all__ = ["sentence_spans", "sentences", "statements", "statement_spans", "Statement", "heading_like", "row_cells",
-           "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "unreplied", "is_reply", "LIST_ITEM"]
+           "content_terms", "stem", "STOPWORDS", "quantities", "split_question", "asking", "unreplied", "is_reply",
+           "LIST_ITEM"]
 
 # Sentence ends: ., ! or ? then space, unless the word before is a known abbreviation.
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+(?=[\"'(\[]?[A-Z0-9])")
@@ -357,6 +358,27 @@ def _asks(clause: str) -> bool:
     """Whether a clause opens with a question word written as one (``WHERE`` opens a line of SQL)."""
     m = _ASKS.match(clause)
     return m is not None and not m.group(0).isupper()
+
+
+def asking(question: str) -> str:
+    """The sentences of a question that ask, in order: those ending with ``?``, and those with a
+    clause opening with a question word ("If I set repo1-retention-full=2, how many full backups
+    does it keep."); the whole question when none does. The others tell the asker's situation: "I'm
+    range-partitioning events by created_at and want PRIMARY KEY (id), but CREATE TABLE rejects it.
+    Why?" asks only "Why?". A sentence may open in lower case, as people type ("... cuts our ORM
+    queries off halfway. any way to see the full text?").
+
+    >>> asking("Our database runs with en_US.UTF-8. What index do I need?")
+    'What index do I need?'
+    """
+    told = _TYPED_STOP.split(question.strip().replace("...", _ELLIPSIS))
+    asked = [s.replace(_ELLIPSIS, "...") for s in told
+             if s.rstrip().endswith("?") or any(_asks(c.strip()) for c in re.split(r"[,;:]\s+", s))]
+    return " ".join(asked) if asked else question
+
+
+#: where a sentence of a question ends: a stop and a space, whatever case follows ("halfway. any way")
+_TYPED_STOP = re.compile(r"(?<=[.!?])\s+")
 
 
 def split_question(question: str) -> tuple[str, ...]:

@@ -34,6 +34,48 @@ def test_the_shapes_of_a_name():
         ("RFD-9999", "NW-1024", "IPv6", "utf-8")
 
 
+def test_names_of_the_askers_situation_are_theirs(small):
+    store, _, _ = small
+    names = NameCoverage(store)
+    # refund_log is named by the sentence telling the asker's situation, not by the one that asks
+    assert names.absent("We keep every refund in refund_log. Within how many days are refunds accepted?",
+                        ("public",)) == ()
+    assert names.absent("Within how many days does refund_log accept refunds?", ("public",)) == ("refund_log",)
+    # a value or a function passed to a call is the asker's own, wherever the question names it again
+    question = ("In COALESCE(cached_value, expensive_function()), does expensive_function() run when "
+                "cached_value is set?")
+    assert distinctive_names(question) == ("COALESCE",)
+    assert distinctive_names("Does expensive_function() run?") == ("expensive_function",)
+
+
+def test_the_askers_literals_amounts_and_compared_columns_are_theirs(small):
+    store, _, _ = small
+    names = NameCoverage(store)
+    groups = ("public",)
+    # a column their SQL compares, a single-quoted literal, an amount with its unit: none is looked up
+    assert names.absent("Is a refund WHERE created_at > 5 accepted within 30 days?", groups) == ()
+    assert names.absent("Is a refund dated '2024-05-01 Europe/Paris' accepted within 30 days?", groups) == ()
+    assert names.absent("Are refunds above 48GB on a 64GB server accepted within 30 days?", groups) == ()
+    # the same names asked about are looked up
+    assert names.absent("Is created_at accepted within 30 days?", groups) == ("created_at",)
+    assert names.absent("Are refunds from Europe/Paris accepted within 30 days?", groups) == ("Europe/Paris",)
+    assert names.absent("Are refunds for vec0 accepted within 30 days?", groups) == ("vec0",)
+
+
+def test_a_question_whose_situation_the_sources_do_not_hold_is_answered_by_what_it_asks():
+    text = "Refunds are accepted within 30 days of delivery."
+    ctx = one_unit(text, "refund.md", "Refund policy")
+    told = "Our migration tool wraps every script in one big batch."
+    query = Query("q", f"{told} Within how many days are refunds accepted?", Principal("u", ("public",)))
+    # the whole question's words: the sentence holds 3 of 10 (0.3); the asking sentence's, 3 of 3
+    answer = ExtractiveGenerator(min_coverage=0.5).run(query, ctx)
+    assert not answer.abstained and [c.text for c in answer.claims] == [text]
+    # a question asked in one sentence is judged by all of it
+    alone = Query("q", "Within how many days does our migration tool accept wrapped scripts?",
+                  Principal("u", ("public",)))
+    assert ExtractiveGenerator(min_coverage=0.5).run(alone, ctx).abstained
+
+
 def test_covered_reads_only_what_the_groups_may_read(small):
     store, _, _ = small
     names = NameCoverage(store)

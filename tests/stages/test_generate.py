@@ -270,6 +270,16 @@ def test_a_word_that_only_begins_like_a_connective_does_not_lean_back():
     assert _may_lead("Sometimes the first call fails.", "x", 0)  # a whole word only: "so" is not "sometimes"
 
 
+def test_a_line_of_a_psql_session_does_not_open_an_answer():
+    from ragdx.stages.generate import _may_lead
+    session = ("test_pub=# CREATE TABLE parent(a int PRIMARY KEY) PARTITION BY RANGE(a);\nCREATE TABLE\n"
+               "postgres=> SELECT 1;")
+    assert not _may_lead("test_pub=# CREATE TABLE parent(a int PRIMARY KEY) PARTITION BY RANGE(a);", session, 0)
+    # an equals sign in prose, or a setting written out, is no prompt
+    prose = "Set work_mem=# of bytes you want, or write a=b in the file."
+    assert _may_lead(prose, prose, 0)
+
+
 def test_the_reranker_and_the_generator_encode_a_sentence_once():
     from ragdx.stages._sentences import sentence_vectors
     from ragdx.stages.rerank import SentenceSimilarity

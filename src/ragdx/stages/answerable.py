@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ragdx.protocols import Store, TokenCounter
-from ragdx.text import NUMBERED_ID, content_terms, stem
+from ragdx.text import NUMBERED_ID, asking, content_terms, stem
 from ragdx.types import Context, Query
 
 _VERSION = r"\d+(?:\.\d+)+"
@@ -52,7 +52,7 @@ _FILE = re.compile(r"\.(?:py[cdiwz]?|txt|md|rst|c|h|db|cfg|ini|toml|json|csv|htm
 
 #: a call's arguments in a question (``position('x' in some_string)``, ``sum(amount)``): the
 #: asker's own columns and values, not names a source would hold
-_ARGUMENTS = re.compile(r"\b[A-Za-z_][\w.]*\(([^()]+)\)")
+_ARGUMENTS = re.compile(r"\b[A-Za-z_][\w.]*\(((?:[^()]|\([^()]*\))+)\)")  # one call nested in another
 _VALUES = frozenset({"snake", "camel", "caps", "capital"})
 
 
@@ -76,12 +76,17 @@ def question_names(question: str) -> tuple[Name, ...]:
     """
     names: dict[str, Name] = {}
     arguments = [m.span(1) for m in _ARGUMENTS.finditer(question)]
+    # the asker's own values and functions passed to a call ("position('x' in some_string)",
+    # "COALESCE(cached_value, expensive_function())"), wherever the question names them again
+    passed = {m.group() for m in _NAME.finditer(question)
+              if (m.lastgroup in _VALUES or m.lastgroup == "called")
+              and any(a <= m.start() and m.end() <= b for a, b in arguments)}
     for match in _NAME.finditer(question):
         kind, text = match.lastgroup or "", match.group()
         if kind == "capital" and (match.start() == 0 or text in STOP_CAPITALS):
             continue
-        if kind in _VALUES and any(a <= match.start() and match.end() <= b for a, b in arguments):
-            continue  # the asker's own value passed to a call ("position('x' in some_string)")
+        if text in passed:
+            continue
         if kind == "dotted" and all(len(part) == 1 for part in text.split(".")):
             continue  # an abbreviation ("e.g.", "i.e."), not a name
         text = text.strip("\"\u201c\u201d")
@@ -127,6 +132,12 @@ def is_version(name: str) -> bool:
 #: how many chunks holding a joined code name's phrase are searched for the name as written
 EXACT_DEPTH = 50
 _NUMBER = re.compile(r"\d+(?:\.\d+)*")
+#: an amount with its unit ("48GB", "256mb", "5s", "10ms"): a value the asker gives, not a name
+_AMOUNT = re.compile(r"\d+(?:\.\d+)?(?:[kmgtp]i?b|[kmgt]|b|ms|us|s|sec|min|h|d|%)", re.IGNORECASE)
+#: what the asker writes as their own values: a single-quoted literal ('bob%', '2024-05-01 10:00
+#: Europe/Paris'), and a column their SQL compares ("WHERE created_at > now()")
+_LITERAL = re.compile(r"(?<![\w'\u2019])'[^'\n]{1,80}'(?![\w'])")
+_SQL_COLUMN = re.compile(r"\b(?:WHERE|BY|ON|AND|OR)\s+[A-Za-z_][\w.]*")
 _JOINED = re.compile(r"[^\W_][._][^\W_]")
 
 
@@ -202,19 +213,22 @@ class NameCoverage:
         the names already checked are not looked up again, and numbers are amounts the question
         asks about ("35 days after delivery"), not names.
         """
-        names = question_names(question)
+        # a name only the asker's situation holds is theirs ("I'm partitioning by created_at."), and so
+        # are their literals and the columns their SQL compares
+        asked = _SQL_COLUMN.sub(" ", _LITERAL.sub(" ", asking(question)))
+        names = [n for n in question_names(question) if n.text in asked]
         missing = [n.text for n in names if n.kind not in ("quoted", "file") and not self.covered(n.text, groups)]
         missing += [n.text for n in names if n.kind == "file" and not self.covered(n.text, groups)
                     and not self.covered(_FILE.sub("", n.text), groups)]
         named = {w for n in names if n.kind != "quoted" for w in content_terms(n.text)}
-        missing += [w for w in content_terms(question)
+        missing += [w for w in content_terms(asked)
                     if w not in named and self._uncommon(w) and not self.covered(w, groups)]
         return tuple(missing)
 
     def _uncommon(self, word: str) -> bool:
         """Whether a word could name something: not a number, and with a digit or, given a
         vocabulary, not one of its pieces."""
-        if _NUMBER.fullmatch(word):
+        if _NUMBER.fullmatch(word) or _AMOUNT.fullmatch(word):
             return False
         if any(ch.isdigit() for ch in word):
             return True

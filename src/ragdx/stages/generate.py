@@ -37,7 +37,7 @@ from ragdx.stages.answerable import ABSTAINED_BY_NAME, Answerability, NameCovera
 from ragdx.stages.assemble import render_prompt
 from ragdx.stages.injection import barred_statements, citation_like, instruction_like
 from ragdx.stages.reader import ReaderWeights, SentenceFacts, feature_matrix
-from ragdx.text import (LIST_ITEM, SIGNATURE, STOPWORDS, api_names, asked_quantity, asks_default, content_terms,
+from ragdx.text import (LIST_ITEM, SIGNATURE, STOPWORDS, api_names, asked_quantity, asking, asks_default, content_terms,
                         documents_name, names_another, numbered_ids, sentences, split_question, statement_spans,
                         statements, states_default, states_quantity, stem)
 from ragdx.types import Answer, Claim, Context, ContextUnit, DocStatus, Query, StageKind, Usage, VersionFilter
@@ -407,8 +407,15 @@ class ExtractiveGenerator:
         started = time.perf_counter()
         found = self._candidates(query.question, context)
         top = max(found, key=lambda c: c.content, default=None)
-        verdict = self.answerability.run(query, context, top.content if top else None,
-                                         top.covered if top else frozenset(), self.min_coverage)
+        best, covered = (top.content, top.covered) if top else (None, frozenset())
+        asked = asking(query.question)
+        if best is not None and best < self.min_coverage and asked != query.question and len(content_terms(asked)) >= 2:
+            # the asker's situation holds words no source need hold ("My migration tool wraps every
+            # script in BEGIN/COMMIT."): what it asks is covered well enough, or it is not
+            part = max(self._scored(asked, context), key=lambda c: c.content, default=None)
+            if part is not None and part.content > best:
+                best, covered = part.content, part.covered
+        verdict = self.answerability.run(query, context, best, covered, self.min_coverage)
         if not verdict.answer:
             return self._abstain(verdict.why, verdict.missing, started, verdict.by_name)
         # a statement about another member of a family the question names one of ("Error RFD-4021
@@ -508,7 +515,7 @@ class ExtractiveGenerator:
 
 
 #: a line of an interactive session's transcript: a prompt (Python's, a shell's, SQLite's)
-_PROMPT = re.compile(r"^[ \t]*(?:>>>|\$ |sqlite>)", re.MULTILINE)
+_PROMPT = re.compile(r"^[ \t]*(?:>>>|\$ |sqlite>|\w+=[#>] )", re.MULTILINE)  # psql: "test_pub=# CREATE ..."
 #: a statement that sends the reader elsewhere, or trails off
 _POINTER = re.compile(r"^see\b", re.IGNORECASE)  # "See ...", "See also ..."
 #: a statement that leans on the one before it: a connective or a pronoun that refers back
