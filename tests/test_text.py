@@ -3,7 +3,7 @@
 import pytest
 
 from ragdx.text import (asked_quantity, asking, asks_default, content_terms, names_another, numbered_ids, row_cells,
-                        statement_spans, states_default, statements, states_quantity, stem)
+                        split_question, statement_spans, states_default, statements, states_quantity, stem)
 
 
 @pytest.mark.parametrize("british, american", [("behaviour", "behavior"), ("colours", "colors"),
@@ -146,3 +146,28 @@ def test_a_table_rows_cells_read_back_as_statement_spans_wrote_them():
 ])
 def test_the_sentences_of_a_question_that_ask(question, asked):
     assert asking(question) == asked
+
+
+@pytest.mark.parametrize("question, parts", [
+    # a pronoun opening a part stands for the subject of the part before
+    ("What is work_mem set to out of the box, and is that a cap for the whole query?",
+     ("What is work_mem set to out of the box?", "Is work_mem a cap for the whole query?")),
+    ("Where does ALTER SYSTEM SET save the new value, and is it in effect when the command returns?",
+     ("Where does ALTER SYSTEM SET save the new value?", "Is ALTER SYSTEM SET in effect when the command returns?")),
+    # "What about X?" asks the part before of X, in place of the subject X shares a word with
+    ("Does VACUUM block my application's reads and writes? What about VACUUM FULL?",
+     ("Does VACUUM block my application's reads and writes?",
+      "Does VACUUM FULL block my application's reads and writes?")),
+    # ... or, sharing none, after the part before
+    ("Why does SELECT 7 / 2 give me 3 instead of 3.5? What about -7 / 2?",
+     ("Why does SELECT 7 / 2 give me 3 instead of 3.5?",
+      "Why does SELECT 7 / 2 give me 3 instead of 3.5? What about -7 / 2?")),
+    # no subject before (no code name, no capitalised SQL): the part is left as asked
+    ("Can my app users still see rows? What about our admin superuser?",
+     ("Can my app users still see rows?", "What about our admin superuser?")),
+    # "it's" is no pronoun opening a question
+    ("What does work_mem limit, and is it's value per query?",
+     ("What does work_mem limit?", "Is it's value per query?")),
+])
+def test_a_part_of_a_compound_question_stands_alone(question, parts):
+    assert split_question(question) == parts

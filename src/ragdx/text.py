@@ -397,8 +397,41 @@ def split_question(question: str) -> tuple[str, ...]:
                 continue
             asks = _asks(clause) or (n == len(clauses) and sentence.rstrip().endswith("?"))
             part = clause[0].upper() + clause[1:] + ("?" if asks else "" if clause.endswith(".") else ".")
-            parts.append(part.replace(_ELLIPSIS, "..."))
+            parts.append(_standing_alone(part.replace(_ELLIPSIS, "..."), parts[-1] if parts else ""))
     return tuple(parts)
+
+
+#: a follow-up that asks the part before it again of something else: "What about VACUUM FULL?"
+_FOLLOW_UP = re.compile(r"^(?:what|how) about\s+(?P<other>.+?)\?$", re.IGNORECASE)
+#: a part whose subject is the one of the part before it: "Is that a cap for the whole query?"
+_BACK_TO = re.compile(r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have)\s+"
+                      r"(?P<pronoun>it|that|this|they)\b(?!['\u2019])", re.IGNORECASE)
+#: what a part is about, by the first of: a code name (``work_mem``, ``os.path``, ``round()``),
+#: a run of capitalised SQL words (``ALTER SYSTEM SET``, ``VACUUM``)
+_SUBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w+"
+                      r"|\b[A-Z]{2,}(?:\s+[A-Z]{2,})*\b")
+
+
+def _standing_alone(part: str, before: str) -> str:
+    """A part of a compound question made to stand alone, as it is searched and read on its own: a
+    pronoun opening it stands for the subject of the part before ("What is work_mem set to out of
+    the box, and is that a cap for the whole query?": "Is work_mem a cap for the whole query?"),
+    and "What about X?" asks the part before of X ("Does VACUUM block ...? What about VACUUM
+    FULL?": "Does VACUUM FULL block ...?"; with no subject X shares a word with, the part before is
+    kept ahead of it). Unchanged when the part before has no subject."""
+    subject = _SUBJECT.search(before) if before else None
+    if subject is None:
+        return part
+    follow = _FOLLOW_UP.match(part)
+    if follow is not None:
+        other = follow.group("other")
+        if set(content_terms(other)) & set(content_terms(subject.group())):
+            return before[:subject.start()] + other + before[subject.end():]
+        return f"{before} {part}"
+    back = _BACK_TO.match(part)
+    if back is not None:
+        return part[:back.start("pronoun")] + subject.group() + part[back.end("pronoun"):]
+    return part
 
 
 #: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
