@@ -151,8 +151,9 @@ def sqlite_document_frequency(self: SQLiteStore, words: Sequence[str]) -> tuple[
                      "fts5vocab(main, 'chunks_fts', 'instance')")
     total = self._db.execute("SELECT COUNT(DISTINCT doc_id) FROM documents").fetchone()[0]
     found = {}
+    split = _tokenizer()(list(dict.fromkeys(words)))  # FTS5's own tokens (no PyStemmer needed)
     for word in dict.fromkeys(words):
-        tokens = fts5_tokens(word)
+        tokens = split[word]
         found[word] = 0 if len(tokens) != 1 else self._db.execute(
             "SELECT COUNT(DISTINCT c.doc_id) FROM temp.ragdx_instance_vocab v JOIN chunks c ON c.rowid = v.doc "
             "WHERE v.term = ?", (tokens[0],)).fetchone()[0]
