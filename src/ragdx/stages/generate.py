@@ -407,15 +407,15 @@ class ExtractiveGenerator:
         started = time.perf_counter()
         found = self._candidates(query.question, context)
         top = max(found, key=lambda c: c.content, default=None)
-        best, covered = (top.content, top.covered) if top else (None, frozenset())
+        reach, covered = (top.content, top.covered) if top else (None, frozenset())
         asked = asking(query.question)
-        if best is not None and best < self.min_coverage and asked != query.question and len(content_terms(asked)) >= 2:
+        if reach is not None and reach < self.min_coverage and asked != query.question and len(content_terms(asked)) >= 2:
             # the asker's situation holds words no source need hold ("My migration tool wraps every
             # script in BEGIN/COMMIT."): what it asks is covered well enough, or it is not
             part = max(self._scored(asked, context), key=lambda c: c.content, default=None)
-            if part is not None and part.content > best:
-                best, covered = part.content, part.covered
-        verdict = self.answerability.run(query, context, best, covered, self.min_coverage)
+            if part is not None and part.content > reach:
+                reach, covered = part.content, part.covered
+        verdict = self.answerability.run(query, context, reach, covered, self.min_coverage)
         if not verdict.answer:
             return self._abstain(verdict.why, verdict.missing, started, verdict.by_name)
         # a statement about another member of a family the question names one of ("Error RFD-4021
