@@ -162,6 +162,9 @@ def test_the_sentences_of_a_question_that_ask(question, asked):
     ("Why does SELECT 7 / 2 give me 3 instead of 3.5? What about -7 / 2?",
      ("Why does SELECT 7 / 2 give me 3 instead of 3.5?",
       "Why does SELECT 7 / 2 give me 3 instead of 3.5? What about -7 / 2?")),
+    # a function written with its arguments is a subject too (the API name before its parenthesis)
+    ("I wrote int4range(1, 10) and Postgres shows it back as [1,11). Did it change my range?",
+     ("I wrote int4range(1, 10) and Postgres shows it back as [1,11).", "Did int4range change my range?")),
     # no subject before (no code name, no capitalised SQL): the part is left as asked
     ("Can my app users still see rows? What about our admin superuser?",
      ("Can my app users still see rows?", "What about our admin superuser?")),

@@ -406,10 +406,16 @@ _FOLLOW_UP = re.compile(r"^(?:what|how) about\s+(?P<other>.+?)\?$", re.IGNORECAS
 #: a part whose subject is the one of the part before it: "Is that a cap for the whole query?"
 _BACK_TO = re.compile(r"^(?:is|are|was|were|does|do|did|can|could|will|would|should|has|have)\s+"
                       r"(?P<pronoun>it|that|this|they)\b(?!['\u2019])", re.IGNORECASE)
-#: what a part is about, by the first of: a code name (``work_mem``, ``os.path``, ``round()``),
-#: a run of capitalised SQL words (``ALTER SYSTEM SET``, ``VACUUM``)
-_SUBJECT = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*\(\)|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w+"
-                      r"|\b[A-Z]{2,}(?:\s+[A-Z]{2,})*\b")
+
+
+#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
+#: underscore (``foreign_keys``)
+_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
+
+
+#: what a part is about, by the first of: an API name (:data:`_API_NAME`: ``work_mem``,
+#: ``os.path``, ``round(``), a run of capitalised SQL words (``ALTER SYSTEM SET``, ``VACUUM``)
+_SUBJECT = re.compile(_API_NAME.pattern + r"|\b[A-Z]{2,}(?:\s+[A-Z]{2,})*\b")
 
 
 def _standing_alone(part: str, before: str) -> str:
@@ -432,11 +438,6 @@ def _standing_alone(part: str, before: str) -> str:
     if back is not None:
         return part[:back.start("pronoun")] + subject.group() + part[back.end("pronoun"):]
     return part
-
-
-#: an API name: a dotted name (``sqlite3.threadsafety``), a called one (``round(``) or one with an
-#: underscore (``foreign_keys``)
-_API_NAME = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?=\()|[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+|[A-Za-z]\w*_\w*")
 
 
 @functools.lru_cache(maxsize=4096)
